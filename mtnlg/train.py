@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['resolve_path', 'prepare_data', 'make_optimizer', 'train_step', 'evaluate', 'save_checkpoint', 'TrainResult', 'train',
-           'plot_losses']
+           'plot_losses', 'add_train_arguments']
 
 # %% ../nbs/41_train.ipynb
 import json, math, os, time
@@ -168,3 +168,15 @@ def plot_losses(r: TrainResult, title: str = ""):
     ax.legend(); fig.tight_layout()
     plt.close(fig)
     return fig
+
+# %% ../nbs/41_train.ipynb
+def add_train_arguments(p):
+    "`mtnlg train --config CFG [--set k=v] [--run-dir DIR] [--no-progress]`"
+    from mtnlg.cli import add_config_arguments, config_from_args
+    add_config_arguments(p)
+    p.add_argument("--run-dir", help="where metrics, plot and checkpoint go (default: the config's output_dir)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    def run(args):
+        train(config_from_args(args), args.run_dir, progress=not args.no_progress)
+        return 0
+    p.set_defaults(func=run)
