@@ -42,6 +42,7 @@ def describe(cfg: Config) -> str:
 COMMANDS = {  # name: (module, one-line help)
     "info": ("mtnlg.cli", "parameter count and parallel layout of a config"),
     "train": ("mtnlg.train", "train a config"),
+    "plan": ("mtnlg.perf", "rank (TP, PP, DP, micro-batch, recompute) layouts of a config on N GPUs by predicted speed"),
 }
 
 def add_config_arguments(p: argparse.ArgumentParser):
