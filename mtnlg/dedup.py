@@ -45,7 +45,8 @@ def shingle_hashes(texts, ngram: int = 5, seed: int = 0) -> tuple[np.ndarray, np
     isw = _WORD_BYTE[arr]
     edge = np.diff(np.concatenate([[False], isw, [False]]).astype(np.int8))
     starts, ends = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
-    prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(arr.astype(np.uint64) * _powers(len(arr), _P))])
+    prefix = np.zeros(len(arr) + 1, np.uint64)
+    np.cumsum(arr * _powers(len(arr), _P), out=prefix[1:])
     inv = _powers(len(arr), pow(_P, -1, 1 << 64))
     words = mix64((prefix[ends] - prefix[starts]) * inv[starts])        # = sum_i c_i P^(i - start)
     doc_start = np.cumsum([0] + [len(b) + 1 for b in blobs])[:-1]
@@ -143,10 +144,12 @@ def near_duplicate_set(sources: list[str], seed: int = 0, edits=EDITS):
 def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     "[n_docs, bands] uint64 keys: band b hashes signature entries b*rows .. b*rows + rows - 1."
     if bands * rows > sig.shape[1]: raise ValueError(f"bands*rows = {bands}*{rows} exceeds the signature length {sig.shape[1]}")
-    x = sig[:, : bands * rows].reshape(len(sig), bands, rows).astype(np.uint64)
-    acc = np.zeros((len(sig), bands), np.uint64)
-    for r in range(rows): acc = acc * _U(_Q) + x[:, :, r]
-    return mix64(acc + _U(1))
+    keys = np.empty((len(sig), bands), np.uint64)
+    for b in range(bands):                       # band by band: the working set stays at 8 bytes per document
+        acc = np.zeros(len(sig), np.uint64)
+        for r in range(b * rows, (b + 1) * rows): acc = acc * _U(_Q) + sig[:, r]
+        keys[:, b] = mix64(acc + _U(1))
+    return keys
 
 def candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64) -> tuple[np.ndarray, np.ndarray]:
     "Unique pairs (i < j) of documents that agree on all rows of at least one band (documents without shingles skipped)."
