@@ -105,7 +105,7 @@ def narayanan_flops(B: int, s: int, l: int, h: int, V: int) -> float:
     return 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
 
 # %% ../nbs/50_perf_model.ipynb
-PAPER_ROWS = [  # (nodes, DP, iteration time s, TFLOP/s per GPU), Megatron-Turing NLG paper, section 2.3
+PAPER_ROWS = [  # (nodes, DP, iteration time s, TFLOP/s per GPU), Megatron-Turing NLG paper (arXiv 2201.11990)
     (280, 8, 60.1, 126), (350, 10, 50.2, 121), (420, 12, 44.4, 113)]
 
 # %% ../nbs/50_perf_model.ipynb
@@ -383,32 +383,35 @@ def format_plan(cfg: Config, gpus: int, feasible, infeasible, gpu: GPU | str = "
     return "\n".join(lines)
 
 # %% ../nbs/50_perf_model.ipynb
-def measure_matmul_tflops(m: int, k: int, n: int, repeats: int = 20, dtype=None) -> float:
+def measure_matmul_tflops(m: int, k: int, n: int, repeats: int = 20, dtype=None, clock=time.perf_counter) -> float:
     "Achieved TFLOP/s of a [m,k] x [k,n] matmul on this machine's CPU (best of `repeats` timings of a batch of calls)."
     import torch
     x, w = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
     calls = max(1, int(2e8 // (2 * m * k * n)))   # ~0.2 GFLOP per timing
     best = float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(calls): x @ w
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return 2 * m * k * n * calls / best / 1e12
 
-def measure_memory_gbps(nbytes: int = 64 * 2**20, repeats: int = 10) -> float:
+def measure_memory_gbps(nbytes: int = 64 * 2**20, repeats: int = 10, clock=time.perf_counter) -> float:
     "Achieved memory bandwidth (GB/s) of an out-of-place add on this machine (read 2, write 1)."
     import torch
     a, b = torch.ones(nbytes // 4), torch.ones(nbytes // 4)
     out, best = torch.empty_like(a), float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter(); torch.add(a, b, out=out); best = min(best, time.perf_counter() - t0)
+        t0 = clock(); torch.add(a, b, out=out); best = min(best, clock() - t0)
     return 3 * nbytes / best / 1e9
 
-def calibrate_cpu(cfg: Config, rounds: int = 5) -> dict:
+def calibrate_cpu(cfg: Config, rounds: int = 5, threads: int = 1) -> dict:
     """Time, in alternating rounds, a matmul of `cfg`'s biggest layer GEMM ([b*s, h] x [h, f]), a memory-bound add and one
     optimizer step of `cfg` with chapter 41's train_step; keep the fastest of each. Alternating gives all three the same
-    chance of a quiet moment on a shared machine."""
+    chance of a quiet moment on a shared machine. Times are CPU seconds of this process (`time.process_time`), so
+    time spent descheduled while other jobs run does not count; hence one thread (`threads`), whose CPU time is
+    the step's time."""
     import torch
+    saved = torch.get_num_threads(); torch.set_num_threads(threads)
     from mtnlg.model import GPT, init_distributed
     from mtnlg.train import make_optimizer, train_step, _autocast
     init_distributed()
@@ -418,14 +421,15 @@ def calibrate_cpu(cfg: Config, rounds: int = 5) -> dict:
     batch = torch.randint(0, cfg.model.vocab_size, (cfg.schedule.global_batch_size, cfg.model.seq_length + 1))
     autocast = _autocast(cfg, torch.device("cpu"))
     m = cfg.model
-    best = {"matmul_tflops": 0.0, "memory_gbps": 0.0, "step_s": float("inf")}
+    best, clock = {"matmul_tflops": 0.0, "memory_gbps": 0.0, "step_s": float("inf")}, time.process_time
     for i in range(rounds + 1):                   # round 0 warms up allocators and kernels
         best["matmul_tflops"] = max(best["matmul_tflops"], measure_matmul_tflops(cfg.schedule.micro_batch_size * m.seq_length,
-                                                                                 m.hidden_size, m.ffn_size, repeats=10))
-        best["memory_gbps"] = max(best["memory_gbps"], measure_memory_gbps(repeats=3))
-        t0 = time.perf_counter()
+                                                                                 m.hidden_size, m.ffn_size, 10, clock=clock))
+        best["memory_gbps"] = max(best["memory_gbps"], measure_memory_gbps(repeats=3, clock=clock))
+        t0 = clock()
         train_step(model, opt, batch, cfg.schedule.micro_batch_size, cfg.optimizer.clip_grad, autocast)
-        if i: best["step_s"] = min(best["step_s"], time.perf_counter() - t0)
+        if i: best["step_s"] = min(best["step_s"], clock() - t0)
+    torch.set_num_threads(saved)
     return best
 
 def cpu_as_gpu(tflops: float, gbps: float) -> GPU:
