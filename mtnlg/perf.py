@@ -374,6 +374,8 @@ def format_plan(cfg: Config, gpus: int, feasible, infeasible, gpu: GPU | str = "
                      f"{pr.memory['total']/GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} {pr.hw_tflops:7.1f} {pr.mfu:5.1%} "
                      f"{(L.pp - 1) / pr.micro_batches:6.1%}")
     if not feasible: lines.append("   (no layout fits)")
+    else: lines.append("(mem: fullest GPU; TFLOP/s: executed FLOPs incl. recomputation, the paper's accounting; "
+                       "MFU: model FLOPs / peak; bubble: (PP-1)/micro-batches)")
     lines.append(f"{len(feasible)} layouts fit; {len(infeasible)} do not" + (", for example:" if infeasible and show_infeasible else ""))
     for L, reasons, t in infeasible[:show_infeasible]:
         lines.append(f"  {L}: " + "; ".join(reasons) + (f" (would take {_seconds(t)})" if t else ""))
