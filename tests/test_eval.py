@@ -1,0 +1,149 @@
+"""Evaluation (chapters 60-61): export to transformers, our `mtnlg` harness backend against the harness's own `hf`
+backend on every local task (0- and 1-shot), `lm_eval --model mtnlg` from the shell, and bad input."""
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FIXTURES = ROOT / "tests" / "fixtures" / "eval"
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1"); os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    "A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state)."
+    run = tmp_path_factory.mktemp("tiny-eval")
+    subprocess.run([str(BIN / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs" / "tiny.yaml"),
+                    "--set", "schedule.train_iters=40", "--run-dir", str(run), "--no-progress"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return run / "checkpoint"
+
+
+@pytest.fixture(scope="module")
+def hf_dir(checkpoint, tmp_path_factory) -> Path:
+    from mtnlg.evaluate import export_hf
+    return export_hf(checkpoint, tmp_path_factory.mktemp("hf"))
+
+
+@pytest.fixture(scope="module")
+def backends(checkpoint, hf_dir):
+    from mtnlg.evaluate import MtnlgLM
+    from lm_eval.models.huggingface import HFLM
+    return MtnlgLM(str(checkpoint), batch_size=64), HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=64)
+
+
+def test_export_hf_logits_match(checkpoint, hf_dir):
+    from mtnlg.evaluate import logits_difference
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    assert cfg["activation_function"] == "gelu" and cfg["vocab_size"] == 2048 and cfg["n_positions"] == 128
+    assert (hf_dir / "model.safetensors").is_file() and (hf_dir / "tokenizer.json").is_file()
+    assert logits_difference(checkpoint, hf_dir, seed=1) <= 1e-4
+
+
+@pytest.mark.parametrize("shots", ["0", "1"])
+def test_crosscheck_with_hf_backend(backends, shots):
+    "Every local task: same accuracy, and every request's log-likelihood within 1e-4, ours vs the harness's hf backend."
+    from mtnlg.tasks import TASKS, evaluate_tasks
+    ours, hf = backends
+    a = evaluate_tasks(ours, ["all"], [shots], FIXTURES, log_samples=True)
+    b = evaluate_tasks(hf, ["all"], [shots], FIXTURES, log_samples=True)
+    assert sorted(a["tasks"]) == sorted(TASKS)
+    for name in TASKS:
+        x, y = a["samples"][f"{name}/{shots}"], b["samples"][f"{name}/{shots}"]
+        assert len(x) == len(y) == a["tasks"][name]["n"] >= 8, name
+        assert [len(r) for r in x] == [len(r) for r in y], name
+        diffs = [abs(u - v) for p, q in zip(x, y) for u, v in zip(p, q)]
+        assert max(diffs) <= 1e-4, (name, max(diffs))
+        assert a["tasks"][name]["acc"] == b["tasks"][name]["acc"], name
+    assert ours.boundary_fixes == 0
+
+
+def test_loglikelihood_rolling_and_generation_match_hf(backends):
+    from lm_eval.api.instance import Instance
+    ours, hf = backends
+    text = json.loads((ROOT / "tests/fixtures/corpus/wiki_valid.jsonl").read_text().splitlines()[0])["text"][:1500]
+    req = [Instance("loglikelihood_rolling", {}, (text,), 0)]
+    assert len(ours.tok_encode(text)) > ours.max_length            # several windows
+    assert abs(ours.loglikelihood_rolling(req)[0] - hf.loglikelihood_rolling(req)[0]) < 1e-3
+    gen = [Instance("generate_until", {}, ("The city of", {"until": ["."], "max_gen_toks": 16}), 0)]
+    assert ours.generate_until(gen) == hf.generate_until(gen)
+
+
+def test_lm_eval_shell_model_mtnlg(checkpoint, tmp_path):
+    "`lm_eval --model mtnlg --model_args checkpoint=DIR` works from the shell (the .pth hook registers it)."
+    from mtnlg.evaluate import install_lm_eval_plugin
+    from mtnlg.tasks import write_task_yamls
+    install_lm_eval_plugin()
+    tasks = write_task_yamls(tmp_path / "tasks", FIXTURES)
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
+    r = subprocess.run([str(BIN / "lm_eval"), "--model", "mtnlg", "--model_args", f"checkpoint={checkpoint},batch_size=16",
+                        "--include_path", str(tasks), "--tasks", "boolq_local,hans_local", "--limit", "4"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "boolq_local" in r.stdout and "hans_local" in r.stdout and "acc" in r.stdout
+
+
+def _run_cli(args, capsys):
+    from mtnlg.cli import main
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+def test_bad_input_unknown_task(checkpoint, capsys):
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "boolq,squad", "--data-dir", str(FIXTURES)], capsys)
+    assert code == 2 and "unknown task 'squad'" in err and "winogrande" in err
+
+
+def test_bad_input_missing_data_file(checkpoint, tmp_path, capsys):
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "wic", "--data-dir", str(tmp_path)], capsys)
+    assert code == 2 and "wic/validation.jsonl" in err and "not found" in err and "--data-dir" in err
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "hans"], capsys)   # default data dir lacks HANS
+    if not (Path(os.environ.get("MTNLG_EVAL_DATA", ROOT.parent / "shared/data/eval")) / "hans").exists():
+        assert code == 2 and "hans/validation.jsonl" in err and "synthetic HANS-format fixture" in err
+
+
+def test_bad_input_malformed_row(checkpoint, tmp_path, capsys):
+    shutil.copytree(FIXTURES / "piqa", tmp_path / "piqa")
+    rows = (tmp_path / "piqa" / "validation.jsonl").read_text().splitlines()
+    rows[4] = rows[4][:-20]                                      # a truncated line
+    (tmp_path / "piqa" / "validation.jsonl").write_text("\n".join(rows) + "\n")
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "piqa", "--data-dir", str(tmp_path)], capsys)
+    assert code == 2 and "validation.jsonl:5: malformed JSON" in err and "fix or delete that line" in err
+    rows[4] = json.dumps({"goal": "g", "sol1": "a", "sol2": "b"})   # valid JSON, no label
+    (tmp_path / "piqa" / "validation.jsonl").write_text("\n".join(rows) + "\n")
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "piqa", "--data-dir", str(tmp_path)], capsys)
+    assert code == 2 and "validation.jsonl:5: row lacks field(s) ['label']" in err
+
+
+def test_bad_input_checkpoint_of_another_layout(checkpoint, tmp_path, capsys):
+    bad = tmp_path / "tp2"
+    shutil.copytree(checkpoint, bad)
+    (bad / "meta.json").write_text(json.dumps({"layout": "tp2-pp1", "step": 40}))
+    for cmd in (["eval", "--checkpoint", str(bad), "--tasks", "boolq", "--data-dir", str(FIXTURES)],
+                ["export-hf", str(bad), str(tmp_path / "out")]):
+        code, err = _run_cli(cmd, capsys)
+        assert code == 2 and "'tp2-pp1'" in err and "consolidate" in err, err
+    code, err = _run_cli(["export-hf", str(tmp_path / "nowhere"), str(tmp_path / "out")], capsys)
+    assert code == 2 and "not found" in err
+
+
+def test_mtnlg_eval_writes_results(checkpoint, tmp_path, capsys):
+    from mtnlg.cli import main
+    assert main(["eval", "--checkpoint", str(checkpoint), "--tasks", "boolq,hans", "--shots", "0,few",
+                 "--data-dir", str(FIXTURES), "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["meta"]["layout"] == "tp1-pp1" and set(res["tasks"]) == {"boolq", "hans"}
+    boolq = res["tasks"]["boolq"]
+    assert set(boolq["acc"]) == {"0", "few"} and boolq["paper"] == {"0": .782, "1": .825, "few": .848}
+    assert boolq["chance"] == 0.5 and boolq["k"] == 32 and boolq["k_used"] == 8     # the fixture pool has 8
+    table = (tmp_path / "results.md").read_text()
+    assert "| BoolQ | validation | 12 | 0.500 |" in table and "/ 0.848 (K=8)" in table
+    assert (tmp_path / "results.png").stat().st_size > 10_000
+
+
+def test_mtnlg_export_hf_cli(checkpoint, tmp_path, capsys):
+    from mtnlg.cli import main
+    assert main(["export-hf", str(checkpoint), str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    assert "max |logits ours - transformers|" in out and (tmp_path / "hf" / "config.json").is_file()
