@@ -4,8 +4,8 @@
 
 # %% auto 0
 __all__ = ['model_parallel_rng', 'init_distributed', 'ParallelRNG', 'seed_everything', 'init_normal', 'megatron_config',
-           'ParallelAttention', 'ParallelMLP', 'TransformerBlock', 'Embedding', 'parallel_lm_logits', 'GPT',
-           'dense_reference_loss']
+           'ParallelAttention', 'ParallelMLP', 'TransformerBlock', 'Embedding', 'parallel_lm_logits', 'seeded_build',
+           'GPT', 'dense_reference_loss']
 
 # %% ../nbs/01_model.ipynb
 import contextlib, math, os, socket, warnings
@@ -157,15 +157,25 @@ def parallel_lm_logits(hidden, embedding_weight):
     return F.linear(copy_to_tensor_model_parallel_region(hidden), embedding_weight)
 
 # %% ../nbs/01_model.ipynb
+def seeded_build(seed: int | None, build):
+    "`build()` with the default RNG seeded to `seed`, leaving the caller's stream untouched (`None`: just `build()`)."
+    if seed is None: return build()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
 class GPT(nn.Module):
-    "The MT-NLG architecture. `forward(tokens, labels)` returns per-token losses; without labels, this rank's logits."
-    def __init__(self, cfg: ModelConfig, dtype=torch.float32):
+    """The MT-NLG architecture. `forward(tokens, labels)` returns per-token losses; without labels, this rank's logits.
+    With `init_seed`, layer `i` of the flat sequence (0: embedding, 1..l: blocks) is initialised from seed `init_seed + i`,
+    as DeepSpeed's `PipelineModule(seed_layers=True)` does, so a pipelined model starts with exactly these weights."""
+    def __init__(self, cfg: ModelConfig, dtype=torch.float32, init_seed: int | None = None):
         super().__init__()
         if not parallel_state.model_parallel_is_initialized(): init_distributed()
         mp = megatron_config(cfg, dtype)
+        seed = (lambda i: None) if init_seed is None else (lambda i: init_seed + i)
         self.cfg = cfg
-        self.embedding = Embedding(cfg, mp)
-        self.blocks = nn.ModuleList(TransformerBlock(cfg, mp) for _ in range(cfg.num_layers))
+        self.embedding = seeded_build(seed(0), lambda: Embedding(cfg, mp))
+        self.blocks = nn.ModuleList(seeded_build(seed(1 + i), lambda: TransformerBlock(cfg, mp)) for i in range(cfg.num_layers))
         self.final_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_epsilon)
 
     def forward(self, tokens, labels=None):

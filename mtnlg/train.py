@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['resolve_path', 'prepare_data', 'make_optimizer', 'train_step', 'evaluate', 'save_checkpoint', 'TrainResult', 'train',
-           'plot_losses', 'add_train_arguments']
+           'plot_losses', 'add_train_arguments', 'launched_by_launcher']
 
 # %% ../nbs/41_train.ipynb
 import json, math, os, time
@@ -109,7 +109,7 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print) -> TrainR
     init_distributed(); seed_everything(cfg.seed, device)
     tok, train_tokens, valid_tokens = prepare_data(cfg, run_dir, log)
     H = unigram_entropy(train_tokens)
-    model = GPT(cfg.model).to(device); model.train()
+    model = GPT(cfg.model, init_seed=cfg.seed).to(device); model.train()   # layer i from seed+i, as the 3D engine
     optimizer = make_optimizer(model, cfg)
     autocast = _autocast(cfg, device)
     train_sampler = TokenSampler(train_tokens, cfg.model.seq_length, seed=cfg.seed)
@@ -176,7 +176,16 @@ def add_train_arguments(p):
     add_config_arguments(p)
     p.add_argument("--run-dir", help="where metrics, plot and checkpoint go (default: the config's output_dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, help="start N local processes (torchrun) running the 3D engine; N = TP*PP*DP")
     def run(args):
-        train(config_from_args(args), args.run_dir, progress=not args.no_progress)
+        cfg = config_from_args(args)
+        if args.nproc is not None or cfg.parallel.total_gpus > 1 or launched_by_launcher():
+            from mtnlg.engine import engine_main       # chapter 14: TP x PP x DP with DeepSpeed + megatron-core
+            return engine_main(cfg, args)
+        train(cfg, args.run_dir, progress=not args.no_progress)
         return 0
     p.set_defaults(func=run)
+
+def launched_by_launcher() -> bool:
+    "True inside a process started by torchrun / deepspeed (RANK), srun (SLURM_PROCID) or mpirun."
+    return any(v in os.environ for v in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"))
