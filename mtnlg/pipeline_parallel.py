@@ -59,6 +59,7 @@ def simulate(schedule: list[list[Step]], t_forward: float = 1.0, t_backward: flo
             dep = ((s - 1, "F", st.micro) if st.kind == "F" and s > 0 else
                    (s + 1, "B", st.micro) if st.kind == "B" and s < p - 1 else None)
             if dep is not None and dep not in end: continue
+            if st.kind == "B" and (s, "F", st.micro) not in end: continue    # a backward needs its own forward
             start = max(free[s], end[dep] if dep else 0.0)
             free[s] = end[(s, st.kind, st.micro)] = start + (t_forward if st.kind == "F" else t_backward)
             timeline[(s, st)] = (start, free[s])
@@ -188,4 +189,5 @@ def pipeline_worker(config_path: str, schedule: str = "1f1b", num_micro: int = 4
     ref_loss.backward()
     ref_grads = {n: q.grad for n, q in full.named_parameters() if n in grads}
     return {"loss": out["loss"], "grads": grads, "ref_loss": ref_loss.detach(), "ref_grads": ref_grads,
-            "timeline": out["timeline"], "peak_activations": peak_activations(steps)}
+            "timeline": out["timeline"], "peak_activations": peak_activations(steps),
+            "model_names": [n for n, _ in full.named_parameters()]}

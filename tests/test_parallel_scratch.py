@@ -1,0 +1,81 @@
+"""Multi-process checks of chapters 10-13 (gloo on CPU): each from-scratch mechanism equals the library and the
+unparallelised computation. Workers are exported functions (spawn imports them by name); `launch` runs them."""
+from pathlib import Path
+import pytest, torch
+from mtnlg.topology import Layout, launch, megatron_groups_worker
+from mtnlg import tensor_parallel as tp, pipeline_parallel as pp, data_parallel as dp
+
+TINY = str(Path(__file__).resolve().parent.parent / "scaled_configs" / "tiny.yaml")
+
+def test_megatron_builds_our_groups():
+    "megatron-core's real initialize_model_parallel(2, 2) in 8 processes builds exactly Layout(2, 2, 2)'s groups."
+    layout = Layout(tp=2, pp=2, dp=2)
+    results = launch(megatron_groups_worker, 8, 2, 2)
+    for rank, groups in enumerate(results):
+        for axis, ranks in groups.items():
+            mine = next(g for g in layout.groups(axis) if rank in g)
+            assert ranks == mine, (rank, axis, ranks, mine)
+
+def test_tensor_parallel_layers_equal_megatron_and_dense():
+    results = launch(tp.toy_parity_worker, 2, 3)
+    for r in results:
+        for impl, row in tp.max_differences(r).items():                      # scratch and megatron vs dense
+            assert max(row.values()) < 1e-6, (impl, row)
+        assert max(tp.max_differences(r, "megatron")["scratch"].values()) < 1e-6
+    assert results[0]["scratch"][0].item() == results[1]["scratch"][0].item()
+
+def test_gpt_tp2_equals_tp1():
+    (loss1, params1, grads1), = launch(tp.gpt_tp_worker, 1, TINY, 1)
+    loss2, params2, grads2 = launch(tp.gpt_tp_worker, 2, TINY, 2)[0]
+    assert max((params2[n] - p).abs().max().item() for n, p in params1.items()) == 0.0
+    assert abs(loss1.item() - loss2.item()) <= 1e-6 * loss1.item()
+    scale = max(g.abs().max().item() for g in grads1.values())
+    assert max((grads2[n] - g).abs().max().item() for n, g in grads1.items()) < 1e-5 * max(scale, 1.0)
+
+def test_three_stage_1f1b_equals_unpipelined():
+    "3 processes, 3 layers: the middle stage both receives and sends in each direction."
+    results = launch(pp.pipeline_worker, 3, TINY, "1f1b", 4, 2, {"model.num_layers": 3})
+    assert [r["peak_activations"] for r in results] == [3, 2, 1]
+    last = results[-1]
+    assert abs(last["loss"].item() - last["ref_loss"].item()) < 1e-6
+    owned = [n for r in results for n in r["grads"]]
+    assert set(owned) == set(last["model_names"])                      # every parameter lives on some stage
+    assert owned.count("embedding.tokens.weight") == 2                  # the tied embedding on the first and the last
+    for r in results:
+        for n, g in r["grads"].items():
+            assert (g - r["ref_grads"][n]).abs().max().item() < 1e-7, n
+
+def test_schedules_rejected_and_bubbles():
+    with pytest.raises(ValueError, match="schedule must be"): pp.pipeline_worker(TINY, "zigzag")
+    with pytest.raises(RuntimeError, match="deadlocks"):
+        pp.simulate([[pp.Step("F", 0), pp.Step("B", 0)], [pp.Step("B", 0), pp.Step("F", 0)]])
+    for p_, m in [(3, 5), (35, 240), (6, 1)]:
+        for sched in (pp.gpipe_schedule, pp.one_f_one_b_schedule):
+            assert abs(pp.bubble_fraction(pp.simulate(sched(p_, m)), p_) - pp.bubble_formula(p_, m)) < 1e-12
+
+def test_zero1_equals_unsharded_adamw():
+    steps, clip = 3, 0.05
+    runs = launch(dp.data_parallel_worker, 2, TINY, steps, clip)
+    zero, plain = runs[0]["zero1"], runs[0]["adamw"]
+    assert dp.max_param_difference(zero["params"], plain["params"]) == 0.0          # same gradients: bit for bit
+    assert dp.max_param_difference(zero["params"], runs[1]["zero1"]["params"]) == 0.0
+    assert runs[0]["zero1"]["state_numel"] + runs[1]["zero1"]["state_numel"] == plain["state_numel"]
+    ref = dp.reference_run(TINY, steps, clip)                                        # one process, full batch
+    assert min(ref["grad_norms"]) > clip
+    assert dp.max_param_difference(zero["params"], ref["params"]) < 1e-5
+    for a, b in zip(zero["losses"], ref["losses"]): assert abs(a - b) <= 1e-5 * b
+
+def test_deepspeed_zero1_fp32_equals_torch_adamw():
+    steps, clip = 3, 0.05
+    ds = launch(dp.deepspeed_worker, 2, TINY, steps, clip, ("fp32",))
+    ref = dp.reference_run(TINY, steps, clip)
+    r = ds[0]["fp32"]
+    assert r["optimizer"] == "DeepSpeedZeroOptimizer"
+    assert dp.max_param_difference(r["params"], ref["params"]) < 1e-5
+    for a, b in zip(r["losses"], ref["losses"]): assert abs(a - b) <= 1e-5 * b
+    n = sum(p.numel() for p in ref["params"].values())
+    assert max(x["fp32"]["master_numel"] for x in ds) < 0.51 * n                    # each rank: half the fp32 state
+
+def test_layout_rejects_bad_rank():
+    with pytest.raises(ValueError, match="outside a world of 8"): Layout(2, 2, 2).coord(8)
+    with pytest.raises(ValueError, match="axis must be one of"): Layout(2, 2, 2).groups("tensor")
