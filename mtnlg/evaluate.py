@@ -140,6 +140,9 @@ class MtnlgLM(TemplateLM):
     def __init__(self, checkpoint: str, device: str | None = None, dtype: str = "auto", batch_size: int | str = 32,
                  max_batch_tokens: int | None = None, max_gen_toks: int = 256, **unused):
         super().__init__()
+        if device and str(device).startswith("cuda") and not torch.cuda.is_available():
+            warnings.warn(f"device {device!r} asked (the harness's default) but CUDA is not available: using the CPU")
+            device = None
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype == "auto": dtype = "bfloat16" if device.type == "cuda" else "float32"
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
@@ -292,13 +295,16 @@ class MtnlgRegistration:
     "Import hook: once lm_eval.models has registered the harness's models, register mtnlg (lazily, by path)."
     def find_spec(self, name, path=None, target=None):
         if name != "lm_eval.models": return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        try: spec = importlib.machinery.PathFinder.find_spec(name, path)
+        except Exception: return None                 # never break an import: fall back to the normal finders
         if spec is None or spec.loader is None: return spec
         exec_module = spec.loader.exec_module
         def exec_and_register(module):
             exec_module(module)
-            from lm_eval.api.registry import model_registry
-            if "mtnlg" not in model_registry: model_registry.register("mtnlg", target="mtnlg.evaluate:MtnlgLM")
+            try:
+                from lm_eval.api.registry import model_registry
+                if "mtnlg" not in model_registry: model_registry.register("mtnlg", target="mtnlg.evaluate:MtnlgLM")
+            except Exception: pass
         spec.loader.exec_module = exec_and_register
         return spec
 if not any(type(f).__name__ == "MtnlgRegistration" for f in sys.meta_path): sys.meta_path.insert(0, MtnlgRegistration())
@@ -308,7 +314,7 @@ PTH_NAME = "mtnlg-lm-eval.pth"
 def install_lm_eval_plugin(site_packages=None) -> Path:
     "Write the `.pth` that registers `mtnlg` in every run of this interpreter, so `lm_eval --model mtnlg` works."
     path = Path(site_packages or sysconfig.get_paths()["purelib"]) / PTH_NAME
-    line = f"import sys; exec({LM_EVAL_HOOK!r})\n"          # a .pth runs lines that start with `import`
+    line = f"import sys; exec({LM_EVAL_HOOK!r}, {{}})\n"      # a .pth runs lines that start with `import`; own namespace
     if not path.is_file() or path.read_text() != line: path.write_text(line)
     return path
 

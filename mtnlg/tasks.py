@@ -6,8 +6,8 @@
 __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice', 'race_doc_to_target', 'winogrande_doc_to_text',
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
            'TaskSpec', 'task_spec', 'num_fewshot', 'default_data_dir', 'read_task_jsonl', 'local_task', 'hans_config',
-           'harness_task', 'evaluate_tasks', 'request_loglikelihoods', 'results_table', 'results_figure',
-           'add_eval_arguments']
+           'harness_task', 'write_task_yamls', 'evaluate_tasks', 'request_loglikelihoods', 'results_table',
+           'results_figure', 'add_eval_arguments']
 
 # %% ../nbs/61_tasks.ipynb
 import json, math, os, sys, warnings
@@ -196,6 +196,27 @@ def harness_task(name: str, num_fewshot: int = 0):
     task = TaskManager().load([spec.name])["tasks"][spec.name]
     task.set_config(key="num_fewshot", value=num_fewshot)
     return task
+
+# %% ../nbs/61_tasks.ipynb
+def write_task_yamls(out_dir, data_dir=None) -> Path:
+    "Write `<task>_local.yaml` for the nine local variants (reading `data_dir`) and `hans.yaml` (online) into `out_dir`."
+    import yaml
+    out, d = Path(out_dir), Path(data_dir or default_data_dir()).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mtnlg_task_utils.py").write_text("# the prompt functions of mtnlg.tasks, for the YAML files beside this one\n"
+                                             "from mtnlg.tasks import *\n")
+    def dump(name, config):
+        plain = {k: v for k, v in config.items() if not callable(v)}
+        funcs = "".join(f"{k}: !function mtnlg_task_utils.{v.__name__}\n" for k, v in config.items() if callable(v))
+        (out / f"{name}.yaml").write_text(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True) + funcs)
+    for spec in TASKS.values():
+        files = {spec.split: str(d / spec.eval_file), **({"train": str(d / spec.fewshot_file)} if spec.fewshot_file else {})}
+        dump(f"{spec.name}_local", {"task": f"{spec.name}_local", "dataset_path": "json", "dataset_kwargs": {"data_files": files},
+                                    f"{spec.split}_split": spec.split, **({"training_split": "train", "fewshot_split": "train"} if spec.fewshot_file else {}),
+                                    "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+                                    **spec.prompt, "metadata": {"version": 1.0}})
+    dump("hans", hans_config())
+    return out
 
 # %% ../nbs/61_tasks.ipynb
 def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str = "local", limit: int | None = None,

@@ -77,7 +77,7 @@ def test_lm_eval_shell_model_mtnlg(checkpoint, tmp_path):
     install_lm_eval_plugin()
     tasks = write_task_yamls(tmp_path / "tasks", FIXTURES)
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
-    r = subprocess.run([str(BIN / "lm_eval"), "--model", "mtnlg", "--model_args", f"checkpoint={checkpoint},batch_size=16",
+    r = subprocess.run([str(BIN / "lm_eval"), "--model", "mtnlg", "--model_args", f"checkpoint={checkpoint}", "--batch_size", "16",
                         "--include_path", str(tasks), "--tasks", "boolq_local,hans_local", "--limit", "4"],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -1,0 +1,85 @@
+"""Log-likelihood requests per second: our `mtnlg` lm-eval backend vs the harness's `hf` backend on the exported
+model — the same requests (0-shot requests of the nine local tasks), the same batch size and threads, in one run.
+
+    .venv/bin/python bench/eval.py [--checkpoint DIR] [--data-dir DIR] [--docs 40] [--batch-size 32] [--threads 2]
+
+Writes bench/results/eval.json and prints the ratio (target >= 1x).
+"""
+import argparse, json, os, platform, sys, tempfile, time
+from pathlib import Path
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1"); os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def requests_of(tasks, data_dir, docs: int):
+    "All loglikelihood Instances of the first `docs` examples of each local task, 0-shot."
+    from mtnlg.tasks import local_task
+    out = {}
+    for name in tasks:
+        t = local_task(name, data_dir, 0)
+        t.build_all_requests(limit=docs, rank=0, world_size=1)
+        out[name] = list(t.instances)
+    return out
+
+
+def timed(lm, reqs, repeats: int):
+    "Best wall time of `repeats` runs of lm.loglikelihood(reqs), and the answers."
+    best, res = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter(); res = lm.loglikelihood(reqs, disable_tqdm=True); best = min(best, time.perf_counter() - t0)
+    return best, res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--checkpoint", help="consolidated checkpoint (default: train the tiny config for 60 steps)")
+    ap.add_argument("--data-dir", help="local task data (default: ../shared/data/eval, else tests/fixtures/eval)")
+    ap.add_argument("--docs", type=int, default=40, help="examples per task")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "eval.json"))
+    args = ap.parse_args(argv)
+    import torch
+    torch.set_num_threads(args.threads)
+    from mtnlg.evaluate import MtnlgLM, export_hf
+    from mtnlg.tasks import TASKS, default_data_dir
+    from lm_eval.models.huggingface import HFLM
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-eval-"))
+    ckpt = args.checkpoint
+    if ckpt is None:
+        from mtnlg.config import load_config
+        from mtnlg.train import train
+        ckpt = train(load_config(ROOT / "scaled_configs" / "tiny.yaml", {"schedule.train_iters": 60}), tmp / "run",
+                     progress=False, log=lambda *a: None).checkpoint
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    tasks = [n for n in TASKS if (data_dir / TASKS[n].eval_file).is_file()]
+    if not tasks: data_dir, tasks = ROOT / "tests" / "fixtures" / "eval", list(TASKS)
+    by_task = requests_of(tasks, data_dir, args.docs)
+    reqs = [r for rs in by_task.values() for r in rs]
+
+    ours = MtnlgLM(str(ckpt), device="cpu", dtype="float32", batch_size=args.batch_size)
+    hf = HFLM(pretrained=str(export_hf(ckpt, tmp / "hf")), device="cpu", dtype="float32", batch_size=args.batch_size)
+    timed(ours, reqs[:64], 1); timed(hf, reqs[:64], 1)                     # warm-up
+    t_hf, r_hf = timed(hf, reqs, args.repeats)
+    t_ours, r_ours = timed(ours, reqs, args.repeats)
+    max_diff = max(abs(a[0] - b[0]) for a, b in zip(r_ours, r_hf))
+    result = {"benchmark": "eval loglikelihood requests/s", "requests": len(reqs), "docs_per_task": args.docs,
+              "tasks": {n: len(r) for n, r in by_task.items()}, "data_dir": str(data_dir), "batch_size": args.batch_size,
+              "threads": args.threads, "repeats": args.repeats, "checkpoint": str(ckpt),
+              "ours_requests_per_s": len(reqs) / t_ours, "hf_requests_per_s": len(reqs) / t_hf, "ratio": t_hf / t_ours,
+              "max_abs_loglikelihood_diff": max_diff, "greedy_equal": [a[1] for a in r_ours] == [b[1] for b in r_hf],
+              "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
+              "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"{len(reqs)} requests ({', '.join(f'{k} {v}' for k, v in result['tasks'].items())})")
+    print(f"mtnlg {result['ours_requests_per_s']:.0f} req/s | hf {result['hf_requests_per_s']:.0f} req/s | "
+          f"ratio {result['ratio']:.2f}x (target >= 1x) | max |dlogL| {max_diff:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
