@@ -1,0 +1,123 @@
+"""Benchmark of the 3D engine (chapter 14), both numbers measured in this run:
+
+1. Overhead: tokens/s of the tiny config trained through our engine (DeepSpeed PipelineEngine + ZeRO-1 +
+   megatron-core layers, 1 process) vs a plain PyTorch loop (chapter 41's `train_step`: same GPT, same
+   AdamW, same clipping, same batches). Target: ratio >= 0.9. Blocks of steps alternate between the two
+   so that load from other processes hits both alike; the median block is reported.
+2. Pipeline bubble: a PP=2 run (2 processes, torchrun) with m micro-batches per step; each stage times its
+   forward and backward passes, bubble = 1 - busy / step time, against the 1F1B formula (p-1)/(m+p-1).
+
+usage: python bench/engine.py [--steps 12] [--blocks 5]    -> bench/results/engine-<date>.json
+"""
+import argparse, datetime, json, os, platform, statistics, subprocess, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
+MB = 8                                   # micro-batch of the bubble runs: compute well above communication
+FIXED = {"schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None}
+
+def hardware() -> dict:
+    import torch
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "load_avg_1min": os.getloadavg()[0], "platform": platform.platform()}
+
+def overhead(steps: int, blocks: int) -> dict:
+    "tokens/s of the engine (1 process) vs a plain PyTorch loop on the same model, data and optimizer."
+    import numpy as np, torch
+    from mtnlg.config import load_config
+    from mtnlg import engine as E
+    from mtnlg.model import GPT
+    from mtnlg.train import make_optimizer, train_step, _autocast
+    from mtnlg.data import read_jsonl_texts, train_bpe, tokenize_documents, TokenSampler
+    cfg = load_config(CONFIG, FIXED)
+    texts, _ = read_jsonl_texts([ROOT / f for f in cfg.data.train_files])
+    tokens = tokenize_documents(train_bpe(texts, cfg.model.vocab_size), texts)
+    s, seq = cfg.schedule, cfg.model.seq_length
+    topo = E.init_3d(cfg)                      # one process, no launcher: world of 1
+    engine = E.build_engine(cfg, topo)
+    model = GPT(cfg.model, init_seed=cfg.seed); model.train()
+    opt = make_optimizer(model, cfg)
+    autocast = _autocast(cfg, torch.device("cpu"))
+    sampler = TokenSampler(tokens, seq, seed=0)
+    batches = [torch.as_tensor(sampler.random_batch(s.global_batch_size), dtype=torch.long) for _ in range(steps)]
+
+    def run_engine():
+        for b in batches: engine.train_batch(iter(E.micro_batches(b, s.micro_batch_size, 0, 1)))
+    def run_plain():
+        for b in batches: train_step(model, opt, b, s.micro_batch_size, cfg.optimizer.clip_grad, autocast)
+    run_engine(); run_plain()                  # warm-up
+    t_engine, t_plain = [], []
+    for _ in range(blocks):
+        for fn, out in ((run_engine, t_engine), (run_plain, t_plain)):
+            t0 = time.perf_counter(); fn(); out.append(time.perf_counter() - t0)
+    ntok = steps * s.global_batch_size * seq
+    eng, pla = ntok / statistics.median(t_engine), ntok / statistics.median(t_plain)
+    return {"config": "tiny", "global_batch": s.global_batch_size, "micro_batch": s.micro_batch_size, "seq": seq,
+            "steps_per_block": steps, "blocks": blocks, "engine_tokens_per_s": eng, "plain_tokens_per_s": pla,
+            "ratio": eng / pla, "target_ratio": 0.9,
+            "engine_block_s": t_engine, "plain_block_s": t_plain}
+
+def bubble_worker(out: str, micro_counts: list[int], steps: int):
+    "Runs inside torchrun (2 processes, PP=2): time forward/backward per stage for each micro-batch count."
+    import torch, torch.distributed as dist
+    from mtnlg.config import load_config
+    from mtnlg import engine as E
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+    busy = [0.0]
+    def timed(name):
+        orig = getattr(PipelineEngine, name)
+        def wrapper(self, *a, **k):
+            t0 = time.perf_counter(); r = orig(self, *a, **k); busy[0] += time.perf_counter() - t0; return r
+        setattr(PipelineEngine, name, wrapper)
+    timed("_exec_forward_pass"); timed("_exec_backward_pass")
+    cfg = load_config(CONFIG, {**FIXED, "parallel.pipeline_parallel": 2, "schedule.micro_batch_size": MB,
+                               "schedule.global_batch_size": MB * max(micro_counts)})
+    engine = E.build_engine(cfg, E.init_3d(cfg))
+    results = []
+    for m in micro_counts:
+        engine.set_train_batch_size(MB * m)                                 # m micro-batches per step
+        batch = torch.randint(0, cfg.model.vocab_size, (MB * m, cfg.model.seq_length + 1))
+        engine.train_batch(iter(E.micro_batches(batch, MB, 0, 1)))          # warm-up
+        fracs = []
+        for _ in range(steps):
+            dist.barrier(); busy[0] = 0.0; t0 = time.perf_counter()
+            engine.train_batch(iter(E.micro_batches(batch, MB, 0, 1)))
+            total = time.perf_counter() - t0
+            fracs.append(1 - busy[0] / total)
+        mine = torch.tensor([statistics.median(fracs)])
+        both = [torch.zeros(1) for _ in range(2)]
+        dist.all_gather(both, mine)
+        results.append({"micro_batches": m, "stages": 2, "measured_bubble": float(sum(b.item() for b in both) / 2),
+                        "per_stage": [b.item() for b in both], "formula": 1 / (m + 1)})
+    if dist.get_rank() == 0: Path(out).write_text(json.dumps(results))
+
+def bubble(micro_counts, steps) -> list:
+    out = ROOT / ".cache" / "bubble.json"; out.parent.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29755", __file__,
+           "--bubble-worker", str(out), "--micro", *map(str, micro_counts), "--steps", str(steps)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode: sys.exit(r.stderr[-3000:])
+    return json.loads(out.read_text())
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--blocks", type=int, default=5)
+    ap.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--bubble-worker")
+    a = ap.parse_args()
+    if a.bubble_worker: bubble_worker(a.bubble_worker, a.micro, a.steps); sys.exit(0)
+    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "hardware": hardware()}
+    res["overhead"] = overhead(a.steps, a.blocks)
+    o = res["overhead"]
+    print(f"engine {o['engine_tokens_per_s']:,.0f} tokens/s vs plain PyTorch {o['plain_tokens_per_s']:,.0f} tokens/s: "
+          f"ratio {o['ratio']:.3f} (target >= 0.9)")
+    res["bubble"] = bubble(a.micro, max(3, a.steps // 2))
+    for b in res["bubble"]:
+        print(f"PP=2, m={b['micro_batches']}: measured bubble {b['measured_bubble']:.3f} vs (p-1)/(m+p-1) = {b['formula']:.3f}")
+    res["hardware"]["load_avg_1min_end"] = os.getloadavg()[0]
+    out = ROOT / "bench" / "results" / f"engine-{datetime.date.today().isoformat()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {out}")

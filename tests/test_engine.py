@@ -1,0 +1,172 @@
+"""The 3D engine (chapter 14): every TP x PP x DP layout in {1,2}^3 trains exactly like one process,
+bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's, and bad layouts
+are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU."""
+import json, os, subprocess, sys, textwrap
+from pathlib import Path
+import pytest, torch
+
+ROOT = Path(__file__).resolve().parent.parent
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
+
+# fp32, dropout off (tiny.yaml), short sequences, 6 steps: 2 at batch 4 (ramp-up), then 4 at batch 8; no warm-up, so
+# the full lr of 3e-3 moves the weights. Adam eps 1e-6: see chapter 14 (zero-gradient directions such as the key bias).
+PARITY = {"schedule.train_iters": 6, "schedule.log_interval": 1, "schedule.global_batch_size": 8,
+          "schedule.micro_batch_size": 2, "schedule.batch_size_rampup_start": 4, "schedule.batch_size_rampup_increment": 4,
+          "schedule.batch_size_rampup_tokens": 256, "schedule.lr_warmup_tokens": 0, "schedule.eval_iters": 2,
+          "model.seq_length": 32, "optimizer.adam_eps": 1e-6}
+LAYOUTS = [(tp, pp, dp) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2)]
+
+def mtnlg_train(run_dir, overrides, nproc=None, env=None, timeout=600):
+    cmd = [MTNLG, "train", "--config", CONFIG, "--run-dir", str(run_dir), "--no-progress"]
+    for k, v in overrides.items(): cmd += ["--set", f"{k}={v}"]
+    if nproc is not None: cmd += ["--nproc", str(nproc)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+def srun_style(run_dir, overrides, n, timeout=600):
+    "Start n plain `mtnlg train` processes the way srun does: rank and world size only in SLURM_* variables."
+    import socket
+    with socket.socket() as sk: sk.bind(("127.0.0.1", 0)); port = sk.getsockname()[1]
+    cmd = [MTNLG, "train", "--config", CONFIG, "--run-dir", str(run_dir), "--no-progress"]
+    for k, v in overrides.items(): cmd += ["--set", f"{k}={v}"]
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**base, "SLURM_PROCID": str(i), "SLURM_NTASKS": str(n), "SLURM_LOCALID": str(i),
+                                   "SLURM_JOB_NODELIST": "localhost", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+             for i in range(n)]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    return subprocess.CompletedProcess(cmd, max(p.returncode for p in procs), *map("".join, zip(*outs)))
+
+def layout(tp, pp, dp): return {"parallel.tensor_parallel": tp, "parallel.pipeline_parallel": pp, "parallel.data_parallel": dp}
+
+def losses(run_dir): return [r["loss"] for r in map(json.loads, open(Path(run_dir) / "metrics.jsonl")) if "loss" in r]
+
+def params(run_dir): return {k: v for k, v in torch.load(Path(run_dir) / "checkpoint/model.pt").items() if torch.is_tensor(v)}
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    "The single-process trainer of chapter 41 (no launcher, TP=PP=DP=1): the reference every layout must match."
+    run_dir = tmp_path_factory.mktemp("single")
+    r = mtnlg_train(run_dir, PARITY)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(l) for l in open(run_dir / "metrics.jsonl")]
+    assert [r["batch_size"] for r in rows if "loss" in r] == [4, 4, 8, 8, 8, 8]   # the ramp-up is exercised
+    return run_dir
+
+@pytest.mark.parametrize("tp,pp,dp", LAYOUTS, ids=[f"tp{a}-pp{b}-dp{c}" for a, b, c in LAYOUTS])
+def test_layout_trains_like_one_process(single, tmp_path, tp, pp, dp):
+    if (tp, pp, dp) == (1, 2, 1):   # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun
+        r = srun_style(tmp_path, {**PARITY, **layout(tp, pp, dp)}, tp * pp * dp)
+    else:                           # `mtnlg train --nproc N` -> torchrun
+        r = mtnlg_train(tmp_path, {**PARITY, **layout(tp, pp, dp)}, nproc=tp * pp * dp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref, got = losses(single), losses(tmp_path)
+    assert len(got) == len(ref) == 6
+    loss_err = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+    p_ref, p_got = params(single), params(tmp_path)
+    assert p_ref.keys() == p_got.keys()
+    param_err = max((p_ref[k] - p_got[k]).abs().max().item() for k in p_ref)
+    print(f"tp{tp}-pp{pp}-dp{dp}: max relative loss error {loss_err:.2e}, max |param difference| {param_err:.2e}")
+    assert loss_err <= 1e-5, (ref, got)
+    assert param_err <= 1e-5
+    assert ref[-1] < ref[0] - 0.3                       # and the run actually trained
+    meta = json.loads((tmp_path / "checkpoint/meta.json").read_text())
+    assert meta["layout"] == "tp1-pp1" and meta["trained_on"] == f"tp{tp}-pp{pp}-dp{dp}"
+
+def test_bf16_2x2_trains_close_to_fp32(single, tmp_path):
+    r = mtnlg_train(tmp_path, {**PARITY, **layout(2, 2, 1), "precision": "bf16"}, nproc=4)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref, got = losses(single), losses(tmp_path)
+    print("fp32", [round(x, 4) for x in ref], "\nbf16", [round(x, 4) for x in got])
+    assert got[-1] < got[0] - 0.3                       # loss falls
+    assert max(abs(a - b) for a, b in zip(ref, got)) < 0.05   # within 0.05 nats of fp32 at every step
+    assert max(abs(a - b) for a, b in zip(ref, got)) > 0      # and it really ran in bf16
+
+GRADS = textwrap.dedent('''
+    import sys, torch, deepspeed
+    from mtnlg.config import load_config, parse_override
+    from mtnlg import engine as E
+    class GradRecorder(torch.optim.Optimizer):
+        "Records the gradients DeepSpeed hands to the optimizer (after tied and data-parallel all-reduce); never steps."
+        def __init__(self, params): super().__init__(params, {"lr": 0.0}); self.grads = {}
+        def step(self, closure=None):
+            self.grads = {id(p): p.grad.detach().clone() for g in self.param_groups for p in g["params"] if p.grad is not None}
+    cfg = load_config(sys.argv[1], dict(parse_override(a) for a in sys.argv[3:]))
+    topo = E.init_3d(cfg)
+    module = E.gpt_pipeline(cfg, topo)
+    rec = GradRecorder([p for p in module.parameters() if p.requires_grad])
+    conf = E.deepspeed_config(cfg) | {"zero_optimization": {"stage": 0}, "gradient_clipping": 0.0}
+    engine, *_ = deepspeed.initialize(model=module, optimizer=rec, config=conf)
+    torch.manual_seed(0)
+    batch = torch.randint(0, cfg.model.vocab_size, (cfg.schedule.global_batch_size, cfg.model.seq_length + 1))
+    c = topo.get_coord(torch.distributed.get_rank())
+    engine.train_batch(iter(E.micro_batches(batch, cfg.schedule.micro_batch_size, c.data, cfg.parallel.data_parallel)))
+    grads = {n: rec.grads[id(p)] for n, p in module.named_parameters() if id(p) in rec.grads}
+    full = E.consolidated(module, cfg.model.num_layers, grads)
+    if torch.distributed.get_rank() == 0: torch.save({"grads": full, "batch": batch}, sys.argv[2])
+''')
+
+def test_pipelined_gradients_equal_unpipelined(tmp_path):
+    "TP 2 x PP 2: the gradient of every parameter (tied embedding summed over both stages) equals GPT's on one process."
+    script = tmp_path / "grads.py"; script.write_text(GRADS)
+    sets = {"schedule.global_batch_size": "4", "schedule.micro_batch_size": "1", "schedule.batch_size_rampup_start": "null",
+            "schedule.batch_size_rampup_increment": "null", "model.seq_length": "32", **{k: str(v) for k, v in layout(2, 2, 1).items()}}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", "29731", str(script),
+           CONFIG, str(tmp_path / "grads.pt"), *[f"{k}={v}" for k, v in sets.items()]]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = torch.load(tmp_path / "grads.pt")
+    # the reference: one process, TP1, the same layer seeds
+    from mtnlg.config import load_config
+    from mtnlg.model import GPT, init_distributed
+    import yaml
+    cfg = load_config(CONFIG, {k: yaml.safe_load(v) for k, v in sets.items() if not k.startswith("parallel.")})
+    init_distributed()
+    model = GPT(cfg.model, init_seed=cfg.seed)
+    b = out["batch"]
+    loss = sum(model(mb[:, :-1], mb[:, 1:]).mean() for mb in b.split(1)) / len(b)
+    loss.backward()
+    ref = {n: p.grad for n, p in model.named_parameters()}
+    assert ref.keys() == {k for k, v in out["grads"].items() if torch.is_tensor(v)}
+    err = max(((ref[n] - out["grads"][n]).abs().max() / ref[n].abs().max()).item() for n in ref)
+    print(f"max |grad difference| / max |grad| over {len(ref)} tensors: {err:.2e}")
+    assert err < 1e-5
+    tied = out["grads"]["embedding.tokens.weight"]   # input and output uses, summed across the first and last stage
+    assert torch.allclose(tied, ref["embedding.tokens.weight"], atol=1e-7)
+
+# ---- bad layouts: rejected before any process starts, with the fix named
+
+def test_bad_layouts_are_rejected_with_the_fix():
+    from mtnlg.config import load_config, ConfigError
+    from mtnlg.engine import check_layout
+    def msg(overrides, world):
+        with pytest.raises(ConfigError) as e: check_layout(load_config(CONFIG, overrides), world)
+        return str(e.value)
+    m = msg(layout(2, 2, 2) | {"schedule.micro_batch_size": 4}, 4)
+    assert "4 processes but TP*PP*DP = 2*2*2 = 8" in m and "--nproc 8" in m and "parallel.data_parallel=1" in m
+    assert "multiple of TP*PP = 4" in msg(layout(2, 2, 1), 6)
+    m = msg(layout(1, 4, 1) | {"model.num_layers": 4, "schedule.global_batch_size": 16, "schedule.micro_batch_size": 8,
+                               "schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None}, 4)
+    assert "2 micro-batches per step" in m and "cannot fill 4 pipeline stages" in m and "global_batch_size >= 32" in m
+    with pytest.raises(ConfigError, match="choose tensor_parallel among: 1, 2, 4"):
+        load_config(CONFIG, layout(3, 1, 1))
+
+def test_cli_rejects_before_starting_processes(tmp_path):
+    run_dir = tmp_path / "run"
+    r = mtnlg_train(run_dir, layout(2, 2, 1), nproc=2)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "2 processes but TP*PP*DP = 2*2*1 = 4; launch 4 processes" in r.stderr
+    assert "torch.distributed" not in r.stderr and not run_dir.exists()     # torchrun never started
+    r = mtnlg_train(run_dir, {"parallel.tensor_parallel": 3}, nproc=3)
+    assert r.returncode == 2 and "choose tensor_parallel among: 1, 2, 4" in r.stderr
+    # under a launcher that started the wrong number of processes: every rank stops before the first collective
+    r = mtnlg_train(run_dir, layout(2, 1, 1), env={"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0"})
+    assert r.returncode == 2 and "3 processes but TP*PP*DP = 2*1*1 = 2" in r.stderr and not run_dir.exists()
+
+def test_launcher_environments():
+    from mtnlg.engine import launcher_env
+    e = launcher_env({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "gpu-[07-08]"})
+    assert (e["rank"], e["world_size"], e["local_rank"], e["master_addr"], e["launched"]) == (9, 16, 1, "gpu-07", True)
+    e = launcher_env({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "2", "MASTER_ADDR": "h"})
+    assert (e["rank"], e["world_size"], e["local_rank"], e["master_addr"]) == (2, 4, 2, "h")
+    assert launcher_env({})["launched"] is False and launcher_env({})["world_size"] == 1
