@@ -9,7 +9,7 @@ __all__ = ['CHECKPOINT_FILES', 'LM_EVAL_HOOK', 'PTH_NAME', 'check_checkpoint', '
            'install_lm_eval_plugin', 'register_lm', 'add_export_hf_arguments']
 
 # %% ../nbs/60_evaluate.ipynb
-import json, math, os, sys, sysconfig, time, warnings
+import json, math, os, sys, sysconfig, warnings
 from pathlib import Path
 import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -120,10 +120,14 @@ def logits_difference(checkpoint, hf_dir, batch: int = 2, seed: int = 0) -> floa
     return (ours(tokens) - theirs(tokens).logits).abs().max().item()
 
 # %% ../nbs/60_evaluate.ipynb
+def _move_space(context: str, continuation: str) -> tuple[str, str]:
+    "Trailing whitespace of the context belongs to the continuation."
+    n = len(context) - len(context.rstrip())
+    return (context[:-n], context[-n:] + continuation) if n else (context, continuation)
+
 def encode_pair(encode, context: str, continuation: str) -> tuple[list[int], list[int]]:
     "Token ids of (context, continuation) with the harness's boundary rule (see above); `encode(str) -> ids`."
-    n_space = len(context) - len(context.rstrip())
-    if n_space: context, continuation = context[:-n_space], context[-n_space:] + continuation
+    context, continuation = _move_space(context, continuation)
     whole, ctx = encode(context + continuation), encode(context)
     return ctx, whole[len(ctx):]
 
@@ -174,13 +178,22 @@ class MtnlgLM(TemplateLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         return generate_until(self, requests, disable_tqdm)
 
-    def _encode_pair(self, context, continuation):
-        ctx, cont = encode_pair(self.tok_encode, context, continuation)
-        n_space = len(context) - len(context.rstrip())
-        if self.tok_encode(context[:len(context) - n_space] + continuation)[:len(ctx)] != ctx:  # a merge crossed the boundary
-            self.boundary_fixes += 1
-            cont = self.tok_encode(context[len(context) - n_space:] + continuation)
-        return ctx, cont
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        "Log P(continuation | context) and greedy? per request; all strings tokenized in one batched call."
+        pairs = [req.args for req in requests]
+        split = [_move_space(c, k) for c, k in pairs]
+        wholes = self.tokenizer_bpe.encode_batch([c + k for c, k in split])       # Rust, multi-threaded
+        ctxs = self.tokenizer_bpe.encode_batch([c for c, _ in split])
+        token_requests = []
+        for (c, k), whole, ctx in zip(split, wholes, ctxs):
+            whole, ctx = whole.ids, ctx.ids
+            if not c:                                          # empty context: condition on <|endoftext|>
+                ctx, cont = ([self.prefix_token_id], whole) if whole[:1] != [self.prefix_token_id] else (whole[:1], whole[1:])
+            elif whole[:len(ctx)] == ctx: cont = whole[len(ctx):]
+            else:                                              # a BPE merge crossed the boundary: encode the parts
+                self.boundary_fixes += 1; cont = self.tok_encode(k)
+            token_requests.append(((c, k), ctx, cont))
+        return self._loglikelihood_tokens([(p, c, k) for p, (_, c, k) in zip(pairs, token_requests)], disable_tqdm=disable_tqdm)
 
     # -- scoring ---------------------------------------------------------------------------------------
     def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -220,26 +233,30 @@ class MtnlgLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         "requests: [((context, continuation) | None, context ids, continuation ids)] -> [(log P, greedy?)]."
-        for (_, _, cont) in requests:
-            if not 0 < len(cont) <= self.max_length:
-                raise ValueError(f"continuation of {len(cont)} tokens cannot be scored with a {self.max_length}-token model")
-        by_window = {}                      # identical input windows (e.g. one-token answers to one question) run once
+        pieces = []                         # (request, input window, the continuation tokens it predicts)
         for i, (_, ctx, cont) in enumerate(requests):
-            by_window.setdefault(tuple(model_window(ctx, cont, self.max_length)), []).append(i)
+            if not cont: raise ValueError(f"request {i} has an empty continuation: nothing to score")
+            for s in range(0, len(cont), self.max_length):   # a continuation longer than the model: chunks, each with
+                piece = cont[s:s + self.max_length]          # as much preceding text as fits (like left truncation)
+                pieces.append((i, tuple(model_window(ctx + cont[:s], piece, self.max_length)), piece))
+        by_window = {}                      # identical input windows (e.g. one-token answers to one question) run once
+        for p, (_, w, _) in enumerate(pieces): by_window.setdefault(w, []).append(p)
         windows = list(by_window)
         lengths = [len(w) for w in windows]
         order = sorted(range(len(windows)), key=lambda j: (-lengths[j], windows[j]))    # longest first
-        out = [None] * len(requests)
-        bar = tqdm(total=len(requests), desc="mtnlg loglikelihood", disable=disable_tqdm or len(requests) < 2)
+        logp, misses = [0.0] * len(requests), [0] * len(requests)
+        bar = tqdm(total=len(pieces), desc="mtnlg loglikelihood", disable=disable_tqdm or len(requests) < 2)
         for batch in self._batches(order, lengths):
             ids = [by_window[windows[j]] for j in batch]
-            scores = self._score([windows[j] for j in batch], [[requests[i][2] for i in r] for r in ids])
+            scores = self._score([windows[j] for j in batch], [[pieces[p][2] for p in r] for r in ids])
             for r, res in zip(ids, scores):
-                for i, x in zip(r, res):
-                    out[i] = x
-                    if requests[i][0] is not None: self.cache_hook.add_partial("loglikelihood", requests[i][0], x)
+                for p, (lp, greedy) in zip(r, res):
+                    logp[pieces[p][0]] += lp; misses[pieces[p][0]] += not greedy
                 bar.update(len(r))
         bar.close()
+        out = [(lp, m == 0) for lp, m in zip(logp, misses)]
+        for (key, _, _), x in zip(requests, out):
+            if key is not None: self.cache_hook.add_partial("loglikelihood", key, x)
         return out
 
 # %% ../nbs/60_evaluate.ipynb
