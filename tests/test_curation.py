@@ -1,0 +1,122 @@
+"Data curation end to end: accounting under bad input, resume, Dask, Megatron round trip, training on the output."
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests/fixtures/curation"
+CONFIG = ROOT / "scaled_configs/curate-tiny.yaml"
+
+def curate_cli(*args) -> int:
+    from mtnlg.cli import main
+    return main(["curate", "--config", str(CONFIG), "--no-progress", *args])
+
+@pytest.fixture(scope="module")
+def bad_corpus(tmp_path_factory):
+    "The fixture corpus with every kind of bad input injected; returns (input_dir, output_dir, summary)."
+    tmp = tmp_path_factory.mktemp("curation")
+    raw = tmp / "raw"; shutil.copytree(FIXTURE / "raw", raw)
+    crawl = raw / "crawl/crawl-000.jsonl"
+    good = crawl.read_bytes()
+    n = good.count(b"\n")
+    crawl.write_bytes(good + b"".join([
+        b'{"html": "\xff\xfe not UTF-8"}\n',                                      # n+1 invalid UTF-8
+        b'{"html": "<p>half a line\n',                                           # n+2 malformed JSON
+        b"\n",                                                                   # n+3 empty
+        b'{"html": "<p>' + b"word " * 2_100_000 + b'</p>"}\n',                   # n+4 a 10 MB single line
+        json.dumps({"html": "<html><script>a()</script><script>b()</script></html>"}).encode() + b"\n",  # n+5 scripts only
+        b'{"html": ""}\n',                                                       # n+6 empty document
+    ]))
+    (raw / "crawl/crawl-002.jsonl").write_bytes(bytes(range(256)) * 64)         # a binary file posing as a shard
+    out = tmp / "out"
+    assert curate_cli("--set", f"input_dir={raw}", "--output-dir", str(out), "--workers", "1") == 0
+    return raw, out, json.loads((out / "summary.json").read_text()), n
+
+def test_accounting_invariant_with_bad_input(bad_corpus):
+    raw, out, summary, n = bad_corpus
+    for stage, s in summary["stages"].items():
+        assert s["docs_in"] == s["kept"] + sum(s["dropped"].values()), stage
+    ext = summary["stages"]["extract"]
+    for reason in ("invalid UTF-8", "malformed JSON", "blank line", "line over 4,000,000 bytes", "no main text"):
+        assert ext["dropped"].get(reason, 0) >= 1, (reason, ext["dropped"])
+    # per-shard manifests name the file and line of every bad line
+    man = json.loads((out / "manifests/extract/crawl/crawl-000.json").read_text())
+    where = {tuple(e) for e in man["examples"]}
+    shard = str(raw / "crawl/crawl-000.jsonl")
+    for line, reason in ((n + 1, "invalid UTF-8"), (n + 2, "malformed JSON"), (n + 3, "blank line"),
+                         (n + 4, "line over 4,000,000 bytes"), (n + 5, "no main text"), (n + 6, "no main text")):
+        assert (f"{shard}:{line}", reason) in where, (line, reason, man["examples"])
+    binary = json.loads((out / "manifests/extract/crawl/crawl-002.json").read_text())
+    assert binary["kept"] == 0 and binary["docs_in"] == sum(binary["dropped"].values()) > 0
+    # documents flow: each stage reads exactly what the previous one wrote
+    st = summary["stages"]
+    assert st["quality"]["docs_in"] == st["extract"]["kept"] and st["tokenize"]["docs_in"] == st["decontaminate"]["documents_written"]
+
+def test_dedup_and_decontamination_did_their_jobs(bad_corpus):
+    _, out, summary, _ = bad_corpus
+    st = summary["stages"]
+    assert st["dedup"]["dropped"]["near-duplicate of a wikipedia document"] >= 10      # the webtext copies
+    kept_ids = {json.loads(l)["id"].split(":")[0] for l in open(out / "dedup/webtext/webtext-000.jsonl")}
+    assert kept_ids == {"webtext/webtext-000"}
+    from mtnlg.decontaminate import eval_task_texts, build_task_ngrams, find_task_ngrams
+    table = build_task_ngrams([t for ts in eval_task_texts(FIXTURE / "eval", ["boolq", "lambada"]).values() for t in ts])
+    before = sum(bool(find_task_ngrams(json.loads(l)["text"], table)) for l in open(out / "dedup/wikipedia/wiki-000.jsonl"))
+    after = sum(bool(find_task_ngrams(json.loads(l)["text"], table)) for l in open(out / "decontaminate/wikipedia/wiki-000.jsonl"))
+    assert before > 0 and after == 0
+
+def test_indexed_datasets_read_back_by_megatron_core(bad_corpus):
+    _, out, summary, _ = bad_corpus
+    from tokenizers import Tokenizer
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from mtnlg.data import eot_id
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    for d in ("wikipedia", "webtext", "crawl"):
+        texts = [json.loads(l)["text"] for f in sorted((out / "decontaminate" / d).glob("*.jsonl")) for l in open(f)]
+        ds = IndexedDataset(str(out / "indexed" / d))
+        assert len(ds) == len(texts)
+        for i, t in enumerate(texts): assert ds[i].tolist() == tok.encode(t).ids + [eot_id(tok)]
+    line = (out / "blend/megatron_data_path.txt").read_text().split()
+    assert [float(w) for w in line[0::2]] == pytest.approx([0.6, 0.2, 0.2])
+
+def test_resume_redoes_only_what_is_missing(bad_corpus, tmp_path):
+    raw, out, summary, _ = bad_corpus
+    work = tmp_path / "out"; shutil.copytree(out, work)
+    victim = work / "manifests/decontaminate/wikipedia/wiki-001.json"
+    other = work / "manifests/decontaminate/wikipedia/wiki-000.json"
+    victim.unlink(); os.utime(other, (1, 1))
+    assert curate_cli("--set", f"input_dir={raw}", "--output-dir", str(work), "--workers", "1") == 0
+    assert victim.is_file() and other.stat().st_mtime == 1                       # redone / untouched
+    again = json.loads((work / "summary.json").read_text())
+    assert {s: v["kept"] for s, v in again["stages"].items()} == {s: v["kept"] for s, v in summary["stages"].items()}
+
+def test_dask_matches_local_pool(tmp_path):
+    from mtnlg.curate import load_curate_config, curate
+    cfg = load_curate_config(CONFIG)
+    local = curate(cfg, tmp_path / "local", "local", 2, progress=False)
+    dask = curate(cfg, tmp_path / "dask", "dask", 2, progress=False)
+    assert {s: v["dropped"] for s, v in local["stages"].items()} == {s: v["dropped"] for s, v in dask["stages"].items()}
+    assert (tmp_path / "local/blend/train.jsonl").read_text() == (tmp_path / "dask/blend/train.jsonl").read_text()
+
+def test_slurm_cluster_job_script_without_slurm():
+    from dask_jobqueue import SLURMCluster
+    from mtnlg.curate import SlurmSpec
+    s = SlurmSpec(queue="batch", cores=4, memory="16GB")
+    script = SLURMCluster(queue=s.queue, cores=s.cores, processes=s.cores, memory=s.memory, walltime=s.walltime).job_script()
+    assert "#SBATCH -p batch" in script and "dask" in script
+
+def test_config_errors_are_one_line(capsys):
+    assert curate_cli("--set", "dedup.treshold=0.7") == 2
+    assert "did you mean `threshold`" in capsys.readouterr().err
+    assert curate_cli("--set", "input_dir=/nonexistent/raw") == 2
+    assert "input_dir '/nonexistent/raw' not found" in capsys.readouterr().err
+
+def test_tiny_training_config_trains_on_curated_output(bad_corpus, tmp_path):
+    _, out, _, _ = bad_corpus
+    cmd = [str(Path(sys.executable).parent / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs/tiny.yaml"),
+           "--set", f"data.train_files=[{out}/blend/train.jsonl]", "--set", f"data.valid_files=[{out}/blend/valid.jsonl]",
+           "--set", "schedule.train_iters=3", "--set", f"output_dir={tmp_path}/run"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = json.loads((tmp_path / "run/summary.json").read_text())
+    assert s["steps"] == 3 and np.isfinite(s["final_valid_loss"])
