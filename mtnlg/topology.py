@@ -10,6 +10,7 @@ __all__ = ['Coord', 'AXES', 'Layout', 'deepspeed_topology', 'megatron_groups', '
 import os, socket, tempfile
 from collections import namedtuple
 from dataclasses import dataclass
+from datetime import timedelta
 from itertools import product
 from pathlib import Path
 import torch
@@ -122,21 +123,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
-def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_dir: str):
+def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_dir: str, timeout_s: float):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)                 # several processes share a few cores
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    # a collective that waits longer than timeout_s raises instead of hanging (a deadlocked schedule fails fast)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
         result = fn(*args)
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
-def launch(fn, world_size: int, *args) -> list:
+def launch(fn, world_size: int, *args, timeout_s: float = 300) -> list:
     "Run `fn(*args)` in `world_size` spawned processes joined by a gloo group; return the list of their results."
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_launch_entry, args=(fn, world_size, free_port(), args, out), nprocs=world_size,
+        mp.start_processes(_launch_entry, args=(fn, world_size, free_port(), args, out, timeout_s), nprocs=world_size,
                            join=True, start_method="spawn")
         return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
