@@ -177,11 +177,14 @@ def deepspeed_zero1_config(batch_per_rank: int, world: int, clip_grad: float, bf
             "zero_allow_untested_optimizer": True,        # a plain torch AdamW (FusedAdam needs a CUDA build)
             "steps_per_print": 10**9, "wall_clock_breakdown": False}
 
-def _import_deepspeed():
+def _import_deepspeed(skip_shm_op: bool = True):
+    """Import DeepSpeed quietly. On CPU it compiles a shared-memory op at start-up (~30 s, cached in `.cache/`)
+    that only serves `inference_all_reduce`; training collectives go through torch.distributed, so we may skip it."""
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parent.parent / ".cache" / "torch_extensions"))
     warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated")
     import logging, deepspeed
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    if skip_shm_op and not torch.cuda.is_available(): deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     return deepspeed
 
 def _train_deepspeed(config_path, steps, clip_grad, bf16, overrides) -> dict:
