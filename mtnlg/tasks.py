@@ -302,9 +302,14 @@ def add_eval_arguments(p):
         names = list(TASKS) if tasks in (["all"], []) else [task_spec(t).name for t in tasks]   # fail fast on a typo
         shots = [s.strip() for s in args.shots.split(",") if s.strip()]
         for s in shots: num_fewshot(TASKS[names[0]], s)
+        skipped = []
         if args.source == "local":
             d = Path(args.data_dir) if args.data_dir else default_data_dir()
-            for n in names: read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])               # missing data before loading a model
+            if tasks in (["all"], []):                      # "all" = the tasks this data directory has (HANS may be absent)
+                skipped = [n for n in names if not (d / TASKS[n].eval_file).is_file()]
+                names = [n for n in names if n not in skipped] or names
+                for n in skipped: print(f"skipping {n}: no {d / TASKS[n].eval_file} ({TASKS[n].note or 'name it explicitly to see why'})")
+            for n in names: read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])               # bad data fails before loading a model
         ckpt = check_checkpoint(args.checkpoint)
         try: install_lm_eval_plugin()
         except OSError: pass                                # read-only site-packages: `lm_eval --model mtnlg` just won't work
@@ -312,7 +317,7 @@ def add_eval_arguments(p):
         out.mkdir(parents=True, exist_ok=True)
         lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size)
         res = evaluate_tasks(lm, names, shots, args.data_dir, args.source, args.limit, args.fewshot_seed)
-        res = {"checkpoint": str(ckpt.resolve()), "meta": json.loads((ckpt / "meta.json").read_text()), **res}
+        res = {"checkpoint": str(ckpt.resolve()), "meta": json.loads((ckpt / "meta.json").read_text()), "skipped": skipped, **res}
         res.pop("samples")
         (out / "results.json").write_text(json.dumps(res, indent=1))
         table = results_table(res)
