@@ -5,7 +5,7 @@ model — the same requests (0-shot requests of the nine local tasks), the same 
 
 Writes bench/results/eval.json and prints the ratio (target >= 1x).
 """
-import argparse, json, os, platform, sys, tempfile, time
+import argparse, json, os, platform, shutil, sys, tempfile, time
 from pathlib import Path
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1"); os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -70,7 +70,7 @@ def main(argv=None):
     max_diff = max(abs(a[0] - b[0]) for a, b in zip(r_ours, r_hf))
     result = {"benchmark": "eval loglikelihood requests/s", "requests": len(reqs), "skipped_long_continuations": skipped, "docs_per_task": args.docs,
               "tasks": {n: len(r) for n, r in by_task.items()}, "data_dir": str(data_dir), "batch_size": args.batch_size,
-              "threads": args.threads, "repeats": args.repeats, "checkpoint": str(ckpt),
+              "threads": args.threads, "repeats": args.repeats, "checkpoint": str(ckpt) if args.checkpoint else "tiny config, 60 steps (temporary)",
               "ours_requests_per_s": len(reqs) / t_ours, "hf_requests_per_s": len(reqs) / t_hf, "ratio": t_hf / t_ours,
               "max_abs_loglikelihood_diff": max_diff, "greedy_equal": [a[1] for a in r_ours] == [b[1] for b in r_hf],
               "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
@@ -80,6 +80,7 @@ def main(argv=None):
     print(f"{len(reqs)} requests ({', '.join(f'{k} {v}' for k, v in result['tasks'].items())})")
     print(f"mtnlg {result['ours_requests_per_s']:.0f} req/s | hf {result['hf_requests_per_s']:.0f} req/s | "
           f"ratio {result['ratio']:.2f}x (target >= 1x) | max |dlogL| {max_diff:.1e}")
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
