@@ -228,7 +228,10 @@ def _data(cfg: Config, run_dir: Path, log):
         _, train_tokens, valid_tokens = prepare_data(cfg, run_dir, log)
         np.save(cache / "train.npy", train_tokens); np.save(cache / "valid.npy", valid_tokens)
     dist.barrier()
-    return np.load(cache / "train.npy"), np.load(cache / "valid.npy")
+    streams = np.load(cache / "train.npy"), np.load(cache / "valid.npy")
+    dist.barrier()
+    if dist.get_rank() == 0: shutil.rmtree(cache)
+    return streams
 
 def _save_checkpoint(engine, cfg: Config, run_dir: Path, step: int, tokens: int):
     "Small models: one TP1-PP1 `GPT` state dict (chapter 41's format) from rank 0. Large: DeepSpeed's sharded checkpoint."
