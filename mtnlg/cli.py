@@ -42,6 +42,7 @@ def describe(cfg: Config) -> str:
 COMMANDS = {  # name: (module, one-line help)
     "info": ("mtnlg.cli", "parameter count and parallel layout of a config"),
     "train": ("mtnlg.train", "train a config"),
+    "curate": ("mtnlg.curate", "run the data-curation pipeline over a directory of shards"),
     "eval": ("mtnlg.tasks", "evaluate a checkpoint on the paper's nine tasks (0/1/few-shot) beside the paper's numbers"),
     "export-hf": ("mtnlg.evaluate", "export a checkpoint as a transformers GPT-2 model directory"),
     "plan": ("mtnlg.perf", "rank (TP, PP, DP, micro-batch, recompute) layouts of a config on N GPUs by predicted speed"),
