@@ -270,6 +270,8 @@ def load_config(path, overrides: dict | None = None) -> Config:
         raise ConfigError(f"config file {str(path)!r} not found" + (f"; configs here: {', '.join(known)}" if known else ""))
     try: data = yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as e: raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if isinstance(data, dict) and "datasets" in data and "model" not in data:
+        raise ConfigError(f"{path} is a data-curation config (it has `datasets`, no `model`): run it with `mtnlg curate --config {path}`")
     try: cfg = config_from_dict(data, overrides)
     except ConfigError as e: raise ConfigError(f"{path}: {e}") from None
     cfg.source = str(path)

@@ -14,9 +14,15 @@ def test_paper_config():
     assert (cfg.parallel.gpus_per_replica, layers_per_stage(cfg)) == (280, 3)
     assert (cfg.optimizer.adam_eps, cfg.schedule.train_tokens) == (1e-8, 270_000_000_000)
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "scaled_configs").glob("*.yaml")))
+TRAINING_CONFIGS = sorted(p.name for p in (ROOT / "scaled_configs").glob("*.yaml") if not p.name.startswith("curate-"))
+
+@pytest.mark.parametrize("name", TRAINING_CONFIGS)
 def test_every_shipped_config_loads(name):
     load_config(ROOT / "scaled_configs" / name)
+
+def test_curation_config_is_pointed_to_mtnlg_curate():
+    with pytest.raises(ConfigError, match="is a data-curation config .* run it with `mtnlg curate --config"):
+        load_config(ROOT / "scaled_configs/curate-tiny.yaml")
 
 # (config, overrides, fragments the message must contain) - each a distinct mistake
 INVALID = {
