@@ -62,6 +62,8 @@ def check_layout(cfg: Config, world_size: int):
 # %% ../nbs/14_engine_3d.ipynb
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
 warnings.filterwarnings("ignore", message=".*autograd kernel was not registered.*")
+warnings.filterwarnings("ignore", message=".*CUDA_DEVICE_MAX_CONNECTIONS.*")         # GPU advice, printed on CPU too
+warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*is deprecated.*")   # inside DeepSpeed's ZeRO-1
 # DeepSpeed compiles a small shared-memory op on first use: keep it in the project's cache, not in ~
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parent.parent / ".cache" / "torch_extensions")
                       if "__file__" in globals() else str(Path.cwd().parent / ".cache" / "torch_extensions"))
