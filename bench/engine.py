@@ -10,7 +10,7 @@
    against the 1F1B formula (p-1)/(m+p-1), which assumes equal stages, and against the same schedule with the
    measured stage times t_i: T = (m-1) max t_i + sum t_i (our last stage also holds the output layer and loss).
 
-usage: python bench/engine.py [--steps 60]    -> bench/results/engine-<date>.json
+usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>.json)
 """
 import argparse, datetime, json, os, platform, statistics, subprocess, sys, time
 from pathlib import Path
@@ -32,17 +32,20 @@ def overhead(steps: int) -> dict:
     from mtnlg.config import load_config
     from mtnlg import engine as E
     from mtnlg.model import GPT
-    from mtnlg.train import make_optimizer, train_step, _autocast
+    from mtnlg.topology import Layout, init_distributed, quiet_libraries
+    from mtnlg.data_parallel import make_optimizer
+    from mtnlg.train import train_step, autocast_for
     from mtnlg.data import read_jsonl_texts, train_bpe, tokenize_documents, TokenSampler
+    quiet_libraries()
     cfg = load_config(CONFIG, FIXED)
     texts, _ = read_jsonl_texts([ROOT / f for f in cfg.data.train_files])
     tokens = tokenize_documents(train_bpe(texts, cfg.model.vocab_size), texts)
     s, seq = cfg.schedule, cfg.model.seq_length
-    topo = E.init_3d(cfg)                      # one process, no launcher: world of 1
-    engine = E.build_engine(cfg, topo)
+    layout = init_distributed(Layout.of(cfg))  # one process, no launcher: world of 1
+    engine, _ = E.build_engine(cfg, layout)
     model = GPT(cfg.model, init_seed=cfg.seed); model.train()
     opt = make_optimizer(model, cfg)
-    autocast = _autocast(cfg, torch.device("cpu"))
+    autocast = autocast_for(cfg, torch.device("cpu"))
     sampler = TokenSampler(tokens, seq, seed=0)
     batches = [torch.as_tensor(sampler.random_batch(s.global_batch_size), dtype=torch.long) for _ in range(steps)]
 
@@ -66,7 +69,9 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int):
     import torch, torch.distributed as dist
     from mtnlg.config import load_config
     from mtnlg import engine as E
+    from mtnlg.topology import Layout, init_distributed, quiet_libraries
     from deepspeed.runtime.pipe.engine import PipelineEngine
+    quiet_libraries()
     from deepspeed.runtime.pipe import schedule
     spent = {"busy": 0.0, "step": 0.0}
     def timed(instruction, key):            # the engine dispatches instructions through this table
@@ -78,7 +83,7 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int):
     for ins in (schedule.OptimizerStep, schedule.ReduceGrads, schedule.ReduceTiedGrads): timed(ins, "step")
     cfg = load_config(CONFIG, {**FIXED, "parallel.pipeline_parallel": 2, "schedule.micro_batch_size": MB,
                                "schedule.global_batch_size": MB * max(micro_counts)})
-    engine = E.build_engine(cfg, E.init_3d(cfg))
+    engine, _ = E.build_engine(cfg, init_distributed(Layout.of(cfg)))
     results = []
     for m in micro_counts:
         engine.set_train_batch_size(MB * m)                                 # m micro-batches per step
@@ -116,6 +121,7 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--bubble-worker")
+    ap.add_argument("--save", action="store_true", help="write bench/results/engine-<date>.json")
     a = ap.parse_args()
     if a.bubble_worker: bubble_worker(a.bubble_worker, a.micro, a.steps); sys.exit(0)
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "hardware": hardware()}
@@ -129,6 +135,7 @@ if __name__ == "__main__":
               f"{b['measured_bubble_per_stage'][1]:.2f}) vs (p-1)/(m+p-1) = {b['formula']:.3f}; with the measured, unequal "
               f"stage times {b['formula_with_measured_stage_times']:.3f}")
     res["hardware"]["load_avg_1min_end"] = os.getloadavg()[0]
-    out = ROOT / "bench" / "results" / f"engine-{datetime.date.today().isoformat()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {out}")
+    if a.save:
+        out = ROOT / "bench" / "results" / f"engine-{datetime.date.today().isoformat()}.json"
+        out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
+        print(f"wrote {out}")

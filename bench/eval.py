@@ -1,14 +1,13 @@
 """Log-likelihood requests per second: our `mtnlg` lm-eval backend vs the harness's `hf` backend on the exported
 model — the same requests (0-shot requests of the nine local tasks), the same batch size and threads, in one run.
 
-    .venv/bin/python bench/eval.py [--checkpoint DIR] [--data-dir DIR] [--docs 40] [--batch-size 32] [--threads 1]
+    .venv/bin/python bench/eval.py [--checkpoint DIR] [--data-dir DIR] [--docs 40] [--batch-size 32] [--threads 1] [--save]
 
-Writes bench/results/eval.json and prints the ratio (target >= 1x).
+Prints the ratio (target >= 1x); with --save also writes bench/results/eval.json.
 """
 import argparse, json, os, platform, shutil, sys, tempfile, time
 from pathlib import Path
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1"); os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -39,11 +38,15 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both (1: stable on a shared machine)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--save", action="store_true", help="write the result to --out (default: print only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "eval.json"))
     args = ap.parse_args(argv)
+    from mtnlg.evaluate import offline_environment
+    offline_environment()                                                   # before datasets/transformers load: never download
     import torch
     torch.set_num_threads(args.threads)
-    from mtnlg.evaluate import MtnlgLM, encode_pair, export_hf
+    from mtnlg.evaluate import MtnlgLM, encode_pair
+    from mtnlg.export_hf import export_hf
     from mtnlg.tasks import TASKS, default_data_dir
     from lm_eval.models.huggingface import HFLM
 
@@ -75,11 +78,13 @@ def main(argv=None):
               "max_abs_loglikelihood_diff": max_diff, "greedy_equal": [a[1] for a in r_ours] == [b[1] for b in r_hf],
               "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    if args.save:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"{len(reqs)} requests ({', '.join(f'{k} {v}' for k, v in result['tasks'].items())})")
     print(f"mtnlg {result['ours_requests_per_s']:.0f} req/s | hf {result['hf_requests_per_s']:.0f} req/s | "
           f"ratio {result['ratio']:.2f}x (target >= 1x) | max |dlogL| {max_diff:.1e}")
+    if args.save: print(f"wrote {args.out}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -4,7 +4,8 @@
 
 # %% auto 0
 __all__ = ['ModelConfig', 'ParallelConfig', 'OptimizerConfig', 'ScheduleConfig', 'DataConfig', 'CheckpointConfig', 'Config',
-           'ConfigError', 'parse_override', 'config_from_dict', 'load_config', 'count_parameters', 'layers_per_stage']
+           'ConfigError', 'parse_override', 'config_from_dict', 'load_config', 'count_parameters', 'layers_per_stage',
+           'layer_params_per_rank', 'stage_params_per_rank']
 
 # %% ../nbs/00_config.ipynb
 import dataclasses, difflib, math, os, re, types, typing
@@ -27,6 +28,7 @@ class ModelConfig:
     attention_dropout: float = 0.1
     init_method_std: float = 0.02
     layernorm_epsilon: float = 1e-5
+    tp_layers: str = "megatron"          # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
 
     @property
     def ffn_size(self) -> int: return self.ffn_hidden_size or 4 * self.hidden_size
@@ -196,6 +198,8 @@ def _validate(c: Config):
         if not 0 <= v < 1: raise ConfigError(f"`{name}` must be in [0, 1), got {v}")
     if o.min_lr > o.lr:
         raise ConfigError(f"`optimizer.min_lr`={o.min_lr} is above `optimizer.lr`={o.lr}; the schedule decays *to* min_lr")
+    if m.tp_layers not in ("megatron", "scratch"):
+        raise ConfigError(f"`model.tp_layers` must be megatron or scratch, got {m.tp_layers!r}")
     if c.precision not in ("fp32", "bf16"):
         raise ConfigError(f"`precision` must be fp32 or bf16, got {c.precision!r}")
     if s.lr_decay_style not in ("cosine", "linear", "constant"):
@@ -286,3 +290,21 @@ def count_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     return embeddings + model.num_layers * per_layer + 2 * h
 
 def layers_per_stage(cfg: Config) -> int: return cfg.model.num_layers // cfg.parallel.pipeline_parallel
+
+# %% ../nbs/00_config.ipynb
+def layer_params_per_rank(model: ModelConfig, tp: int) -> int:
+    "Parameters of one transformer layer on one TP rank: QKV and fc1 column-split, proj and fc2 row-split."
+    h, f = model.hidden_size, model.ffn_size
+    split = (3 * h * h + 3 * h) + h * h + (h * f + f) + f * h      # weights and column-parallel biases
+    replicated = h + h + 4 * h                                      # row-parallel biases, two LayerNorms
+    return split // tp + replicated
+
+def stage_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> int:
+    "Parameters held by one GPU of pipeline stage `stage` (0-based), the tied output-layer copy included."
+    h, V = model.hidden_size, model.padded_vocab_size(tp)
+    n = model.num_layers // pp * layer_params_per_rank(model, tp)
+    if stage == 0: n += V * h // tp + model.seq_length * h         # word (vocab-parallel) and position embeddings
+    if stage == pp - 1:
+        n += 2 * h                                                  # final LayerNorm
+        if pp > 1: n += V * h // tp                                 # tied output-layer copy of the word embedding
+    return n

@@ -7,16 +7,16 @@ __all__ = ['STAGES', 'DatasetSpec', 'ExtractSpec', 'QualitySpec', 'DedupSpec', '
            'SlurmSpec', 'CurateConfig', 'load_curate_config', 'LocalExecutor', 'DaskExecutor', 'make_executor',
            'task_extract', 'task_quality', 'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate',
            'task_tokenize', 'train_quality_model', 'train_tokenizer', 'discover_shards', 'summarize', 'curate',
-           'check_flow', 'blend_outputs', 'format_summary', 'add_curate_arguments']
+           'check_flow', 'blend_outputs', 'format_summary']
 
 # %% ../nbs/36_curate.ipynb
-import argparse, json, os, shutil, sys, time
+import json, os, sys, time
 from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np, yaml
 from tqdm.auto import tqdm
-from .config import ConfigError, _build, _Loader, _apply_override, parse_override
+from .config import ConfigError, _build, _Loader, _apply_override
 from .extract import Manifest, extract_shard, read_docs, write_jsonl, iter_records
 from .data import ReadReport
 
@@ -260,7 +260,7 @@ def _texts_of(paths, limit_chars: int | None = None):
             if limit_chars and n >= limit_chars: return
 
 def train_quality_model(cfg: CurateConfig, shards: dict, out: Path, log=print) -> Path | None:
-    "Train the fastText classifier: extracted text of positive datasets vs raw text of negative datasets' input."
+    "Train the quality classifier (chapter 31): extracted text of positive datasets vs raw text of negative datasets' input."
     from mtnlg.quality import QualityClassifier, raw_page_text, word_chunks
     path = out / "quality_model.bin"
     if path.is_file() or not any(d.quality_filter for d in cfg.datasets): return path if path.is_file() else None
@@ -432,22 +432,3 @@ def format_summary(summary: dict) -> str:
                      + ", ".join(f"{d} weight {r['weight']:.2f} x{r['epochs']:.2f} epochs" for d, r in b["datasets"].items()))
     lines.append(f"every stage: docs in = kept + dropped (checked); {summary.get('seconds', 0):.1f}s")
     return "\n".join(lines)
-
-def add_curate_arguments(p: argparse.ArgumentParser):
-    from mtnlg.cli import add_config_arguments
-    add_config_arguments(p)
-    p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
-    p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
-    p.add_argument("--output-dir", help="override the config's output_dir")
-    p.add_argument("--fresh", action="store_true", help="delete the output directory first (no resume)")
-    p.add_argument("--no-progress", action="store_true")
-    def run(args) -> int:
-        cfg = load_curate_config(args.config, dict(parse_override(o) for o in args.set))
-        out = Path(args.output_dir) if args.output_dir else cfg.path(cfg.output_dir)
-        if args.fresh and out.exists(): shutil.rmtree(out)
-        s = curate(cfg, out, args.executor, args.workers, progress=not args.no_progress)
-        print(format_summary(s))
-        print(f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set 'data.train_files=[{out}/blend/train.jsonl]' "
-              f"--set 'data.valid_files=[{out}/blend/valid.jsonl]'")
-        return 0
-    p.set_defaults(func=run)

@@ -4,9 +4,8 @@
 
 # %% auto 0
 __all__ = ['EMPTY', 'EDITS', 'mix64', 'word_hashes', 'shingle_hashes', 'one_permutation_minhash', 'minhash_signatures',
-           'estimate_jaccard', 'edit_words', 'exact_jaccard', 'near_duplicate_set', 'band_keys', 'candidate_pairs',
-           's_curve', 'DedupResult', 'fuzzy_dedup', 'pair_precision_recall', 'signature_shard', 'plan_dedup',
-           'dedup_shard']
+           'estimate_jaccard', 'edit_words', 'exact_jaccard', 'band_keys', 'candidate_pairs', 's_curve', 'DedupResult',
+           'fuzzy_dedup', 'pair_precision_recall', 'signature_shard', 'plan_dedup', 'dedup_shard']
 
 # %% ../nbs/32_dedup.ipynb
 import re, time
@@ -131,19 +130,6 @@ def exact_jaccard(a: str, b: str, ngram: int = 5) -> float:
         w = re.findall(r"\w+", t.lower()); return {" ".join(w[i:i + ngram]) for i in range(max(1, len(w) - ngram + 1))}
     A, B = sh(a), sh(b)
     return len(A & B) / max(1, len(A | B))
-
-def near_duplicate_set(sources: list[str], seed: int = 0, edits=EDITS):
-    """Documents (each source followed by its edited copies), their family ids, and every within-family pair
-    `(i, j, exact Jaccard)`; pairs across families are non-duplicates."""
-    rng = np.random.default_rng(seed)
-    docs, family, pairs = [], [], []
-    for f, src in enumerate(sources):
-        words, donor = src.split(), sources[(f + 1) % len(sources)].split()
-        members = [src] + [" ".join(edit_words(words, k, a, rng, donor)) for k, a in edits]
-        base = len(docs); docs += members; family += [f] * len(members)
-        for i in range(len(members)):
-            for j in range(i + 1, len(members)): pairs.append((base + i, base + j, exact_jaccard(members[i], members[j])))
-    return docs, np.array(family), np.array(pairs)
 
 # %% ../nbs/32_dedup.ipynb
 def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:

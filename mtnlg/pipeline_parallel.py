@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['Step', 'partition_uniform', 'gpipe_schedule', 'one_f_one_b_schedule', 'peak_activations', 'simulate',
-           'bubble_fraction', 'bubble_formula', 'plot_timeline', 'GPTStage', 'run_schedule', 'pipeline_worker']
+           'bubble_fraction', 'bubble_formula', 'plot_timeline', 'gpt_param_name', 'GPTStage', 'run_schedule']
 
 # %% ../nbs/12_pipeline_parallel.ipynb
 import time
@@ -91,13 +91,21 @@ def plot_timeline(timeline: dict, num_stages: int, ax=None, title: str = ""):
     return ax
 
 # %% ../nbs/12_pipeline_parallel.ipynb
+def gpt_param_name(layer: int, rest: str, num_layers: int) -> str:
+    """The unpipelined `GPT`'s name for parameter `rest` of layer `layer` of the flat sequence
+    (0: embedding, 1..l: blocks, l+1: final LayerNorm, l+2: the tied output layer, which *is* the embedding)."""
+    if layer == 0 or layer == num_layers + 2: return f"embedding.{rest}"
+    if layer <= num_layers: return f"blocks.{layer - 1}.{rest}"
+    if layer == num_layers + 1: return f"final_ln.{rest}"
+    raise ValueError(f"layer {layer} is outside the {num_layers + 3} layers of the flat sequence")
+
 class GPTStage(nn.Module):
     "Stage `stage` of `num_stages` of our GPT: embedding on the first, blocks[lo:hi], final LayerNorm and tied output on the last."
     def __init__(self, model, stage: int, num_stages: int):
         super().__init__()
         bounds = partition_uniform(len(model.blocks), num_stages)
         self.stage, self.num_stages, self.first, self.last = stage, num_stages, stage == 0, stage == num_stages - 1
-        self.block_offset = bounds[stage]
+        self.block_offset, self.num_layers, self.kind = bounds[stage], len(model.blocks), model.cfg.tp_layers
         self.embedding = model.embedding if self.first else None
         self.blocks = nn.ModuleList(model.blocks[bounds[stage]:bounds[stage + 1]])
         self.final_ln = model.final_ln if self.last else None
@@ -107,17 +115,17 @@ class GPTStage(nn.Module):
     def tied_weight(self): return self.embedding.tokens.weight if self.first else self.output_weight
 
     def forward(self, x):
-        from mtnlg.model import parallel_lm_logits
+        from mtnlg.model import parallel_lm_logits     # here, not at the top: the throughput model imports this module without torch's model stack
         if self.first: x = self.embedding(x)
         for block in self.blocks: x = block(x)
-        return parallel_lm_logits(self.final_ln(x), self.tied_weight()) if self.last else x
+        return parallel_lm_logits(self.final_ln(x), self.tied_weight(), self.kind) if self.last else x
 
     def full_name(self, name: str) -> str:
         "This stage's parameter name -> the unpipelined model's."
-        if name == "output_weight": return "embedding.tokens.weight"
+        if name == "output_weight": return gpt_param_name(self.num_layers + 2, "tokens.weight", self.num_layers)
         if name.startswith("blocks."):
             i, rest = name[len("blocks."):].split(".", 1)
-            return f"blocks.{int(i) + self.block_offset}.{rest}"
+            return gpt_param_name(1 + self.block_offset + int(i), rest, self.num_layers)
         return name
 
 # %% ../nbs/12_pipeline_parallel.ipynb
@@ -159,35 +167,3 @@ def run_schedule(stage: GPTStage, steps: list[Step], micro_inputs: list, micro_l
         dist.all_reduce(stage.tied_weight().grad, group=tied_group)   # first and last stage: one gradient
     loss = torch.stack([losses[i] for i in range(m)]).sum().detach() if stage.last else None
     return {"loss": loss, "timeline": timeline}
-
-# %% ../nbs/12_pipeline_parallel.ipynb
-def pipeline_worker(config_path: str, schedule: str = "1f1b", num_micro: int = 4, micro_batch: int = 2,
-                    overrides: dict | None = None) -> dict:
-    "One pipeline stage per process: run `schedule` ('1f1b' or 'gpipe'); return pipelined and reference loss/grads."
-    if schedule not in ("1f1b", "gpipe"): raise ValueError(f"schedule must be '1f1b' or 'gpipe', got {schedule!r}")
-    import warnings; warnings.filterwarnings("ignore", message=".*CUDA_DEVICE_MAX_CONNECTIONS")
-    from mtnlg.config import load_config
-    from mtnlg.model import GPT, init_distributed, seed_everything, vocab_parallel_cross_entropy
-    cfg = load_config(config_path, overrides)
-    rank, p = dist.get_rank(), dist.get_world_size()
-    init_distributed()                                   # megatron-core groups at TP = 1 for the layers
-    seed_everything(cfg.seed); full = GPT(cfg.model)           # the unpipelined reference
-    seed_everything(cfg.seed); stage = GPTStage(GPT(cfg.model), rank, p)   # the same weights; keep this stage
-    g = torch.Generator().manual_seed(0)
-    batch = torch.randint(0, cfg.model.vocab_size, (num_micro * micro_batch, cfg.model.seq_length + 1), generator=g)
-    micro = batch.split(micro_batch)
-    loss_fn = lambda logits, labels: vocab_parallel_cross_entropy(logits.float(), labels).mean()
-
-    steps = (one_f_one_b_schedule if schedule == "1f1b" else gpipe_schedule)(p, num_micro)[rank]
-    tied = dist.new_group([0, p - 1]) if p > 1 else None   # every rank takes part in creating a group
-    dist.barrier()
-    out = run_schedule(stage, steps, [mb[:, :-1] for mb in micro], [mb[:, 1:] for mb in micro],
-                       (micro_batch, cfg.model.seq_length, cfg.model.hidden_size), loss_fn, tied_group=tied)
-    grads = {stage.full_name(n): q.grad.clone() for n, q in stage.named_parameters()}
-
-    ref_loss = sum(loss_fn(full(mb[:, :-1]), mb[:, 1:]) for mb in micro) / num_micro   # the unpipelined model
-    ref_loss.backward()
-    ref_grads = {n: q.grad for n, q in full.named_parameters() if n in grads}
-    return {"loss": out["loss"], "grads": grads, "ref_loss": ref_loss.detach(), "ref_grads": ref_grads,
-            "timeline": out["timeline"], "peak_activations": peak_activations(steps),
-            "model_names": [n for n, _ in full.named_parameters()]}

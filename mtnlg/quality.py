@@ -38,35 +38,60 @@ def word_chunks(text: str, words: int = 150, min_words: int = 30) -> list[str]:
 # %% ../nbs/31_quality.ipynb
 def _normalize(text: str) -> str: return " ".join(_TOKENS.findall(text.lower()))
 
+_FORMAT = "mtnlg-quality-sgd-logreg-v1"
+
+def _hasher(n_features: int, word_ngrams: int):
+    "Stateless features: the set of words and word n-grams of a normalised text, hashed into `n_features` buckets, L2-normalised."
+    from sklearn.feature_extraction.text import HashingVectorizer
+    return HashingVectorizer(tokenizer=str.split, token_pattern=None, lowercase=False, ngram_range=(1, word_ngrams),
+                             n_features=n_features, binary=True, alternate_sign=False, norm="l2")
+
 class QualityClassifier:
-    "fastText bag-of-n-grams classifier; `score(texts)` is P(curated) per text."
-    def __init__(self, model): self.model = model
+    "Logistic regression on hashed word n-grams (fastText-style linear classifier); `score(texts)` is P(curated) per text."
+    def __init__(self, weights: np.ndarray, bias: float, word_ngrams: int = 2):
+        self.weights, self.bias, self.word_ngrams = np.asarray(weights, np.float64), float(bias), int(word_ngrams)
+        self._features = _hasher(len(self.weights), self.word_ngrams)
 
     @classmethod
-    def train(cls, positives, negatives, seed: int = 0, epoch: int = 5, dim: int = 32, word_ngrams: int = 2):
-        import fasttext
-        rng = np.random.default_rng(seed)
-        rows = [f"__label__hq {_normalize(t)}" for t in positives] + [f"__label__lq {_normalize(t)}" for t in negatives]
+    def train(cls, positives, negatives, seed: int = 0, epoch: int = 20, alpha: float = 1e-5,
+              n_features: int = 2**20, word_ngrams: int = 2):
+        "Fit by SGD on the log loss: sequential (no threads), seeded order; the same texts and seed give the same weights, bit for bit."
+        from sklearn.linear_model import SGDClassifier
+        positives, negatives = list(positives), list(negatives)
         if not positives or not negatives: raise ValueError("the quality classifier needs both positive and negative texts")
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
-            f.write("\n".join(rows[i] for i in rng.permutation(len(rows))) + "\n")
-        try: model = fasttext.train_supervised(f.name, epoch=epoch, dim=dim, wordNgrams=word_ngrams, lr=0.5,
-                                               bucket=200_000, thread=1, seed=seed, verbose=0)
-        finally: os.unlink(f.name)
-        return cls(model)
+        X = _hasher(n_features, word_ngrams).transform([_normalize(t) for t in positives + negatives])
+        y = np.r_[np.ones(len(positives), np.int8), np.zeros(len(negatives), np.int8)]
+        sgd = SGDClassifier(loss="log_loss", penalty="l2", alpha=alpha, max_iter=epoch, tol=None, shuffle=True,
+                            random_state=seed).fit(X, y)
+        w, b = sgd.coef_[0], float(sgd.intercept_[0])
+        if not (np.isfinite(w).all() and np.isfinite(b)): raise FloatingPointError("quality classifier weights are not finite")
+        return cls(w, b, word_ngrams)
 
     def score(self, texts) -> np.ndarray:
+        from scipy.special import expit
         texts = [_normalize(t) for t in texts]
         if not texts: return np.zeros(0)
-        labels, probs = self.model.predict(texts, k=2)
-        return np.array([dict(zip(l, p)).get("__label__hq", 0.0) for l, p in zip(labels, probs)]).clip(0, 1)
+        return expit(self._features.transform(texts) @ self.weights + self.bias).clip(0, 1)
 
-    def save(self, path): Path(path).parent.mkdir(parents=True, exist_ok=True); self.model.save_model(str(path))
+    def save(self, path):
+        "A small `.npz` (non-zero weights only) at exactly `path`, whatever its suffix."
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        idx = np.flatnonzero(self.weights)
+        with open(path, "wb") as f:
+            np.savez(f, format=np.array(_FORMAT), n_features=len(self.weights), word_ngrams=self.word_ngrams,
+                     bias=self.bias, index=idx, value=self.weights[idx])
+
     @classmethod
     def load(cls, path):
-        import fasttext
         if not Path(path).is_file(): raise FileNotFoundError(f"quality model {str(path)!r} not found")
-        return cls(fasttext.load_model(str(path)))
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if str(z["format"]) != _FORMAT: raise ValueError(str(z["format"]))
+                w = np.zeros(int(z["n_features"])); w[z["index"]] = z["value"]
+                return cls(w, float(z["bias"]), int(z["word_ngrams"]))
+        except (ValueError, KeyError, OSError) as e:
+            raise ValueError(f"{str(path)!r} is not a {_FORMAT} quality model (an old fastText model?): delete it and "
+                             "re-run so the classifier is retrained") from e
 
 # %% ../nbs/31_quality.ipynb
 def pareto_keep(scores: np.ndarray, rng: np.random.Generator, alpha: float = 9.0) -> np.ndarray:

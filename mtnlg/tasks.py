@@ -7,17 +7,22 @@ __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
            'TaskSpec', 'task_spec', 'num_fewshot', 'default_data_dir', 'read_task_jsonl', 'local_task', 'hans_config',
            'harness_task', 'write_task_yamls', 'evaluate_tasks', 'request_loglikelihoods', 'results_table',
-           'results_figure', 'add_eval_arguments']
+           'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
-import json, math, os, sys, warnings
+import contextlib, json, math, os, sys, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1"); os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import datasets
-from lm_eval.api.task import ConfigurableTask
-datasets.disable_progress_bars()                     # per-task maps over a few rows: bars would be noise
+@contextlib.contextmanager
+def _quiet_datasets():
+    "`datasets` progress bars off inside the block (per-task maps over a few rows: bars would be noise), restored after."
+    import datasets
+    was_off = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try: yield
+    finally:
+        if not was_off: datasets.enable_progress_bars()
 
 # %% ../nbs/61_tasks.ipynb
 import ast, re
@@ -157,8 +162,10 @@ def read_task_jsonl(path, spec: TaskSpec) -> list[dict]:
     return rows
 
 # %% ../nbs/61_tasks.ipynb
-def local_task(name: str, data_dir=None, num_fewshot: int = 0) -> ConfigurableTask:
-    "The local variant of task `name` (`{name}_local`) reading JSONL from `data_dir`, with `num_fewshot` examples."
+def local_task(name: str, data_dir=None, num_fewshot: int = 0):
+    "The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`, with `num_fewshot` examples."
+    import datasets
+    from lm_eval.api.task import ConfigurableTask
     spec, d = task_spec(name), Path(data_dir) if data_dir else default_data_dir()
     splits = {spec.split: read_task_jsonl(d / spec.eval_file, spec)}
     if spec.fewshot_file: splits["train"] = read_task_jsonl(d / spec.fewshot_file, spec)
@@ -175,7 +182,8 @@ def local_task(name: str, data_dir=None, num_fewshot: int = 0) -> ConfigurableTa
     import logging
     level = logging.getLogger("lm_eval").level
     logging.getLogger("lm_eval").setLevel(logging.ERROR)      # quiet the harness's note on custom datasets
-    try: return ConfigurableTask(config=config)
+    try:
+        with _quiet_datasets(): return ConfigurableTask(config=config)
     finally: logging.getLogger("lm_eval").setLevel(level)
 
 # %% ../nbs/61_tasks.ipynb
@@ -190,6 +198,7 @@ def hans_config(num_fewshot: int = 0) -> dict:
 
 def harness_task(name: str, num_fewshot: int = 0):
     "The harness's own task `name` (downloads from the Hub), or our `hans`."
+    from lm_eval.api.task import ConfigurableTask
     spec = task_spec(name)
     if spec.name == "hans": return ConfigurableTask(config=hans_config(num_fewshot))
     from lm_eval.tasks import TaskManager
@@ -221,7 +230,7 @@ def write_task_yamls(out_dir, data_dir=None) -> Path:
 # %% ../nbs/61_tasks.ipynb
 def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str = "local", limit: int | None = None,
                    fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
-    "Accuracy of harness model `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online)."
+    "Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online)."
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
     names = list(TASKS) if list(tasks) in (["all"], []) else [task_spec(t).name for t in tasks]
@@ -236,8 +245,9 @@ def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str =
         for shot in map(str, shots):
             k = num_fewshot(spec, shot)
             task = local_task(name, data_dir, k) if source == "local" else harness_task(name, k)
-            r = simple_evaluate(model=lm, tasks=[task], num_fewshot=None, limit=limit, task_manager=TaskManager(include_defaults=False),
-                                fewshot_random_seed=fewshot_seed, bootstrap_iters=0, log_samples=log_samples)
+            with _quiet_datasets():
+                r = simple_evaluate(model=lm, tasks=[task], num_fewshot=None, limit=limit, task_manager=TaskManager(include_defaults=False),
+                                    fewshot_random_seed=fewshot_seed, bootstrap_iters=0, log_samples=log_samples)
             res = r["results"][task.task_name]
             acc, n = res["acc,none"], r["n-samples"][task.task_name]["effective"]
             row["acc"][shot], row["stderr"][shot], row["n"] = acc, math.sqrt(acc * (1 - acc) / n), n
@@ -284,45 +294,12 @@ def results_figure(results: dict, title: str = ""):
     return fig
 
 # %% ../nbs/61_tasks.ipynb
-def add_eval_arguments(p):
-    "`mtnlg eval --checkpoint DIR [--tasks all|a,b] [--shots 0,1,few] [--data-dir D] [--out DIR]`"
-    p.add_argument("--checkpoint", required=True, help="consolidated (tp1-pp1) checkpoint directory")
-    p.add_argument("--tasks", default="all", help=f"comma-separated: {', '.join(TASKS)} (default: all)")
-    p.add_argument("--shots", default="0,1,few", help="comma-separated shot settings among 0, 1, few (default: 0,1,few)")
-    p.add_argument("--data-dir", help="directory of the local JSONL tasks (default: $MTNLG_EVAL_DATA or ../shared/data/eval)")
-    p.add_argument("--source", default="local", choices=["local", "harness"], help="local JSONL variants, or the harness's tasks (online)")
-    p.add_argument("--limit", type=int, help="evaluate only the first N examples of each task")
-    p.add_argument("--out", help="output directory (default: <checkpoint>/../eval)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", help="cpu or cuda (default: cuda when available; bf16 there)")
-    p.add_argument("--fewshot-seed", type=int, default=1234)
-    def run(args):
-        from mtnlg.evaluate import MtnlgLM, check_checkpoint, install_lm_eval_plugin
-        tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-        names = list(TASKS) if tasks in (["all"], []) else [task_spec(t).name for t in tasks]   # fail fast on a typo
-        shots = [s.strip() for s in args.shots.split(",") if s.strip()]
-        for s in shots: num_fewshot(TASKS[names[0]], s)
-        skipped = []
-        if args.source == "local":
-            d = Path(args.data_dir) if args.data_dir else default_data_dir()
-            if tasks in (["all"], []):                      # "all" = the tasks this data directory has (HANS may be absent)
-                skipped = [n for n in names if not (d / TASKS[n].eval_file).is_file()]
-                names = [n for n in names if n not in skipped] or names
-                for n in skipped: print(f"skipping {n}: no {d / TASKS[n].eval_file} ({TASKS[n].note or 'name it explicitly to see why'})")
-            for n in names: read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])               # bad data fails before loading a model
-        ckpt = check_checkpoint(args.checkpoint)
-        try: install_lm_eval_plugin()
-        except OSError: pass                                # read-only site-packages: `lm_eval --model mtnlg` just won't work
-        out = Path(args.out) if args.out else ckpt.parent / "eval"
-        out.mkdir(parents=True, exist_ok=True)
-        lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size)
-        res = evaluate_tasks(lm, names, shots, args.data_dir, args.source, args.limit, args.fewshot_seed)
-        res = {"checkpoint": str(ckpt.resolve()), "meta": json.loads((ckpt / "meta.json").read_text()), "skipped": skipped, **res}
-        res.pop("samples")
-        (out / "results.json").write_text(json.dumps(res, indent=1))
-        table = results_table(res)
-        (out / "results.md").write_text(table + "\n")
-        results_figure(res, f"{ckpt}").savefig(out / "results.png", dpi=110, bbox_inches="tight")
-        print(table); print(f"wrote {out / 'results.json'}, results.md, results.png")
-        return 0
-    p.set_defaults(func=run)
+def write_results(results: dict, out_dir, title: str = "") -> Path:
+    "Write `results.json` (without per-request samples), `results.md` (the table) and `results.png` (the figure) into `out_dir`."
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    res = {k: v for k, v in results.items() if k != "samples"}
+    (out / "results.json").write_text(json.dumps(res, indent=1))
+    (out / "results.md").write_text(results_table(res) + "\n")
+    results_figure(res, title).savefig(out / "results.png", dpi=110, bbox_inches="tight")
+    return out / "results.json"

@@ -25,8 +25,8 @@ def mtnlg_train(run_dir, overrides, nproc=None, env=None, timeout=600):
 
 def srun_style(run_dir, overrides, n, timeout=600):
     "Start n plain `mtnlg train` processes the way srun does: rank and world size only in SLURM_* variables."
-    import socket
-    with socket.socket() as sk: sk.bind(("127.0.0.1", 0)); port = sk.getsockname()[1]
+    from mtnlg.topology import free_port
+    port = free_port()
     cmd = [MTNLG, "train", "--config", CONFIG, "--run-dir", str(run_dir), "--no-progress"]
     for k, v in overrides.items(): cmd += ["--set", f"{k}={v}"]
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
@@ -85,21 +85,24 @@ def test_bf16_2x2_trains_close_to_fp32(single, tmp_path):
 GRADS = textwrap.dedent('''
     import sys, torch, deepspeed
     from mtnlg.config import load_config, parse_override
+    from mtnlg.topology import Layout, init_distributed, quiet_libraries
     from mtnlg import engine as E
     class GradRecorder(torch.optim.Optimizer):
         "Records the gradients DeepSpeed hands to the optimizer (after tied and data-parallel all-reduce); never steps."
         def __init__(self, params): super().__init__(params, {"lr": 0.0}); self.grads = {}
         def step(self, closure=None):
             self.grads = {id(p): p.grad.detach().clone() for g in self.param_groups for p in g["params"] if p.grad is not None}
+    quiet_libraries()
     cfg = load_config(sys.argv[1], dict(parse_override(a) for a in sys.argv[3:]))
-    topo = E.init_3d(cfg)
-    module = E.gpt_pipeline(cfg, topo)
+    layout = init_distributed(Layout.of(cfg))
+    E.prepare_deepspeed()
+    module = E.gpt_pipeline(cfg, layout)
     rec = GradRecorder([p for p in module.parameters() if p.requires_grad])
     conf = E.deepspeed_config(cfg) | {"zero_optimization": {"stage": 0}, "gradient_clipping": 0.0}
     engine, *_ = deepspeed.initialize(model=module, optimizer=rec, config=conf)
     torch.manual_seed(0)
     batch = torch.randint(0, cfg.model.vocab_size, (cfg.schedule.global_batch_size, cfg.model.seq_length + 1))
-    c = topo.get_coord(torch.distributed.get_rank())
+    c = layout.coord(torch.distributed.get_rank())
     engine.train_batch(iter(E.micro_batches(batch, cfg.schedule.micro_batch_size, c.data, cfg.parallel.data_parallel)))
     grads = {n: rec.grads[id(p)] for n, p in module.named_parameters() if id(p) in rec.grads}
     full = E.consolidated(module, cfg.model.num_layers, grads)
@@ -118,7 +121,8 @@ def test_pipelined_gradients_equal_unpipelined(tmp_path):
     out = torch.load(tmp_path / "grads.pt")
     # the reference: one process, TP1, the same layer seeds
     from mtnlg.config import load_config
-    from mtnlg.model import GPT, init_distributed
+    from mtnlg.model import GPT
+    from mtnlg.topology import init_distributed
     import yaml
     cfg = load_config(CONFIG, {k: yaml.safe_load(v) for k, v in sets.items() if not k.startswith("parallel.")})
     init_distributed()
@@ -138,7 +142,7 @@ def test_pipelined_gradients_equal_unpipelined(tmp_path):
 
 def test_bad_layouts_are_rejected_with_the_fix():
     from mtnlg.config import load_config, ConfigError
-    from mtnlg.engine import check_layout
+    from mtnlg.topology import check_layout
     def msg(overrides, world):
         with pytest.raises(ConfigError) as e: check_layout(load_config(CONFIG, overrides), world)
         return str(e.value)
@@ -164,7 +168,7 @@ def test_cli_rejects_before_starting_processes(tmp_path):
     assert r.returncode == 2 and "3 processes but TP*PP*DP = 2*1*1 = 2" in r.stderr and not run_dir.exists()
 
 def test_launcher_environments():
-    from mtnlg.engine import launcher_env
+    from mtnlg.topology import launcher_env
     e = launcher_env({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "gpu-[07-08]"})
     assert (e["rank"], e["world_size"], e["local_rank"], e["master_addr"], e["launched"]) == (9, 16, 1, "gpu-07", True)
     e = launcher_env({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "2", "MASTER_ADDR": "h"})

@@ -1,4 +1,4 @@
-"""Evaluation (chapters 60-61): export to transformers, our `mtnlg` harness backend against the harness's own `hf`
+"""Evaluation (chapters 43, 44, 60, 61): checkpoint I/O, export to transformers, our `mtnlg` harness backend against the harness's own `hf`
 backend on every local task (0- and 1-shot), `lm_eval --model mtnlg` from the shell, and bad input."""
 import json, os, shutil, subprocess, sys
 from pathlib import Path
@@ -7,7 +7,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FIXTURES = ROOT / "tests" / "fixtures" / "eval"
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1"); os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from mtnlg.evaluate import offline_environment
+offline_environment()          # explicit (importing mtnlg sets nothing): these tests never download
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def hf_dir(checkpoint, tmp_path_factory) -> Path:
-    from mtnlg.evaluate import export_hf
+    from mtnlg.export_hf import export_hf
     return export_hf(checkpoint, tmp_path_factory.mktemp("hf"))
 
 
@@ -34,7 +35,7 @@ def backends(checkpoint, hf_dir):
 
 
 def test_export_hf_logits_match(checkpoint, hf_dir):
-    from mtnlg.evaluate import logits_difference
+    from mtnlg.export_hf import logits_difference
     cfg = json.loads((hf_dir / "config.json").read_text())
     assert cfg["activation_function"] == "gelu" and cfg["vocab_size"] == 2048 and cfg["n_positions"] == 128
     assert (hf_dir / "model.safetensors").is_file() and (hf_dir / "tokenizer.json").is_file()
@@ -82,6 +83,38 @@ def test_lm_eval_shell_model_mtnlg(checkpoint, tmp_path):
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "boolq_local" in r.stdout and "hans_local" in r.stdout and "acc" in r.stdout
+
+
+def test_imports_have_no_side_effects():
+    "Importing our evaluation modules (after the libraries, which set their own filters) changes no env var, warning filter,"
+    "import hook or harness registry, and does not load `datasets`; register_lm() is what registers `mtnlg`."
+    probe = """
+import os, sys, warnings
+import lm_eval, lm_eval.api.model, transformers, megatron.core, mtnlg.model
+env, n, hooks = dict(os.environ), len(warnings.filters), list(sys.meta_path)
+import mtnlg.checkpoint, mtnlg.export_hf, mtnlg.evaluate, mtnlg.tasks
+assert dict(os.environ) == env, set(os.environ) ^ set(env)
+assert len(warnings.filters) == n and sys.meta_path == hooks
+assert "datasets" not in sys.modules
+from lm_eval.api.registry import model_registry
+assert "mtnlg" not in model_registry
+assert mtnlg.evaluate.register_lm() is model_registry.get("mtnlg") is mtnlg.evaluate.MtnlgLM
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")}
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_checkpoint_round_trip(checkpoint, tmp_path):
+    "The trainer's checkpoint, rewritten by mtnlg.checkpoint.save_checkpoint, loads back to identical tensors."
+    import torch
+    from mtnlg.checkpoint import load_checkpoint, load_state_dict, save_checkpoint
+    model, _, cfg = load_checkpoint(checkpoint)
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    again = save_checkpoint(tmp_path / "again", model.state_dict(), cfg, checkpoint / "tokenizer.json", {k: v for k, v in meta.items() if k != "layout"})
+    a, b = load_state_dict(checkpoint), load_state_dict(again)
+    assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((again / "meta.json").read_text()) == meta and (again / "tokenizer.json").read_bytes() == (checkpoint / "tokenizer.json").read_bytes()
 
 
 def _run_cli(args, capsys):

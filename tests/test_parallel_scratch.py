@@ -2,31 +2,38 @@
 unparallelised computation. Workers are exported functions (spawn imports them by name); `launch` runs them."""
 from pathlib import Path
 import pytest, torch
-from mtnlg.topology import Layout, launch, megatron_groups_worker
-from mtnlg import tensor_parallel as tp, pipeline_parallel as pp, data_parallel as dp
+from mtnlg.topology import Layout, launch
+from mtnlg import pipeline_parallel as pp, testing
 
 TINY = str(Path(__file__).resolve().parent.parent / "scaled_configs" / "tiny.yaml")
 
 def test_megatron_builds_our_groups():
     "megatron-core's real initialize_model_parallel(2, 2) in 8 processes builds exactly Layout(2, 2, 2)'s groups."
     layout = Layout(tp=2, pp=2, dp=2)
-    results = launch(megatron_groups_worker, 8, 2, 2)
+    results = launch(testing.megatron_groups_worker, 8, 2, 2)
     for rank, groups in enumerate(results):
         for axis, ranks in groups.items():
             mine = next(g for g in layout.groups(axis) if rank in g)
             assert ranks == mine, (rank, axis, ranks, mine)
 
+def test_init_distributed_checks_groups_in_every_process():
+    "Our one entry point, in 8 processes at TP 2 x PP 2 x DP 2: megatron-core's groups checked against Layout's."
+    assert launch(testing.init_distributed_worker, 8, 2, 2, 2) == [Layout(2, 2, 2).coord(r) for r in range(8)]
+
 def test_tensor_parallel_layers_equal_megatron_and_dense():
-    results = launch(tp.toy_parity_worker, 2, 3)
+    results = launch(testing.toy_parity_worker, 2, 3)
     for r in results:
-        for impl, row in tp.max_differences(r).items():                      # scratch and megatron vs dense
+        for impl, row in testing.max_differences(r).items():                 # scratch and megatron vs dense
             assert max(row.values()) < 1e-6, (impl, row)
-        assert max(tp.max_differences(r, "megatron")["scratch"].values()) < 1e-6
+        assert max(testing.max_differences(r, "megatron")["scratch"].values()) < 1e-6
     assert results[0]["scratch"][0].item() == results[1]["scratch"][0].item()
 
-def test_gpt_tp2_equals_tp1():
-    (loss1, params1, grads1), = launch(tp.gpt_tp_worker, 1, TINY, 1)
-    loss2, params2, grads2 = launch(tp.gpt_tp_worker, 2, TINY, 2)[0]
+@pytest.mark.parametrize("tp_layers", ["megatron", "scratch"])
+def test_gpt_tp2_equals_tp1(tp_layers):
+    "The whole GPT at TP 2 on either set of layers equals the TP 1 model on megatron-core's layers."
+    (loss1, params1, grads1), = launch(testing.gpt_tp_worker, 1, TINY, 1)
+    loss2, params2, grads2 = launch(testing.gpt_tp_worker, 2, TINY, 2, {"model.tp_layers": tp_layers})[0]
+    assert params2.keys() == params1.keys()
     assert max((params2[n] - p).abs().max().item() for n, p in params1.items()) == 0.0
     assert abs(loss1.item() - loss2.item()) <= 1e-6 * loss1.item()
     scale = max(g.abs().max().item() for g in grads1.values())
@@ -34,7 +41,7 @@ def test_gpt_tp2_equals_tp1():
 
 def test_three_stage_1f1b_equals_unpipelined():
     "3 processes, 3 layers: the middle stage both receives and sends in each direction."
-    results = launch(pp.pipeline_worker, 3, TINY, "1f1b", 4, 2, {"model.num_layers": 3})
+    results = launch(testing.pipeline_worker, 3, TINY, "1f1b", 4, 2, {"model.num_layers": 3})
     assert [r["peak_activations"] for r in results] == [3, 2, 1]
     last = results[-1]
     assert abs(last["loss"].item() - last["ref_loss"].item()) < 1e-6
@@ -46,7 +53,7 @@ def test_three_stage_1f1b_equals_unpipelined():
             assert (g - r["ref_grads"][n]).abs().max().item() < 1e-7, n
 
 def test_schedules_rejected_and_bubbles():
-    with pytest.raises(ValueError, match="schedule must be"): pp.pipeline_worker(TINY, "zigzag")
+    with pytest.raises(ValueError, match="schedule must be"): testing.pipeline_worker(TINY, "zigzag")
     with pytest.raises(RuntimeError, match="deadlocks"):
         pp.simulate([[pp.Step("F", 0), pp.Step("B", 0)], [pp.Step("B", 0), pp.Step("F", 0)]])
     for p_, m in [(3, 5), (35, 240), (6, 1)]:
@@ -55,23 +62,23 @@ def test_schedules_rejected_and_bubbles():
 
 def test_zero1_equals_unsharded_adamw():
     steps, clip = 3, 0.05
-    runs = launch(dp.data_parallel_worker, 2, TINY, steps, clip)
+    runs = launch(testing.data_parallel_worker, 2, TINY, steps, clip)
     zero, plain = runs[0]["zero1"], runs[0]["adamw"]
-    assert dp.max_param_difference(zero["params"], plain["params"]) == 0.0          # same gradients: bit for bit
-    assert dp.max_param_difference(zero["params"], runs[1]["zero1"]["params"]) == 0.0
+    assert testing.max_param_difference(zero["params"], plain["params"]) == 0.0          # same gradients: bit for bit
+    assert testing.max_param_difference(zero["params"], runs[1]["zero1"]["params"]) == 0.0
     assert runs[0]["zero1"]["state_numel"] + runs[1]["zero1"]["state_numel"] == plain["state_numel"]
-    ref = dp.reference_run(TINY, steps, clip)                                        # one process, full batch
+    ref = testing.reference_run(TINY, steps, clip)                                        # one process, full batch
     assert min(ref["grad_norms"]) > clip
-    assert dp.max_param_difference(zero["params"], ref["params"]) < 1e-5
+    assert testing.max_param_difference(zero["params"], ref["params"]) < 1e-5
     for a, b in zip(zero["losses"], ref["losses"]): assert abs(a - b) <= 1e-5 * b
 
 def test_deepspeed_zero1_fp32_equals_torch_adamw():
     steps, clip = 3, 0.05
-    ds = launch(dp.deepspeed_worker, 2, TINY, steps, clip, ("fp32",))
-    ref = dp.reference_run(TINY, steps, clip)
+    ds = launch(testing.deepspeed_worker, 2, TINY, steps, clip, ("fp32",))
+    ref = testing.reference_run(TINY, steps, clip)
     r = ds[0]["fp32"]
     assert r["optimizer"] == "DeepSpeedZeroOptimizer"
-    assert dp.max_param_difference(r["params"], ref["params"]) < 1e-5
+    assert testing.max_param_difference(r["params"], ref["params"]) < 1e-5
     for a, b in zip(r["losses"], ref["losses"]): assert abs(a - b) <= 1e-5 * b
     n = sum(p.numel() for p in ref["params"].values())
     assert max(x["fp32"]["master_numel"] for x in ds) < 0.51 * n                    # each rank: half the fp32 state

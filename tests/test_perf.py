@@ -4,7 +4,8 @@ from dataclasses import replace
 from pathlib import Path
 import pytest
 from mtnlg.config import load_config, count_parameters
-from mtnlg.perf import (Assumptions, GiB, Layout, PAPER_ROWS, flops_per_iteration, memory_per_gpu, narayanan_flops,
+from mtnlg.topology import Layout
+from mtnlg.perf import (Assumptions, GiB, Setup, PAPER_ROWS, flops_per_iteration, memory_per_gpu, narayanan_flops,
                         paper_predictions, plan, predict, stage_params_per_rank)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,20 +43,20 @@ def test_per_gpu_parameters_add_up_to_count_parameters():
     assert per_gpu - replicated == count_parameters(m, 8)
 
 def test_memory_full_recompute_fits_and_none_does_not():
-    full = memory_per_gpu(CFG.model, Layout(8, 35, 8, 1, "full"), 1920)
-    none = memory_per_gpu(CFG.model, Layout(8, 35, 8, 1, "none"), 1920)
+    full = memory_per_gpu(CFG.model, Setup(Layout(8, 35, 8), 1, "full"), 1920)
+    none = memory_per_gpu(CFG.model, Setup(Layout(8, 35, 8), 1, "none"), 1920)
     assert 25 * GiB < full["total"] < 35 * GiB < 100 * GiB < none["total"]
     assert full["stage"] == 0                      # stage 0 holds 35 micro-batches in flight
     assert none["activations"] == pytest.approx(35 * 3 * 2048 * 20480 * (10 + 24 / 8 + 5 * 128 * 2048 / (20480 * 8)))
     # ZeRO-1: optimizer states shrink with DP, weights and gradients do not
-    dp16 = memory_per_gpu(CFG.model, Layout(8, 35, 16, 1, "full"), 1920)
+    dp16 = memory_per_gpu(CFG.model, Setup(Layout(8, 35, 16), 1, "full"), 1920)
     assert dp16["optimizer"] == pytest.approx(full["optimizer"] / 2) and dp16["weights"] == full["weights"]
 
 def test_predict_refuses_impossible_layouts():
     with pytest.raises(ValueError, match="global batch 1920 is not divisible by micro-batch x DP = 1 x 7"):
-        predict(CFG.model, Layout(8, 35, 7), 1920)
+        predict(CFG.model, Setup(Layout(8, 35, 7)), 1920)
     with pytest.raises(ValueError, match="TP 16 > 8 GPUs per node"):
-        predict(CFG.model, Layout(16, 35, 4), 1920)
+        predict(CFG.model, Setup(Layout(16, 35, 4)), 1920)
 
 def test_plan_2240_a100_has_the_paper_layout_in_the_top_three():
     feasible, infeasible = plan(CFG, 2240)
@@ -66,7 +67,7 @@ def test_plan_2240_a100_has_the_paper_layout_in_the_top_three():
     assert "does not fit: 103.5 GiB > 80 GiB" in reasons
 
 def test_h200_fits_what_a100_does_not():
-    L = Layout(8, 35, 8, 1, "none")
+    L = Setup(Layout(8, 35, 8), 1, "none")
     assert not predict(CFG.model, L, 1920, "a100-80gb").fits
     h200 = predict(CFG.model, L, 1920, "h200")
     assert h200.fits and h200.iteration_s < predict(CFG.model, L, 1920, "a100-80gb").iteration_s / 2.5
