@@ -9,7 +9,7 @@ __all__ = ['COMMANDS', 'describe', 'add_config_arguments', 'config_from_args', '
 # %% ../nbs/99_cli.ipynb
 import argparse, json, os, shutil, subprocess, sys
 from pathlib import Path
-from .config import Config, ConfigError, load_config, parse_override, count_parameters, layers_per_stage
+from .config import Config, ConfigError, load_config, parse_override, count_parameters, layers_per_stage, stage_params_per_rank
 
 # %% ../nbs/99_cli.ipynb
 def _human(n: float) -> str:
@@ -36,6 +36,9 @@ def describe(cfg: Config) -> str:
         + (f" ({_n(nodes, 'node')} of {p.gpus_per_node})" if nodes >= 1 and nodes.is_integer() else ""),
         f"  per replica     {p.gpus_per_replica} GPUs (TP {p.tensor_parallel} x PP {p.pipeline_parallel})",
         f"  pipeline        {_n(layers_per_stage(cfg), 'layer')} per stage ({_n(p.pipeline_parallel, 'stage')})",
+        f"  per GPU         {_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, 0))} parameters on the first stage, "
+        f"{_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, p.pipeline_parallel - 1))} on the last"
+        + (" (with its copy of the word embedding)" if p.pipeline_parallel > 1 else ""),
         f"  batch           global {s.global_batch_size}{ramp}; micro {s.micro_batch_size}, "
         f"{micro} micro-batches per replica per step",
         f"  training        {_human(s.train_tokens)} tokens, lr {cfg.optimizer.lr:g} -> {cfg.optimizer.min_lr:g} "

@@ -115,3 +115,21 @@ def test_every_module_imports_alone_and_changes_nothing_global():
     import json
     changed = {m: json.loads(r.stdout.strip().splitlines()[-1]) for m, r in results.items()}
     assert all(c == {} for c in changed.values()), {m: c for m, c in changed.items() if c}
+
+def test_each_name_is_defined_once():
+    "No function, class or constant is defined at the top of two modules: one owner per concept (and the ones that"
+    " had drifted apart — Layout, check_layout, make_optimizer, free_port, stage_params_per_rank, … — are single)."
+    owners = {}
+    for m in MODULES:
+        for node in ast.parse((PKG / f"{m}.py").read_text()).body:
+            names = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
+                     [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else [])
+            for n in names:
+                if n != "__all__": owners.setdefault(n, []).append(m)
+    twice = {n: ms for n, ms in owners.items() if len(ms) > 1}
+    assert not twice, twice
+    for name, owner in {"Layout": "topology", "check_layout": "topology", "free_port": "topology", "init_distributed": "topology",
+                        "seed_everything": "topology", "launcher_env": "topology", "make_optimizer": "data_parallel",
+                        "stage_params_per_rank": "config", "count_parameters": "config", "bubble_formula": "pipeline_parallel",
+                        "save_checkpoint": "checkpoint", "train": "train"}.items():
+        assert owners.get(name) == [owner], (name, owners.get(name))

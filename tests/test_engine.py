@@ -73,6 +73,15 @@ def test_layout_trains_like_one_process(single, tmp_path, tp, pp, dp):
     meta = json.loads((tmp_path / "checkpoint/meta.json").read_text())
     assert meta["layout"] == "tp1-pp1" and meta["trained_on"] == f"tp{tp}-pp{pp}-dp{dp}"
 
+def test_engine_on_scratch_tp_layers_trains_like_one_process(single, tmp_path):
+    "TP 2 x PP 2 through DeepSpeed with chapter 11's from-scratch tensor-parallel layers: the same losses and weights."
+    r = mtnlg_train(tmp_path, {**PARITY, **layout(2, 2, 1), "model.tp_layers": "scratch"}, nproc=4)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref, got = losses(single), losses(tmp_path)
+    assert max(abs(a - b) / abs(a) for a, b in zip(ref, got)) <= 1e-5, (ref, got)
+    p_ref, p_got = params(single), params(tmp_path)
+    assert max((p_ref[k] - p_got[k]).abs().max().item() for k in p_ref) <= 1e-5
+
 def test_bf16_2x2_trains_close_to_fp32(single, tmp_path):
     r = mtnlg_train(tmp_path, {**PARITY, **layout(2, 2, 1), "precision": "bf16"}, nproc=4)
     assert r.returncode == 0, r.stderr[-3000:]
