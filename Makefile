@@ -33,7 +33,7 @@ demo: install
 	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, checkpoint/, eval/results.md)"
 
 test: install
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
 
 export: install
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

@@ -148,8 +148,9 @@ def vocab_parallel_cross_entropy(logits, target, group=None):
     return _VocabParallelCrossEntropy.apply(logits, target, tp_group(group))
 
 # %% ../nbs/11_tensor_parallel.ipynb
-def layer_costs(hidden: int, tp: int, tokens: int, bytes_per_value: int = 2) -> dict:
-    "Per-rank weight bytes of one transformer layer and its all-reduce bytes per forward+backward (4 of [tokens, h])."
-    weights = (12 * hidden * hidden) // tp + 13 * hidden   # sliced matrices + (mostly replicated) biases/LayerNorms
-    allreduce = 4 * tokens * hidden if tp > 1 else 0       # f and g: 2 forward + 2 backward all-reduces per layer
+def layer_costs(model, tp: int, tokens: int, bytes_per_value: int = 2) -> dict:
+    "Per-rank weight bytes of one transformer layer of `model` (a `ModelConfig`) and its all-reduce bytes per forward+backward."
+    from mtnlg.config import layer_params_per_rank         # chapter 00 counts what a rank holds
+    weights = layer_params_per_rank(model, tp)              # sliced matrices and column biases + replicated biases/LayerNorms
+    allreduce = 4 * tokens * model.hidden_size if tp > 1 else 0   # f and g: 2 forward + 2 backward all-reduces of [tokens, h]
     return {"weight_bytes": weights * bytes_per_value, "allreduce_bytes": allreduce * bytes_per_value}
