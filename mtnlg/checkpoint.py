@@ -57,7 +57,10 @@ def check_checkpoint(path) -> Path:
 
 def load_state_dict(path) -> dict:
     "Our GPT's weights from a checkpoint, without megatron-core's `_extra_state` entries."
-    sd = torch.load(Path(path) / "model.pt", map_location="cpu", weights_only=False)
+    try: sd = torch.load(Path(path) / "model.pt", map_location="cpu", weights_only=True)   # tensors only: never runs pickled code
+    except Exception as e:
+        raise ValueError(f"{Path(path) / 'model.pt'} is not a plain tensor state dict ({type(e).__name__}); "
+                         f"refusing to unpickle arbitrary objects — re-save it with `save_checkpoint`") from None
     return {k: v for k, v in sd.items() if not k.endswith("_extra_state")}
 
 # %% ../nbs/43_checkpoint.ipynb

@@ -123,6 +123,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
+def _plain(x):
+    "`x` with named tuples turned into tuples, so the parent can load it without unpickling any class."
+    if isinstance(x, dict): return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)): return type(x)(map(_plain, x)) if type(x) in (list, tuple) else tuple(map(_plain, x))
+    return x
+
 def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_dir: str, timeout_s: float):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -131,7 +137,7 @@ def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_di
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
     try:
         result = fn(*args)
-        torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+        torch.save(_plain(result), Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -140,7 +146,7 @@ def launch(fn, world_size: int, *args, timeout_s: float = 300) -> list:
     with tempfile.TemporaryDirectory() as out:
         mp.start_processes(_launch_entry, args=(fn, world_size, free_port(), args, out, timeout_s), nprocs=world_size,
                            join=True, start_method="spawn")
-        return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+        return [torch.load(Path(out) / f"rank{r}.pt", weights_only=True) for r in range(world_size)]   # tensors, numbers, containers
 
 # %% ../nbs/10_topology.ipynb
 def _env_int(env, *names):
