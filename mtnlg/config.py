@@ -94,8 +94,11 @@ class DataConfig:
 
 @dataclass
 class CheckpointConfig:
-    save_interval: int | None = None     # steps between checkpoints; None: only at the end
-    load: str | None = None              # checkpoint directory to resume from
+    save_interval: int | None = None     # steps between checkpoints (and always at the end); None: only at the end
+    keep_last: int = 2                   # complete checkpoints kept; older ones are deleted once a newer one is complete
+    dir: str | None = None               # where step-NNNNNNN/ directories and the `latest` pointer go; default <run_dir>/checkpoints
+    resume: str | None = None            # "auto": continue from `latest` in `dir` if there is one; or a checkpoint path
+    reshard: bool = True                 # allow resuming from a checkpoint saved on another TP x PP x DP layout
 
 @dataclass
 class Config:
@@ -185,6 +188,8 @@ def _validate(c: Config):
                 "schedule.log_interval": s.log_interval, "schedule.eval_interval": s.eval_interval}
     if p.world_size is not None: positive["parallel.world_size"] = p.world_size
     if s.train_iters is not None: positive["schedule.train_iters"] = s.train_iters
+    if c.checkpoint.save_interval is not None: positive["checkpoint.save_interval"] = c.checkpoint.save_interval
+    positive["checkpoint.keep_last"] = c.checkpoint.keep_last
     for name, v in positive.items():
         if v <= 0: raise ConfigError(f"`{name}` must be > 0, got {v}")
     for name, v in {"optimizer.min_lr": o.min_lr, "optimizer.weight_decay": o.weight_decay,
