@@ -4,12 +4,13 @@
 
 # %% auto 0
 __all__ = ['COMMANDS', 'describe', 'add_config_arguments', 'config_from_args', 'add_info_arguments', 'add_train_arguments',
-           'add_curate_arguments', 'add_plan_arguments', 'add_export_hf_arguments', 'add_eval_arguments', 'main']
+           'relaunch', 'add_reshard_arguments', 'add_curate_arguments', 'add_plan_arguments', 'add_export_hf_arguments',
+           'add_eval_arguments', 'main']
 
 # %% ../nbs/99_cli.ipynb
-import argparse, json, os, shutil, subprocess, sys
+import argparse, json, os, shutil, signal, subprocess, sys
 from pathlib import Path
-from .config import Config, ConfigError, load_config, parse_override, count_parameters, layers_per_stage, stage_params_per_rank
+from .config import Config, ConfigError, load_config, config_from_dict, parse_override, count_parameters, layers_per_stage, stage_params_per_rank
 
 # %% ../nbs/99_cli.ipynb
 def _human(n: float) -> str:
@@ -75,17 +76,53 @@ def add_train_arguments(p: argparse.ArgumentParser):
     p.add_argument("--run-dir", help="where metrics, plot and checkpoint go (default: the config's output_dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--nproc", type=int, help="start N local processes (torchrun) running the 3D engine; N = TP*PP*DP")
+    p.add_argument("--resume", metavar="auto|DIR", help="continue from a checkpoint: `auto` = the latest in the run's "
+                   "checkpoints/ if any (same as --set checkpoint.resume=auto)")
     def run(args):
-        from mtnlg.topology import check_layout, launched, launcher_env, torchrun_command
+        from mtnlg.topology import check_layout, launched, launcher_env
+        if args.resume: args.set = args.set + [f"checkpoint.resume={args.resume}"]
         cfg = config_from_args(args)
         if args.nproc is not None and not launched():
             check_layout(cfg, args.nproc)                      # before any process starts
-            return subprocess.call(torchrun_command(_without_nproc(args.argv), args.nproc))
+            return relaunch(args.argv, args.nproc)
         check_layout(cfg, launcher_env()["world_size"])
         import torch.distributed as dist
         from mtnlg.train import train
-        train(cfg, args.run_dir, progress=not args.no_progress)
+        train(cfg, args.run_dir, progress=not args.no_progress)   # a SIGUSR1/SIGTERM ends it early, checkpointed: exit 0
         if dist.is_initialized(): dist.destroy_process_group()
+        return 0
+    p.set_defaults(func=run)
+
+def relaunch(argv: list, nproc: int) -> int:
+    "This command again as `nproc` local processes under torchrun. SIGUSR1 is left to the workers (they checkpoint)."
+    from mtnlg.topology import torchrun_command
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)    # inherited by torchrun; the workers install their own handler
+    return subprocess.call(torchrun_command(_without_nproc(argv), nproc))
+
+def add_reshard_arguments(p: argparse.ArgumentParser):
+    "`mtnlg reshard SRC DST [--set parallel.tensor_parallel=T ...] [--nproc N]` (chapters 41, 43)."
+    p.add_argument("src", help="a checkpoint: a run's checkpoints/ directory or one of its step-NNNNNNN directories")
+    p.add_argument("dst", help="checkpoints directory to write the resharded step into")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the checkpoint's config, e.g. --set parallel.tensor_parallel=1 (repeatable)")
+    p.add_argument("--nproc", type=int, help="start N local processes (torchrun); N = TP*PP*DP of the new layout")
+    def run(args):
+        from mtnlg.checkpoint import Checkpoint
+        from mtnlg.topology import Layout, check_layout, launched, launcher_env
+        ckpt = Checkpoint(args.src)
+        sets = dict(parse_override(o) for o in args.set)
+        if any(k.startswith("parallel.") for k in sets) and "parallel.world_size" not in sets: sets["parallel.world_size"] = None
+        d = ckpt.config.to_dict(); d.pop("source", None)
+        cfg = config_from_dict(d, sets)
+        if args.nproc is not None and not launched():
+            check_layout(cfg, args.nproc)
+            return relaunch(args.argv, args.nproc)
+        check_layout(cfg, launcher_env()["world_size"])
+        import torch.distributed as dist
+        from mtnlg.train import reshard
+        out = reshard(ckpt.dir, args.dst, cfg)
+        if dist.get_rank() == 0: print(f"resharded {ckpt.dir} ({ckpt.layout}) -> {out} ({Layout.of(cfg)})")
+        dist.destroy_process_group()
         return 0
     p.set_defaults(func=run)
 
@@ -105,8 +142,7 @@ def add_curate_arguments(p: argparse.ArgumentParser):
         if args.fresh and out.exists(): shutil.rmtree(out)
         s = curate(cfg, out, args.executor, args.workers, progress=not args.no_progress)
         print(format_summary(s))
-        print(f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set 'data.train_files=[{out}/blend/train.jsonl]' "
-              f"--set 'data.valid_files=[{out}/blend/valid.jsonl]'")
+        print(f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set data.train_files=[]")
         return 0
     p.set_defaults(func=run)
 
@@ -136,7 +172,7 @@ def add_plan_arguments(p: argparse.ArgumentParser):
 # %% ../nbs/99_cli.ipynb
 def add_export_hf_arguments(p):
     "`mtnlg export-hf CHECKPOINT OUT [--no-check]`"
-    p.add_argument("checkpoint", help="a consolidated (tp1-pp1) checkpoint directory, e.g. runs/tiny/checkpoint")
+    p.add_argument("checkpoint", help="a checkpoint of any layout: a run's checkpoints/ directory (its latest step) or a step directory")
     p.add_argument("out", help="directory for the transformers GPT-2 model (config.json, model.safetensors, tokenizer)")
     p.add_argument("--no-check", action="store_true", help="skip the logits comparison after writing")
     def run(args):
@@ -158,7 +194,7 @@ def add_export_hf_arguments(p):
 def add_eval_arguments(p):
     "`mtnlg eval --checkpoint DIR [--tasks all|a,b] [--shots 0,1,few] [--data-dir D] [--out DIR]`"
     from mtnlg.tasks import TASKS                               # light: mtnlg.tasks imports neither datasets nor lm_eval's tasks
-    p.add_argument("--checkpoint", required=True, help="consolidated (tp1-pp1) checkpoint directory")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory")
     p.add_argument("--tasks", default="all", help=f"comma-separated: {', '.join(TASKS)} (default: all)")
     p.add_argument("--shots", default="0,1,few", help="comma-separated shot settings among 0, 1, few (default: 0,1,few)")
     p.add_argument("--data-dir", help="directory of the local JSONL tasks (default: $MTNLG_EVAL_DATA or ../shared/data/eval)")
@@ -190,7 +226,8 @@ def add_eval_arguments(p):
         register_lm()                                       # the name `mtnlg` in this process's harness registry
         try: install_lm_eval_plugin()                       # ... and in later `lm_eval --model mtnlg` runs from the shell
         except OSError: pass                                # read-only site-packages: `lm_eval --model mtnlg` just won't work
-        out = Path(args.out) if args.out else ckpt.parent / "eval"
+        run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+        out = Path(args.out) if args.out else run_dir / "eval"
         lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size)
         res = evaluate_tasks(lm, names, shots, args.data_dir, args.source, args.limit, args.fewshot_seed)
         res = {"checkpoint": str(ckpt.resolve()), "meta": json.loads((ckpt / "meta.json").read_text()), "skipped": skipped, **res}
@@ -206,6 +243,7 @@ COMMANDS = {  # name: (declares its arguments, one-line help)
     "curate": (add_curate_arguments, "run the data-curation pipeline over a directory of shards"),
     "eval": (add_eval_arguments, "evaluate a checkpoint on the paper's nine tasks (0/1/few-shot) beside the paper's numbers"),
     "export-hf": (add_export_hf_arguments, "export a checkpoint as a transformers GPT-2 model directory"),
+    "reshard": (add_reshard_arguments, "load a checkpoint onto another TP x PP x DP layout and save it there"),
     "plan": (add_plan_arguments, "rank (TP, PP, DP, micro-batch, recompute) layouts of a config on N GPUs by predicted speed"),
 }
 

@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['prepare_deepspeed', 'lm_head', 'pipeline_loss', 'gpt_layer_specs', 'check_stages', 'gpt_pipeline', 'gpt_name',
-           'consolidated', 'deepspeed_config', 'build_engine', 'micro_batches', 'DeepSpeedBackend']
+           'deepspeed_config', 'build_engine', 'micro_batches', 'DeepSpeedBackend']
 
 # %% ../nbs/14_engine_3d.ipynb
 import contextlib, io, os
@@ -19,6 +19,7 @@ from .topology import Layout, deepspeed_topology, seed_everything, plot_rank_gri
 from .model import Embedding, TransformerBlock, megatron_config, token_losses
 from .pipeline_parallel import gpt_param_name, partition_uniform
 from .data_parallel import make_optimizer
+from .checkpoint import make_shard, tp_dim
 
 # %% ../nbs/14_engine_3d.ipynb
 def prepare_deepspeed():
@@ -72,28 +73,6 @@ def gpt_name(name: str, num_layers: int) -> str:
     layer, rest = name.split(".", 1)
     return gpt_param_name(int(layer), rest, num_layers)
 
-@torch.no_grad()
-def consolidated(module: PipelineModule, num_layers: int, tensors: dict | None = None) -> dict | None:
-    "`tensors` (default: the state dict) of all stages and TP ranks as one TP1-PP1 `GPT` dict on rank 0; None elsewhere."
-    from megatron.core import parallel_state as ps
-    tp_group, tp = ps.get_tensor_model_parallel_group(), ps.get_tensor_model_parallel_world_size()
-    params = dict(module.named_parameters())
-    tensors = module.state_dict(keep_vars=True) if tensors is None else tensors
-    mine = {}
-    for name, t in tensors.items():
-        if name.startswith("tied_modules.embed.") and module.stage_id != 0: continue   # the first stage's copy counts
-        if not isinstance(t, torch.Tensor): mine[gpt_name(name, num_layers)] = t; continue   # megatron's _extra_state
-        p, full = params.get(name, t), t.detach().float().cpu()
-        if getattr(p, "tensor_model_parallel", False) and tp > 1:
-            parts = [torch.empty_like(full) for _ in range(tp)]
-            dist.all_gather(parts, full.contiguous(), group=tp_group)
-            full = torch.cat(parts, dim=p.partition_dim)
-        mine[gpt_name(name, num_layers)] = full
-    keep = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
-    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(mine if keep else {}, gathered, dst=0)
-    return {k: v for d in gathered for k, v in d.items()} if dist.get_rank() == 0 else None
-
 # %% ../nbs/14_engine_3d.ipynb
 def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
     "The DeepSpeed config of `cfg`: ZeRO-1, bf16 with fp32 master weights (or fp32), clipping, micro-batching."
@@ -141,19 +120,65 @@ class DeepSpeedBackend:
 
     def _split(self, batch): return micro_batches(batch, self.cfg.schedule.micro_batch_size, self.coord.data, self.layout.dp)
 
-    def train_step(self, batch: torch.Tensor, lr: float) -> tuple[float, float | None]:
-        "One optimizer step on the global `batch` at learning rate `lr`; (mean loss, global gradient norm)."
+    def train_step(self, batch: torch.Tensor, lr: float) -> tuple[float, float | None, bool]:
+        """One optimizer step on the global `batch` at learning rate `lr`; (mean loss, global gradient norm, skipped).
+        DeepSpeed's ZeRO optimizer itself skips a step whose gradient norm is NaN/Inf, and counts it."""
         if batch.shape[0] != self.engine.train_batch_size(): self.engine.set_train_batch_size(batch.shape[0])
         for g in self.optimizer.param_groups: g["lr"] = lr
+        skipped_before = self.engine.skipped_steps
         loss = self.engine.train_batch(iter(self._split(batch))).item()
         gn = self.engine.get_global_grad_norm()
-        return loss, None if gn is None else float(gn)
+        return loss, None if gn is None else float(gn), self.engine.skipped_steps > skipped_before
 
     def eval_loss(self, batches: list) -> float:
         "Mean loss over validation micro-batches (every replica evaluates the same ones)."
         evals = [(b[:, :-1], b[:, 1:]) for b in batches]
         return self.engine.eval_batch(iter(evals), num_micro_batches=len(evals)).item()
 
-    def state_dict(self) -> dict | None:
-        "The whole model as one TP1-PP1 `GPT` state dict on rank 0 (None on the other ranks)."
-        return consolidated(self.engine.module, self.cfg.model.num_layers)
+    def named_parameters(self, with_tied_copy: bool = False) -> dict:
+        "This rank's parameters under their `GPT` names; the last stage's copy of the tied embedding only if asked."
+        L, first = self.cfg.model.num_layers, self.coord.pipe == 0
+        return {gpt_name(n, L): p for n, p in self.engine.module.named_parameters()
+                if with_tied_copy or first or not n.startswith("tied_modules.embed.")}
+
+    def _adam_state(self) -> dict:
+        """Adam's state of this rank's flat ZeRO-1 partitions (empty before the first step), linked to every parameter's
+        piece. (DeepSpeed links after the first param group's first step, before the second group has state: relink.)"""
+        zero = self.engine.optimizer
+        if zero.optimizer.state:
+            zero._hp_optimizer_states_linked = False
+            zero._lazy_init_hp_params_optimizer_state()
+        return zero.optimizer.state
+
+    def checkpoint_shard(self) -> dict:
+        """Chapter 43's shard: this rank's TP slices (from data-parallel rank 0) and, from every rank, the pieces of
+        the flattened fp32 masters and Adam moments its ZeRO-1 partition owns, each with its offset in the parameter."""
+        states, frags = self._adam_state(), {}
+        for n, p in self.named_parameters().items():
+            hp = getattr(p, "_hp_mapping", None)
+            if hp is None: continue                      # no piece of this parameter in this rank's partition
+            master = hp.get_hp_fragment()
+            frags[n] = {"start": hp.lp_fragment_address.start, "master": master,
+                        **{k: hp.get_hp_fragment(k) if states else torch.zeros_like(master) for k in ("exp_avg", "exp_avg_sq")}}
+        step = int(next(iter(states.values()))["step"]) if states else 0
+        return make_shard(self.named_parameters(), frags, step, with_model=self.coord.data == 0)
+
+    @torch.no_grad()
+    def load_checkpoint(self, ckpt):
+        "Weights, fp32 masters and Adam's state from a checkpoint of any layout: each rank cuts its own pieces."
+        zero, step = self.engine.optimizer, ckpt.optimizer_step
+        if step:
+            for flat in zero.single_partition_of_fp32_groups:        # create Adam's state before the first step
+                zero.optimizer.state[flat] = {"step": torch.tensor(float(step)), "exp_avg": torch.zeros_like(flat),
+                                              "exp_avg_sq": torch.zeros_like(flat)}
+            self._adam_state()
+        for n, p in self.named_parameters(with_tied_copy=True).items():
+            local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p), self.coord.model, self.layout.tp)
+            p.copy_(local("model"))
+            hp = getattr(p, "_hp_mapping", None)
+            if hp is None: continue
+            a = hp.lp_fragment_address
+            for what in ("master", "exp_avg", "exp_avg_sq") if step else ("master",):
+                hp.get_hp_fragment(None if what == "master" else what).copy_(local(what).reshape(-1).narrow(0, a.start, a.numel))
+        self.engine.global_steps = ckpt.meta["step"]
+        self.engine.global_samples = ckpt.meta["consumed_samples"]

@@ -219,7 +219,9 @@ def init_distributed(layout: Layout = Layout(1, 1, 1), backend: str | None = Non
         if env["launched"]:
             for k in ("rank", "world_size", "local_rank", "master_addr", "master_port"): os.environ[k.upper()] = str(env[k])
             dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-        else: dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        else:
+            os.environ.setdefault("LOCAL_RANK", "0")     # DeepSpeed's PipelineModule reads it even in one process
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     if ps.model_parallel_is_initialized():
         if (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()) == (layout.tp, layout.pp):
             return layout
