@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install export clean
+.PHONY: demo test test-full install export clean
 
 install: $(STAMP)
 
@@ -28,12 +28,16 @@ demo: install
 	$(BIN)/mtnlg info --config scaled_configs/mtnlg-530b.yaml
 	$(BIN)/mtnlg curate --config scaled_configs/curate-demo.yaml --fresh $(DECONTAMINATE)
 	$(BIN)/mtnlg train --config scaled_configs/tiny-3d.yaml --nproc 8
-	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoint --tasks all --shots 0,1,few --limit 40 --data-dir $(EVAL_DATA)
+	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoints --tasks all --shots 0,1,few --limit 40 --data-dir $(EVAL_DATA)
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
-	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, checkpoint/, eval/results.md)"
+	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md)"
 
 test: install
 	$(BIN)/python -m pytest tests --durations=15
+
+# test + the cases marked slow (e.g. kill -9 and bitwise resume on TP 2 x PP 2 x DP 2)
+test-full: install
+	$(BIN)/python -m pytest tests -m "slow or not slow" --durations=15
 
 export: install
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

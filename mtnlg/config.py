@@ -5,7 +5,7 @@
 # %% auto 0
 __all__ = ['ModelConfig', 'ParallelConfig', 'OptimizerConfig', 'ScheduleConfig', 'BlendEntry', 'DataConfig', 'CheckpointConfig',
            'Config', 'ConfigError', 'split_shares', 'parse_override', 'config_from_dict', 'load_config',
-           'count_parameters', 'layers_per_stage', 'layer_params_per_rank', 'stage_params_per_rank']
+           'count_parameters', 'layers_per_stage', 'narayanan_flops', 'layer_params_per_rank', 'stage_params_per_rank']
 
 # %% ../nbs/00_config.ipynb
 import dataclasses, difflib, math, os, re, types, typing
@@ -344,6 +344,12 @@ def count_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     return embeddings + model.num_layers * per_layer + 2 * h
 
 def layers_per_stage(cfg: Config) -> int: return cfg.model.num_layers // cfg.parallel.pipeline_parallel
+
+
+
+def narayanan_flops(B: int, s: int, l: int, h: int, V: int) -> float:
+    "The paper's FLOPs per iteration (batch B, sequence s, l layers, hidden h, padded vocabulary V) with full recomputation: 96 B s l h^2 (1 + s/6h + V/16lh)."
+    return 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
 
 # %% ../nbs/00_config.ipynb
 def layer_params_per_rank(model: ModelConfig, tp: int) -> int:

@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'Setup', 'setup_problems', 'check_setup', 'layer_forward_flops',
-           'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'narayanan_flops', 'state_bytes_per_param',
+           'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes_per_param',
            'layer_activation_bytes', 'stored_activation_bytes', 'in_flight', 'GPU', 'Assumptions', 'memory_per_gpu',
            'memory_table', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Prediction', 'predict',
            'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'plan', 'format_plan',
@@ -14,7 +14,7 @@ __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'Setup', 'setup_problems', 
 import math, re, time
 from collections import Counter
 from dataclasses import dataclass, field, replace, asdict
-from .config import Config, ModelConfig, load_config, count_parameters, stage_params_per_rank
+from .config import Config, ModelConfig, load_config, count_parameters, stage_params_per_rank, narayanan_flops
 from .topology import Layout, layout_problems
 from .pipeline_parallel import bubble_formula
 
@@ -70,9 +70,7 @@ def flops_per_iteration(model: ModelConfig, global_batch: int, recompute: str = 
     per_layer = 3 * sum(layer_forward_flops(model, tokens)) + recompute_flops(model, tokens, recompute)
     return model.num_layers * per_layer + 3 * logits_forward_flops(model, tokens, tp)
 
-def narayanan_flops(B: int, s: int, l: int, h: int, V: int) -> float:
-    "The paper's FLOPs per iteration with full recomputation: 96 B s l h^2 (1 + s/6h + V/16lh)."
-    return 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+
 
 # %% ../nbs/50_perf_model.ipynb
 PAPER_ROWS = [  # (nodes, DP, iteration time s, TFLOP/s per GPU), Megatron-Turing NLG paper (arXiv 2201.11990)

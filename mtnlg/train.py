@@ -19,7 +19,7 @@ from .topology import Layout, init_distributed, launched, seed_everything
 from .data_parallel import make_optimizer
 from .schedules import iterations, lr_at
 from .data_loading import training_data
-from .perf import narayanan_flops
+from .config import narayanan_flops
 from .checkpoint import (Checkpoint, StopRequest, make_shard, save_checkpoint, latest_checkpoint, set_rng_state,
                               shard_name, tp_dim)
 
@@ -146,17 +146,20 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
     layout = init_distributed(Layout.of(cfg))
     rank, s, m = dist.get_rank(), cfg.schedule, cfg.model
     run_dir = Path(run_dir or cfg.run_dir); ckpt_dir = checkpoint_dir(cfg, run_dir)
-    if rank == 0: run_dir.mkdir(parents=True, exist_ok=True)
-    dist.barrier()
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     seed_everything(cfg.seed, device)
+    start = resume_from(cfg, run_dir, layout)          # a bad checkpoint fails here, before any data or model is built
+    if rank == 0: run_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
     steps = iterations(cfg)
     quiet = lambda *a, **k: None
-    data = training_data(cfg, sum(b for _, b in steps), s.micro_batch_size * s.eval_iters, run_dir, log if rank == 0 else quiet)
+    # the sample order depends on how many samples are asked for (Megatron's epochs): ask for the whole schedule's,
+    # whatever `train_iters` cuts it to, so runs of different lengths see the same order
+    samples = max(math.ceil(s.train_tokens / m.seq_length), sum(b for _, b in steps))
+    data = training_data(cfg, samples, s.micro_batch_size * s.eval_iters, run_dir, log if rank == 0 else quiet)
     engine = make_backend(cfg, layout, backend, device)
     say = log if engine.holds_loss else quiet
     state = dict(FRESH_STATE)
-    start = resume_from(cfg, run_dir, layout)
     if start:
         if start.tokenizer_file.read_bytes() != Path(data.tokenizer_file).read_bytes():
             raise ValueError(f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {data.tokenizer_file}: "

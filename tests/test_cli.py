@@ -36,7 +36,9 @@ def test_train_smoke_from_another_directory(tmp_path):
     rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == [2, 4, 6]
     assert rows[-1]["step"] == 6 and "valid_loss" in rows[-1]
-    for f in ("loss.png", "tokenizer.json", "summary.json", "checkpoint/model.pt", "checkpoint/config.yaml"):
+    for f in ("loss.png", "summary.json", "checkpoints/latest", "checkpoints/step-0000006/rank-00000.pt",
+              "checkpoints/step-0000006/config.yaml", "checkpoints/step-0000006/tokenizer.json"):
         assert (run_dir / f).is_file(), f
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["tokens"] == rows[-1]["tokens"]

@@ -13,12 +13,12 @@ offline_environment()          # explicit (importing mtnlg sets nothing): these 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    "A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state)."
+    "A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/ root."
     run = tmp_path_factory.mktemp("tiny-eval")
     subprocess.run([str(BIN / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs" / "tiny.yaml"),
                     "--set", "schedule.train_iters=40", "--run-dir", str(run), "--no-progress"],
                    cwd=ROOT, check=True, capture_output=True)
-    return run / "checkpoint"
+    return run / "checkpoints"
 
 
 @pytest.fixture(scope="module")
@@ -105,16 +105,50 @@ assert mtnlg.evaluate.register_lm() is model_registry.get("mtnlg") is mtnlg.eval
     assert r.returncode == 0, r.stderr[-2000:]
 
 
-def test_checkpoint_round_trip(checkpoint, tmp_path):
-    "The trainer's checkpoint, rewritten by mtnlg.checkpoint.save_checkpoint, loads back to identical tensors."
+def test_checkpoints_root_and_step_dir_are_the_same_checkpoint(checkpoint, tmp_path, capsys):
+    "A run's checkpoints/ root reads its `latest` step: same weights, and `mtnlg eval` gives identical results, written"
+    "by default to the run's eval/ (beside checkpoints/) and naming the step directory it read."
     import torch
-    from mtnlg.checkpoint import load_checkpoint, load_state_dict, save_checkpoint
-    model, _, cfg = load_checkpoint(checkpoint)
-    meta = json.loads((checkpoint / "meta.json").read_text())
-    again = save_checkpoint(tmp_path / "again", model.state_dict(), cfg, checkpoint / "tokenizer.json", {k: v for k, v in meta.items() if k != "layout"})
-    a, b = load_state_dict(checkpoint), load_state_dict(again)
+    from mtnlg.checkpoint import FORMAT, check_checkpoint, load_state_dict
+    step = check_checkpoint(checkpoint)
+    assert step == checkpoint / "step-0000040" and (checkpoint / "latest").read_text().strip() == step.name
+    a, b = load_state_dict(checkpoint), load_state_dict(step)
     assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
-    assert json.loads((again / "meta.json").read_text()) == meta and (again / "tokenizer.json").read_bytes() == (checkpoint / "tokenizer.json").read_bytes()
+    args = ["--tasks", "boolq,wic", "--shots", "0", "--data-dir", str(FIXTURES)]
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), *args], capsys)
+    assert code == 0, err
+    code, err = _run_cli(["eval", "--checkpoint", str(step), "--out", str(tmp_path), *args], capsys)
+    assert code == 0, err
+    x, y = (json.loads((d / "results.json").read_text()) for d in (checkpoint.parent / "eval", tmp_path))
+    assert x == y and x["checkpoint"] == str(step.resolve())
+    assert x["meta"] == json.loads((step / "meta.json").read_text()) and x["meta"]["format"] == FORMAT
+
+
+def test_export_and_eval_a_tp2_checkpoint(tmp_path):
+    "A checkpoint straight from a TP 2 run (2 processes) is exported and evaluated as it is, no consolidation step. Its"
+    "vocabulary of 2100 is padded to 2304 rows (a multiple of 128 x 2) where a one-device model has 2176: both backends"
+    "cut the same rows, and agree."
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    from mtnlg.checkpoint import Checkpoint
+    from mtnlg.evaluate import MtnlgLM
+    from mtnlg.export_hf import export_hf
+    run = tmp_path / "tp2"
+    r = subprocess.run([str(BIN / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs" / "tiny.yaml"), "--nproc", "2",
+                        "--set", "parallel.tensor_parallel=2", "--set", "model.vocab_size=2100", "--set", "schedule.train_iters=4",
+                        "--set", "schedule.eval_iters=1", "--run-dir", str(run), "--no-progress"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ckpt = Checkpoint(run / "checkpoints")
+    assert (ckpt.layout.tp, len(ckpt.meta["shards"]), ckpt.full("embedding.tokens.weight").shape[0]) == (2, 2, 2304)
+    hf_dir = export_hf(run / "checkpoints", tmp_path / "hf")          # checks the logits agree within 1e-4
+    assert json.loads((hf_dir / "config.json").read_text())["vocab_size"] == 2176
+    ours = MtnlgLM(str(run / "checkpoints"), batch_size=8)
+    theirs = HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=8)
+    reqs = [Instance("loglikelihood", {}, p, i) for i, p in enumerate([("", "The"), ("The city of", " London is large."),
+                                                                       ("Question: Is water wet?\nAnswer:", " yes")])]
+    a, b = ours.loglikelihood(reqs), theirs.loglikelihood(reqs)
+    assert max(abs(x[0] - y[0]) for x, y in zip(a, b)) <= 1e-4 and [x[1] for x in a] == [y[1] for y in b]
 
 
 def _run_cli(args, capsys):
@@ -149,16 +183,26 @@ def test_bad_input_malformed_row(checkpoint, tmp_path, capsys):
     assert code == 2 and "validation.jsonl:5: row lacks field(s) ['label']" in err
 
 
-def test_bad_input_checkpoint_of_another_layout(checkpoint, tmp_path, capsys):
-    bad = tmp_path / "tp2"
-    shutil.copytree(checkpoint, bad)
-    (bad / "meta.json").write_text(json.dumps({"layout": "tp2-pp1", "step": 40}))
-    for cmd in (["eval", "--checkpoint", str(bad), "--tasks", "boolq", "--data-dir", str(FIXTURES)],
-                ["export-hf", str(bad), str(tmp_path / "out")]):
-        code, err = _run_cli(cmd, capsys)
-        assert code == 2 and "'tp2-pp1'" in err and "consolidate" in err, err
-    code, err = _run_cli(["export-hf", str(tmp_path / "nowhere"), str(tmp_path / "out")], capsys)
-    assert code == 2 and "not found" in err
+def test_bad_input_broken_checkpoints(checkpoint, tmp_path, capsys):
+    "A step dir without meta.json, a missing rank file, a root holding only an interrupted save, an older format,"
+    "a missing path: `mtnlg eval` and `mtnlg export-hf` exit 2 with chapter 43's message, and write nothing."
+    step = checkpoint / "step-0000040"
+    root = tmp_path / "checkpoints"; shutil.copytree(step, root / step.name)
+    incomplete = shutil.copytree(step, root / "step-0000060"); (incomplete / "meta.json").unlink()
+    missing = shutil.copytree(step, tmp_path / "missing" / step.name); (missing / "rank-00000.pt").unlink()
+    killed = shutil.copytree(step, tmp_path / "killed" / ".step-0000040.tmp"); (killed / "meta.json").unlink()
+    older = shutil.copytree(step, tmp_path / "older" / step.name)
+    (older / "meta.json").write_text(json.dumps({"layout": "tp1-pp1", "step": 40}))
+    for bad, expected in [(incomplete, "is incomplete (no meta.json: its save was interrupted); use step-0000040 beside it"),
+                          (missing, "lacks rank-00000.pt"),
+                          (tmp_path / "killed", "holds no complete checkpoint"),
+                          (older, "written by an older mtnlg"),
+                          (tmp_path / "nowhere", "not found")]:
+        for cmd in (["eval", "--checkpoint", str(bad), "--tasks", "boolq", "--data-dir", str(FIXTURES), "--out", str(tmp_path / "eval")],
+                    ["export-hf", str(bad), str(tmp_path / "out")]):
+            code, err = _run_cli(cmd, capsys)
+            assert code == 2 and expected in err and err.count("\n") == 1, (cmd, err)
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "out").exists()
 
 
 def test_mtnlg_eval_writes_results(checkpoint, tmp_path, capsys):
@@ -166,7 +210,8 @@ def test_mtnlg_eval_writes_results(checkpoint, tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(checkpoint), "--tasks", "boolq,hans", "--shots", "0,few",
                  "--data-dir", str(FIXTURES), "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "results.json").read_text())
-    assert res["meta"]["layout"] == "tp1-pp1" and set(res["tasks"]) == {"boolq", "hans"}
+    assert res["meta"]["layout"] == {"tp": 1, "pp": 1, "dp": 1} and res["meta"]["step"] == 40
+    assert res["checkpoint"] == str((checkpoint / "step-0000040").resolve()) and set(res["tasks"]) == {"boolq", "hans"}
     boolq = res["tasks"]["boolq"]
     assert set(boolq["acc"]) == {"0", "few"} and boolq["paper"] == {"0": .782, "1": .825, "few": .848}
     assert boolq["chance"] == 0.5 and boolq["k"] == 32 and boolq["k_used"] == 8     # the fixture pool has 8
@@ -180,3 +225,6 @@ def test_mtnlg_export_hf_cli(checkpoint, tmp_path, capsys):
     assert main(["export-hf", str(checkpoint), str(tmp_path / "hf")]) == 0
     out = capsys.readouterr().out
     assert "max |logits ours - transformers|" in out and (tmp_path / "hf" / "config.json").is_file()
+    record = json.loads((tmp_path / "hf" / "mtnlg_export.json").read_text())     # the step directory read, and its meta
+    assert record["source_checkpoint"] == str((checkpoint / "step-0000040").resolve())
+    assert record["meta"] == json.loads((checkpoint / "step-0000040" / "meta.json").read_text())

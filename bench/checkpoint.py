@@ -1,0 +1,232 @@
+"""Sharded checkpoints (chapter 43) against plain `torch.save` / `torch.load`, on CPU, one process, all measured in this run:
+
+1. Save, GB/s per rank: `save_checkpoint` of a real shard (a `SingleProcess` backend after one training step on
+   scaled_configs/tiny.yaml scaled up to --hidden x --layers; the shard holds the weights, fp32 masters, Adam's two
+   moments and the RNG streams) vs `torch.save` of the same dict to the same filesystem — once without fsync (page
+   cache only) and once followed by `os.fsync` (what our save does: it fsyncs every file, the directory and the
+   `latest` pointer). The snapshot (`checkpoint_shard()`: copying the tensors out of the model) is timed apart.
+2. Load, GB/s per rank: `Checkpoint(dir)` + `SingleProcess.load_checkpoint(ckpt)` (memory-mapped `torch.load`, tensors
+   assembled whole, copied into the model and Adam's state) vs plain `torch.load(weights_only=True)` of the same shard
+   file (which copies nothing into the model), and vs that load followed by the same copies (like for like). Warm: the
+   file is in the page cache (just written); cold: its pages are dropped first (posix_fadvise DONTNEED after fsync).
+3. Resume, seconds: `train()` from the call to its return for one step, from a fresh start vs resuming from the step-1
+   checkpoint (`checkpoint.resume=<dir>`, one more step). Both build the model, read the (cached) data, run the step,
+   one validation batch, and save the final checkpoint; the difference is the cost of resuming.
+
+Each save and load timing is repeated --reps times, each train() call --resume-reps times (the sides alternate), and the
+median reported (the minimum too, in the JSON: the machine may be shared); ratios are ours / baseline
+(GB/s) or resume / fresh (seconds). GB/s = bytes of the shard file / seconds. Files go under --dir (default
+.cache/bench_checkpoint in the repository, i.e. the filesystem checkpoints go to), deleted at the end.
+
+    .venv/bin/python bench/checkpoint.py [--hidden 512 --layers 8] [--reps 5] [--resume-reps 3] [--dir DIR]
+
+Writes bench/results/checkpoint-cpu-<date>.json (config, bytes per shard, machine) and prints a table.
+"""
+import argparse, datetime, json, os, platform, shutil, statistics, sys, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CONFIG = ROOT / "scaled_configs/tiny.yaml"
+GB = 1e9
+
+def hardware() -> dict:
+    import torch
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "load_avg_1min": os.getloadavg()[0]}
+
+def overrides(a, work: Path) -> dict:
+    return {"model.hidden_size": a.hidden, "model.num_layers": a.layers, "model.num_attention_heads": max(1, a.hidden // 64),
+            "schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None,
+            "schedule.global_batch_size": 8, "schedule.micro_batch_size": 8, "schedule.eval_iters": 1,   # a short step
+            "schedule.train_iters": 1, "output_dir": str(work / "run")}
+
+def fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
+def drop_cache(path):
+    "Evict `path`'s (clean) pages from the page cache, so the next read comes from the disk."
+    fsync(path)
+    fd = os.open(path, os.O_RDONLY)
+    try: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally: os.close(fd)
+
+def settle():
+    "Write back dirty pages left by the previous measurement, outside the timers."
+    os.sync()
+
+def timed(fn):
+    t0 = time.perf_counter(); r = fn(); return time.perf_counter() - t0, r
+
+def med(xs): return statistics.median(xs)
+
+def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> dict:
+    import torch
+    from mtnlg.checkpoint import save_checkpoint, shard_name
+    state = {"step": 1, "consumed_samples": 0, "tokens": 0, "skipped_steps": 0, "loss_window": [], "elapsed_s": 0.0}
+    t = {"snapshot": [], "ours": [], "torch_save": [], "torch_save_fsync": []}
+    size = {}
+    for i in range(reps):
+        dt, shard = timed(backend.checkpoint_shard); t["snapshot"].append(dt)
+        root = work / f"save-{i}"; settle()
+        dt, final = timed(lambda: save_checkpoint(root, 1, shard, cfg, layout, tokenizer_file, state, keep_last=2))
+        t["ours"].append(dt); size["ours"] = (final / shard_name(0)).stat().st_size
+        for kind in ("torch_save", "torch_save_fsync"):
+            p = work / f"{kind}-{i}.pt"; settle()
+            dt, _ = timed(lambda: (torch.save(shard, p), kind.endswith("fsync") and fsync(p)))
+            t[kind].append(dt); size[kind] = p.stat().st_size; p.unlink()
+        if i < reps - 1: shutil.rmtree(root)          # the last one is loaded below
+    settle()
+    out = {"bytes_per_shard": size["ours"], "torch_save_bytes": size["torch_save"], "seconds": t,
+           "median_s": {k: med(v) for k, v in t.items()}, "min_s": {k: min(v) for k, v in t.items()},
+           "gb_per_s": {k: size.get(k, size["ours"]) / GB / med(v) for k, v in t.items() if k != "snapshot"}}
+    g = out["gb_per_s"]
+    out["ratio_vs_torch_save"] = g["ours"] / g["torch_save"]
+    out["ratio_vs_torch_save_fsync"] = g["ours"] / g["torch_save_fsync"]
+    out["ratio_of_best_vs_torch_save_fsync"] = min(t["torch_save_fsync"]) / min(t["ours"])
+    out["checkpoint"] = str(work / f"save-{reps - 1}" / "step-0000001")
+    return out
+
+def bench_load(backend, ckpt_dir: Path, reps: int) -> dict:
+    import torch
+    from mtnlg.checkpoint import Checkpoint, shard_name
+    from mtnlg.checkpoint import tp_dim
+    path = ckpt_dir / shard_name(0)
+    size = path.stat().st_size
+    params = dict(backend.model.named_parameters())
+
+    def ours():
+        t0 = time.perf_counter(); ckpt = Checkpoint(ckpt_dir)
+        t1 = time.perf_counter(); ckpt.shard(shard_name(0))                 # the memory-mapped torch.load
+        t2 = time.perf_counter(); backend.load_checkpoint(ckpt)
+        t3 = time.perf_counter()
+        return {"total": t3 - t0, "open_and_check": t1 - t0, "mmap_torch_load": t2 - t1, "assemble_and_copy": t3 - t2}
+    def plain():
+        t0 = time.perf_counter(); torch.load(path, map_location="cpu", weights_only=True)
+        return {"total": time.perf_counter() - t0}
+    @torch.no_grad()
+    def plain_and_copy():              # the same end state as load_checkpoint, from one plain torch.load
+        t0 = time.perf_counter(); sd = torch.load(path, map_location="cpu", weights_only=True)
+        t1 = time.perf_counter()
+        step = sd["optimizer_step"]
+        for n, p in params.items():
+            f = sd["fragments"][n]
+            p.copy_(f["master"].view(p.shape))
+            if step: backend.optimizer.state[p] = {"step": torch.tensor(float(step)), "exp_avg": f["exp_avg"].view(p.shape),
+                                                   "exp_avg_sq": f["exp_avg_sq"].view(p.shape)}
+        t2 = time.perf_counter()
+        return {"total": t2 - t0, "torch_load": t1 - t0, "copy": t2 - t1}
+    out = {"bytes_per_shard": size, "tp_dim_all_whole": all(tp_dim(p) < 0 for p in params.values())}
+    for cache in ("warm", "cold"):
+        runs = {"ours": [], "torch_load": [], "torch_load_and_copy": []}
+        for fn, key in ((ours, "ours"), (plain, "torch_load"), (plain_and_copy, "torch_load_and_copy")):
+            fn()                                                  # warm-up (and the page cache for `warm`)
+        for _ in range(reps):
+            for fn, key in ((ours, "ours"), (plain, "torch_load"), (plain_and_copy, "torch_load_and_copy")):
+                if cache == "cold": drop_cache(path)
+                runs[key].append(fn())
+        m = {k: {part: med([r[part] for r in v]) for part in v[0]} for k, v in runs.items()}
+        g = {k: size / GB / m[k]["total"] for k in m}
+        best = {k: min(r["total"] for r in v) for k, v in runs.items()}
+        out[cache] = {"seconds": runs, "median_s": m, "min_total_s": best, "gb_per_s": g,
+                      "ratio_of_best_vs_torch_load": best["torch_load"] / best["ours"], "ratio_vs_torch_load": g["ours"] / g["torch_load"],
+                      "ratio_vs_torch_load_and_copy": g["ours"] / g["torch_load_and_copy"]}
+    return out
+
+def bench_resume(work: Path, base: dict, reps: int) -> dict:
+    from mtnlg.config import load_config
+    from mtnlg.train import train
+    quiet = lambda *x, **k: None
+    src = work / "ckpt-src"
+    fresh = load_config(CONFIG, {**base, "checkpoint.dir": str(work / "ckpt-fresh")})
+    resume = load_config(CONFIG, {**base, "schedule.train_iters": 2, "checkpoint.dir": str(work / "ckpt-resume"),
+                                  "checkpoint.resume": str(src / "step-0000001")})
+    run = lambda cfg: timed(lambda: train(cfg, progress=False, log=quiet, backend="single"))
+    t0 = time.perf_counter()
+    train(load_config(CONFIG, {**base, "checkpoint.dir": str(src)}), progress=False, log=quiet, backend="single")
+    prepare_s = time.perf_counter() - t0                   # tokenizer training and data indexing happen here, once
+    run(resume)                                            # warm-up: megatron's index for 2 steps' samples
+    t = {"fresh": [], "resume": []}
+    for _ in range(reps):
+        for key, cfg in (("fresh", fresh), ("resume", resume)):
+            shutil.rmtree(cfg.checkpoint.dir, ignore_errors=True); settle()
+            dt, r = run(cfg); t[key].append(dt)
+            assert r.metrics[-1]["step"] == (1 if key == "fresh" else 2), r.metrics[-1]
+    m = {k: med(v) for k, v in t.items()}
+    return {"first_call_with_data_preparation_s": prepare_s, "seconds": t, "median_s": m, "min_s": {k: min(v) for k, v in t.items()},
+            "resume_overhead_s": m["resume"] - m["fresh"], "ratio_resume_vs_fresh": m["resume"] / m["fresh"],
+            "source_checkpoint": str(src / "step-0000001")}
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hidden", type=int, default=512, help="model.hidden_size (heads: hidden / 64)")
+    ap.add_argument("--layers", type=int, default=8, help="model.num_layers")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each save and load timing (median reported)")
+    ap.add_argument("--resume-reps", type=int, default=3, help="repetitions of each train() call (median reported)")
+    ap.add_argument("--dir", default=str(ROOT / ".cache" / "bench_checkpoint"), help="scratch directory (deleted at the end)")
+    ap.add_argument("--skip-resume", action="store_true", help="only the save and load measurements")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"checkpoint-cpu-{datetime.date.today().isoformat()}.json"))
+    a = ap.parse_args()
+    import torch
+    from mtnlg.topology import Layout, init_distributed, quiet_libraries
+    quiet_libraries()                                       # before megatron-core is imported: its CPU warnings
+    from mtnlg.config import load_config, count_parameters
+    from mtnlg.train import SingleProcess
+    work = Path(a.dir); shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
+    t_start = time.perf_counter()
+    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "hardware": hardware(), "scratch_dir": str(work)}
+    base = overrides(a, work)
+    cfg = load_config(CONFIG, base)
+    layout = init_distributed(Layout.of(cfg))               # one process, no launcher: a gloo group of 1
+    res["config"] = {"base": str(CONFIG.relative_to(ROOT)), "overrides": base, "parameters": count_parameters(cfg.model),
+                     "layout": str(layout), "precision": cfg.precision}
+    try:
+        if not a.skip_resume:
+            res["resume"] = bench_resume(work, base, a.resume_reps)
+            tokenizer_file = Path(res["resume"]["source_checkpoint"]) / "tokenizer.json"
+        else:
+            tokenizer_file = work / "tokenizer.json"; tokenizer_file.write_text("{}")   # save_checkpoint copies it; any file will do
+        backend = SingleProcess(cfg, torch.device("cpu"))
+        g = torch.Generator().manual_seed(0)
+        batch = torch.randint(0, cfg.model.vocab_size, (cfg.schedule.global_batch_size, cfg.model.seq_length + 1), generator=g)
+        backend.train_step(batch, cfg.optimizer.lr)            # Adam's moments exist: the shard is a real one
+        res["save"] = bench_save(backend, cfg, layout, tokenizer_file, work, a.reps)
+        res["load"] = bench_load(backend, Path(res["save"]["checkpoint"]), a.reps)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res["total_s"] = time.perf_counter() - t_start
+    res["hardware"]["load_avg_1min_end"] = os.getloadavg()[0]
+
+    s, l = res["save"], res["load"]
+    mb = s["bytes_per_shard"] / 1e6
+    print(f"{res['config']['parameters']:,} parameters (hidden {a.hidden}, {a.layers} layers), one rank, shard {mb:,.0f} MB; "
+          f"{os.cpu_count()} CPUs (load average {res['hardware']['load_avg_1min']:.1f} at the start: other work slows both sides), "
+          f"torch {torch.__version__}; medians of {a.reps} (train: {a.resume_reps})")
+    rows = [("save", "ours: save_checkpoint (fsyncs)", s["median_s"]["ours"], s["gb_per_s"]["ours"], ""),
+            ("", "torch.save (page cache)", s["median_s"]["torch_save"], s["gb_per_s"]["torch_save"], f"{s['ratio_vs_torch_save']:.2f}"),
+            ("", "torch.save + fsync", s["median_s"]["torch_save_fsync"], s["gb_per_s"]["torch_save_fsync"], f"{s['ratio_vs_torch_save_fsync']:.2f}"),
+            ("", "(snapshot: checkpoint_shard)", s["median_s"]["snapshot"], s["bytes_per_shard"] / GB / s["median_s"]["snapshot"], "")]
+    for cache in ("warm", "cold"):
+        c = l[cache]
+        rows += [(f"load {cache}", "ours: Checkpoint + load_checkpoint", c["median_s"]["ours"]["total"], c["gb_per_s"]["ours"], ""),
+                 ("", "torch.load", c["median_s"]["torch_load"]["total"], c["gb_per_s"]["torch_load"], f"{c['ratio_vs_torch_load']:.2f}"),
+                 ("", "torch.load + copy in", c["median_s"]["torch_load_and_copy"]["total"], c["gb_per_s"]["torch_load_and_copy"],
+                  f"{c['ratio_vs_torch_load_and_copy']:.2f}")]
+    print(f"{'':10} {'':36} {'seconds':>8} {'GB/s':>7} {'ours/it':>8}")
+    for a_, b, sec, gbs, r in rows: print(f"{a_:10} {b:36} {sec:8.3f} {gbs:7.2f} {r:>8}")
+    for cache in ("warm", "cold"):
+        o = l[cache]["median_s"]["ours"]
+        print(f"load {cache}, ours split: open+check {o['open_and_check']:.3f}s, mmap torch.load {o['mmap_torch_load']:.3f}s, "
+              f"assemble+copy {o['assemble_and_copy']:.3f}s")
+    if "resume" in res:
+        r = res["resume"]
+        print(f"train() for 1 step, call to return: fresh {r['median_s']['fresh']:.2f}s, resumed {r['median_s']['resume']:.2f}s "
+              f"(+{r['resume_overhead_s']:.2f}s, ratio {r['ratio_resume_vs_fresh']:.2f})")
+    print(f"total {res['total_s']:.0f}s")
+    out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"wrote {out}")
+
+if __name__ == "__main__": main()

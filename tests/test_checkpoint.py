@@ -1,0 +1,167 @@
+"""The training job survives what ends jobs (chapters 41, 43): `kill -9` mid-run, a crash inside a save, SIGUSR1 before
+a time limit — each followed by `mtnlg train --resume auto` that finishes *bit for bit* like an uninterrupted run, on one
+process and on TP 2 x PP 2 x DP 2; a checkpoint resharded TP2xPP2xDP2 -> TP1xPP1xDP1 -> TP2xPP1xDP4 gives the same logits
+and keeps training like the original; bad checkpoints are one-line errors. Real processes, real signals."""
+import hashlib, json, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest, torch
+
+ROOT = Path(__file__).resolve().parent.parent
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+CONFIG = "scaled_configs/tiny.yaml"
+
+# fp32, dropout off (tiny.yaml); Adam eps 1e-6 as chapter 14's parity runs (the reshard test compares across layouts)
+COMMON = {"schedule.log_interval": 1, "schedule.eval_interval": 1000, "schedule.eval_iters": 1,
+          "optimizer.adam_eps": 1e-6, "checkpoint.keep_last": 10}
+CURATED = ROOT / "tests/fixtures/curated"      # real `mtnlg curate` output: indexed datasets, weights, tokenizer
+ONE = {**COMMON, "schedule.train_iters": 24, "checkpoint.save_interval": 8,
+       "data.curated": CURATED, "data.train_files": "[]", "data.valid_files": "[]"}
+THREE_D = {**COMMON, "schedule.train_iters": 8, "checkpoint.save_interval": 4, "schedule.micro_batch_size": 4,
+           "parallel.tensor_parallel": 2, "parallel.pipeline_parallel": 2, "parallel.data_parallel": 2}
+
+def command(run_dir, sets: dict, *extra) -> list:
+    cmd = [MTNLG, "train", "--config", CONFIG, "--run-dir", str(run_dir), "--no-progress", *extra]
+    for k, v in sets.items(): cmd += ["--set", f"{k}={v}"]
+    return cmd
+
+def run(run_dir, sets, *extra, env=None) -> subprocess.CompletedProcess:
+    r = subprocess.run(command(run_dir, sets, *extra), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, **(env or {})})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+def start(run_dir, sets, *extra, env=None) -> subprocess.Popen:
+    "The job in its own process group (so `kill -9` reaches torchrun and every rank, as Slurm's does)."
+    return subprocess.Popen(command(run_dir, sets, *extra), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, **(env or {})})
+
+def wait_for(cond, proc, timeout=300):
+    t0 = time.time()
+    while not cond():
+        if proc.poll() is not None: raise AssertionError(f"the job ended (rc {proc.returncode}) first: {proc.stderr.read()[-2000:]}")
+        if time.time() - t0 > timeout: raise TimeoutError("condition not reached")
+        time.sleep(0.02)
+
+def kill9(proc):
+    os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+
+def latest(run_dir) -> str | None:
+    p = Path(run_dir) / "checkpoints" / "latest"
+    return p.read_text().strip() if p.is_file() else None
+
+def losses(run_dir) -> list:
+    "(step, loss, grad norm, lr) of every step, as metrics.jsonl holds them."
+    rows = [json.loads(l) for l in open(Path(run_dir) / "metrics.jsonl")]
+    return [(r["step"], r["loss"], r["grad_norm"], r["lr"]) for r in rows if "loss" in r]
+
+def assert_identical(a, b):
+    "Per-step losses equal, and the last checkpoints equal bit for bit: weights, fp32 masters, Adam moments, step, data position."
+    from mtnlg.checkpoint import Checkpoint, OPTIMIZER_STATES
+    assert losses(a) == losses(b)
+    ca, cb = Checkpoint(Path(a) / "checkpoints"), Checkpoint(Path(b) / "checkpoints")
+    assert (ca.step, ca.optimizer_step, ca.meta["consumed_samples"]) == (cb.step, cb.optimizer_step, cb.meta["consumed_samples"])
+    assert ca.names() == cb.names()
+    for n in ca.names():
+        for what in ("model",) + OPTIMIZER_STATES: assert torch.equal(ca.full(n, what), cb.full(n, what)), (n, what)
+
+@pytest.fixture(scope="module")
+def straight_one(tmp_path_factory):
+    d = tmp_path_factory.mktemp("one") / "straight"; run(d, ONE); return d
+
+@pytest.fixture(scope="module")
+def straight_3d(tmp_path_factory):
+    d = tmp_path_factory.mktemp("3d") / "straight"; run(d, THREE_D, "--nproc", "8"); return d
+
+def test_kill9_then_resume_is_bitwise_one_process(straight_one, tmp_path):
+    job = start(tmp_path, ONE)
+    wait_for(lambda: latest(tmp_path) is not None, job)
+    kill9(job)
+    assert latest(tmp_path) < "step-0000024"                      # killed before the end
+    run(tmp_path, ONE, "--resume", "auto")
+    assert_identical(straight_one, tmp_path)
+    # one tokenizer from curation to training to evaluation: the checkpoint's is curation's, byte for byte
+    assert (tmp_path / "checkpoints/latest").is_file()
+    assert (tmp_path / "checkpoints/step-0000024/tokenizer.json").read_bytes() == (CURATED / "tokenizer.json").read_bytes()
+
+def test_crash_during_save_falls_back_to_previous_checkpoint(straight_one, tmp_path):
+    job = start(tmp_path, ONE, env={"MTNLG_PAUSE_IN_SAVE": "0:16"})   # rank 0 stops inside step 16's save
+    wait_for(lambda: (tmp_path / "checkpoints/.step-0000016.tmp/paused-0").exists(), job)
+    kill9(job)
+    assert latest(tmp_path) == "step-0000008" and not (tmp_path / "checkpoints/step-0000016").exists()
+    r = run(tmp_path, ONE, "--resume", "auto")
+    assert "resumed from" in r.stdout and "step-0000008" in r.stdout
+    assert not list((tmp_path / "checkpoints").glob(".step-*"))   # the half-written save was cleaned up
+    assert_identical(straight_one, tmp_path)
+
+def test_sigusr1_checkpoints_exits_0_and_resumes(straight_one, tmp_path):
+    job = start(tmp_path, ONE)
+    wait_for(lambda: latest(tmp_path) == "step-0000008", job)
+    in_flight = len(losses(tmp_path)) + 1
+    os.kill(job.pid, signal.SIGUSR1)                               # Slurm's warning before the time limit
+    assert job.wait(timeout=60) == 0
+    stopped = int(latest(tmp_path)[5:])
+    assert 8 <= stopped <= in_flight + 1 and stopped < 24          # the step in flight (or the next), then out
+    assert losses(tmp_path)[-1][0] == stopped
+    assert json.loads((tmp_path / "summary.json").read_text())["stopped_by"] == "SIGUSR1"
+    run(tmp_path, ONE, "--resume", "auto")
+    assert_identical(straight_one, tmp_path)
+
+@pytest.mark.slow            # the one-process kill, and the 3D reshard-and-continue below, run in `make test`
+def test_kill9_then_resume_is_bitwise_3d(straight_3d, tmp_path):
+    job = start(tmp_path, THREE_D, "--nproc", "8")
+    wait_for(lambda: latest(tmp_path) is not None, job)
+    kill9(job)
+    assert latest(tmp_path) < "step-0000008"
+    run(tmp_path, THREE_D, "--nproc", "8", "--resume", "auto")
+    assert_identical(straight_3d, tmp_path)
+
+def logits(ckpt) -> torch.Tensor:
+    from mtnlg.checkpoint import load_checkpoint
+    model, _, cfg = load_checkpoint(ckpt)
+    tokens = torch.randint(0, cfg.model.vocab_size, (2, cfg.model.seq_length), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(): return model(tokens)
+
+def test_reshard_round_trip(straight_3d, tmp_path):
+    """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 (resharded on load, training on): the same logits,
+    the same model and optimizer state, and the next steps' losses and weights of the original layout."""
+    from mtnlg.checkpoint import Checkpoint, OPTIMIZER_STATES
+    src = straight_3d / "checkpoints/step-0000004"
+    r = subprocess.run([MTNLG, "reshard", str(src), str(tmp_path / "tp1"), "--set", "parallel.tensor_parallel=1",
+                        "--set", "parallel.pipeline_parallel=1", "--set", "parallel.data_parallel=1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = Checkpoint(src), Checkpoint(tmp_path / "tp1")
+    assert (b.layout.tp, b.layout.pp, b.layout.dp, len(b.meta["shards"]), b.step) == (1, 1, 1, 1, 4)
+    assert b.meta["consumed_samples"] == a.meta["consumed_samples"] and b.optimizer_step == a.optimizer_step == 4
+    for n in a.names():                                     # model and optimizer state moved exactly
+        for what in ("model",) + OPTIMIZER_STATES: assert torch.equal(a.full(n, what), b.full(n, what)), (n, what)
+    assert (logits(src) - logits(b.dir)).abs().max() <= 1e-6
+    # continue on TP 2 x PP 1 x DP 4 from the TP1 checkpoint: the original layout's losses for steps 5-8, and its weights
+    run(tmp_path / "continued", {**THREE_D, "parallel.pipeline_parallel": 1, "parallel.data_parallel": 4,
+                                 "schedule.micro_batch_size": 2, "checkpoint.resume": b.dir}, "--nproc", "8")
+    want, got = dict((s, l) for s, l, *_ in losses(straight_3d)), losses(tmp_path / "continued")
+    assert [s for s, *_ in got] == [5, 6, 7, 8]
+    assert max(abs(l - want[s]) for s, l, *_ in got) <= 1e-6
+    final_a, final_c = Checkpoint(straight_3d / "checkpoints"), Checkpoint(tmp_path / "continued/checkpoints")
+    assert (final_c.layout.tp, final_c.layout.pp, final_c.layout.dp, len(final_c.meta["shards"])) == (2, 1, 4, 8)
+    assert max((final_a.full(n, w) - final_c.full(n, w)).abs().max().item() for n in final_a.names()
+               for w in ("model",) + OPTIMIZER_STATES) <= 1e-6
+    assert (logits(straight_3d / "checkpoints") - logits(final_c.dir)).abs().max() <= 1e-5
+
+def digest(d: Path) -> dict: return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+def test_bad_checkpoints_are_one_line_errors(straight_one, straight_3d, tmp_path):
+    "Wrong layout with resharding off, and a truncated shard: exit 2, one line naming the file and the fix, nothing written."
+    import shutil
+    src = straight_3d / "checkpoints/step-0000004"
+    before = digest(src)
+    r = subprocess.run(command(tmp_path / "a", {**ONE, "checkpoint.reshard": "false", "checkpoint.resume": src}),
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "TP 2 x PP 2 x DP 2" in r.stderr and "checkpoint.reshard" in r.stderr and str(src) in r.stderr
+    assert digest(src) == before and not (tmp_path / "a").exists()
+    bad = tmp_path / "truncated"; shutil.copytree(straight_one / "checkpoints/step-0000024", bad)
+    (bad / "rank-00000.pt").write_bytes((bad / "rank-00000.pt").read_bytes()[:4096])
+    r = subprocess.run(command(tmp_path / "b", {**ONE, "checkpoint.resume": bad}), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "rank-00000.pt is truncated or corrupt" in r.stderr and "checkpoint.resume" in r.stderr
