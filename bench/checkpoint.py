@@ -4,7 +4,8 @@
    scaled_configs/tiny.yaml scaled up to --hidden x --layers; the shard holds the weights, fp32 masters, Adam's two
    moments and the RNG streams) vs `torch.save` of the same dict to the same filesystem — once without fsync (page
    cache only) and once followed by `os.fsync` (what our save does: it fsyncs every file, the directory and the
-   `latest` pointer). The snapshot (`checkpoint_shard()`: copying the tensors out of the model) is timed apart.
+   `latest` pointer; their time is reported). The snapshot (`checkpoint_shard()`: copying the tensors out of the
+   model, which the training loop pays before the save) is timed apart.
 2. Load, GB/s per rank: `Checkpoint(dir)` + `SingleProcess.load_checkpoint(ckpt)` (memory-mapped `torch.load`, tensors
    assembled whole, copied into the model and Adam's state) vs plain `torch.load(weights_only=True)` of the same shard
    file (which copies nothing into the model), and vs that load followed by the same copies (like for like). Warm: the
@@ -16,7 +17,10 @@
 Each save and load timing is repeated --reps times, each train() call --resume-reps times (the sides alternate), and the
 median reported (the minimum too, in the JSON: the machine may be shared); ratios are ours / baseline
 (GB/s) or resume / fresh (seconds). GB/s = bytes of the shard file / seconds. Files go under --dir (default
-.cache/bench_checkpoint in the repository, i.e. the filesystem checkpoints go to), deleted at the end.
+.cache/bench_checkpoint in the repository, i.e. the filesystem checkpoints go to), deleted at the end. torch runs on
+--threads intra-op threads (default 1: on a shared machine two OpenMP threads wait on each other and our load, which
+is made of parallel tensor fills and copies, ran 3-13x slower that way here; the warm load is also timed at
+torch's default).
 
     .venv/bin/python bench/checkpoint.py [--hidden 512 --layers 8] [--reps 5] [--resume-reps 3] [--dir DIR]
 
@@ -64,15 +68,22 @@ def med(xs): return statistics.median(xs)
 
 def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> dict:
     import torch
+    import mtnlg.checkpoint as C
     from mtnlg.checkpoint import save_checkpoint, shard_name
+    fsyncs = {"calls": 0, "s": 0.0}
+    real_fsync = C._fsync
+    def counted_fsync(path):           # save_checkpoint fsyncs every file it writes, the step directory and the root
+        t0 = time.perf_counter(); real_fsync(path); fsyncs["s"] += time.perf_counter() - t0; fsyncs["calls"] += 1
     state = {"step": 1, "consumed_samples": 0, "tokens": 0, "skipped_steps": 0, "loss_window": [], "elapsed_s": 0.0}
-    t = {"snapshot": [], "ours": [], "torch_save": [], "torch_save_fsync": []}
+    t = {"snapshot": [], "ours": [], "ours_fsync": [], "torch_save": [], "torch_save_fsync": []}
     size = {}
     for i in range(reps):
         dt, shard = timed(backend.checkpoint_shard); t["snapshot"].append(dt)
         root = work / f"save-{i}"; settle()
-        dt, final = timed(lambda: save_checkpoint(root, 1, shard, cfg, layout, tokenizer_file, state, keep_last=2))
-        t["ours"].append(dt); size["ours"] = (final / shard_name(0)).stat().st_size
+        fsyncs.update(calls=0, s=0.0); C._fsync = counted_fsync
+        try: dt, final = timed(lambda: save_checkpoint(root, 1, shard, cfg, layout, tokenizer_file, state, keep_last=2))
+        finally: C._fsync = real_fsync
+        t["ours"].append(dt); t["ours_fsync"].append(fsyncs["s"]); size["ours"] = (final / shard_name(0)).stat().st_size
         for kind in ("torch_save", "torch_save_fsync"):
             p = work / f"{kind}-{i}.pt"; settle()
             dt, _ = timed(lambda: (torch.save(shard, p), kind.endswith("fsync") and fsync(p)))
@@ -81,7 +92,8 @@ def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> d
     settle()
     out = {"bytes_per_shard": size["ours"], "torch_save_bytes": size["torch_save"], "seconds": t,
            "median_s": {k: med(v) for k, v in t.items()}, "min_s": {k: min(v) for k, v in t.items()},
-           "gb_per_s": {k: size.get(k, size["ours"]) / GB / med(v) for k, v in t.items() if k != "snapshot"}}
+           "gb_per_s": {k: size.get(k, size["ours"]) / GB / med(v) for k, v in t.items() if k not in ("snapshot", "ours_fsync")},
+           "ours_fsync_calls": fsyncs["calls"]}
     g = out["gb_per_s"]
     out["ratio_vs_torch_save"] = g["ours"] / g["torch_save"]
     out["ratio_vs_torch_save_fsync"] = g["ours"] / g["torch_save_fsync"]
@@ -89,7 +101,7 @@ def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> d
     out["checkpoint"] = str(work / f"save-{reps - 1}" / "step-0000001")
     return out
 
-def bench_load(backend, ckpt_dir: Path, reps: int) -> dict:
+def bench_load(backend, ckpt_dir: Path, reps: int, default_threads: int) -> dict:
     import torch
     from mtnlg.checkpoint import Checkpoint, shard_name
     from mtnlg.checkpoint import tp_dim
@@ -133,30 +145,58 @@ def bench_load(backend, ckpt_dir: Path, reps: int) -> dict:
         out[cache] = {"seconds": runs, "median_s": m, "min_total_s": best, "gb_per_s": g,
                       "ratio_of_best_vs_torch_load": best["torch_load"] / best["ours"], "ratio_vs_torch_load": g["ours"] / g["torch_load"],
                       "ratio_vs_torch_load_and_copy": g["ours"] / g["torch_load_and_copy"]}
+    threads = torch.get_num_threads()
+    if threads != default_threads:     # the same warm load with torch's own thread count (all cores), as the trainer runs
+        torch.set_num_threads(default_threads)
+        try:
+            ours(); runs = [ours() for _ in range(reps)]
+        finally: torch.set_num_threads(threads)
+        m = {part: med([r[part] for r in runs]) for part in runs[0]}
+        out["warm_ours_default_threads"] = {"threads": default_threads, "seconds": runs, "median_s": m,
+                                            "gb_per_s": size / GB / m["total"], "min_total_s": min(r["total"] for r in runs)}
     return out
 
 def bench_resume(work: Path, base: dict, reps: int) -> dict:
+    import mtnlg.train as T
     from mtnlg.config import load_config
-    from mtnlg.train import train
     quiet = lambda *x, **k: None
     src = work / "ckpt-src"
     fresh = load_config(CONFIG, {**base, "checkpoint.dir": str(work / "ckpt-fresh")})
     resume = load_config(CONFIG, {**base, "schedule.train_iters": 2, "checkpoint.dir": str(work / "ckpt-resume"),
                                   "checkpoint.resume": str(src / "step-0000001")})
-    run = lambda cfg: timed(lambda: train(cfg, progress=False, log=quiet, backend="single"))
+    # inside each train() call, time the parts a resume adds (finding + checking the checkpoint, loading it) and the
+    # final save both pay, by wrapping what train() calls (module globals and a method; restored after each call)
+    spent = {}
+    def wrap(owner, name, key):
+        real = getattr(owner, name)
+        def timed_call(*args, **kw):
+            t0 = time.perf_counter(); r = real(*args, **kw); spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+            return r
+        setattr(owner, name, timed_call); return lambda: setattr(owner, name, real)
+    def run(cfg):
+        spent.clear()
+        undo = [wrap(T, "resume_from", "find_and_check_checkpoint_s"), wrap(T.SingleProcess, "load_checkpoint", "load_checkpoint_s"),
+                wrap(T, "save_checkpoint", "save_checkpoint_s")]
+        try: dt, r = timed(lambda: T.train(cfg, progress=False, log=quiet, backend="single"))
+        finally:
+            for u in undo: u()
+        return dt, r, dict(spent)
     t0 = time.perf_counter()
-    train(load_config(CONFIG, {**base, "checkpoint.dir": str(src)}), progress=False, log=quiet, backend="single")
+    T.train(load_config(CONFIG, {**base, "checkpoint.dir": str(src)}), progress=False, log=quiet, backend="single")
     prepare_s = time.perf_counter() - t0                   # tokenizer training and data indexing happen here, once
     run(resume)                                            # warm-up: megatron's index for 2 steps' samples
-    t = {"fresh": [], "resume": []}
-    for _ in range(reps):
-        for key, cfg in (("fresh", fresh), ("resume", resume)):
+    t, parts = {"fresh": [], "resume": []}, {"fresh": [], "resume": []}
+    for i in range(reps):
+        order = (("fresh", fresh), ("resume", resume))
+        for key, cfg in order if i % 2 == 0 else order[::-1]:  # alternate which goes first
             shutil.rmtree(cfg.checkpoint.dir, ignore_errors=True); settle()
-            dt, r = run(cfg); t[key].append(dt)
+            dt, r, part = run(cfg); t[key].append(dt); parts[key].append(part)
             assert r.metrics[-1]["step"] == (1 if key == "fresh" else 2), r.metrics[-1]
     m = {k: med(v) for k, v in t.items()}
     return {"first_call_with_data_preparation_s": prepare_s, "seconds": t, "median_s": m, "min_s": {k: min(v) for k, v in t.items()},
             "resume_overhead_s": m["resume"] - m["fresh"], "ratio_resume_vs_fresh": m["resume"] / m["fresh"],
+            "inside_train_s": parts,
+            "inside_train_median_s": {k: {p: med([x.get(p, 0.0) for x in v]) for p in v[0]} for k, v in parts.items()},
             "source_checkpoint": str(src / "step-0000001")}
 
 def main():
@@ -166,6 +206,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="repetitions of each save and load timing (median reported)")
     ap.add_argument("--resume-reps", type=int, default=3, help="repetitions of each train() call (median reported)")
     ap.add_argument("--dir", default=str(ROOT / ".cache" / "bench_checkpoint"), help="scratch directory (deleted at the end)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for everything (0: torch's default, "
+                    "all cores); 1 keeps timings stable on a shared machine, where OpenMP threads wait on each other")
     ap.add_argument("--skip-resume", action="store_true", help="only the save and load measurements")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"checkpoint-cpu-{datetime.date.today().isoformat()}.json"))
     a = ap.parse_args()
@@ -174,6 +216,8 @@ def main():
     quiet_libraries()                                       # before megatron-core is imported: its CPU warnings
     from mtnlg.config import load_config, count_parameters
     from mtnlg.train import SingleProcess
+    default_threads = torch.get_num_threads()
+    if a.threads > 0: torch.set_num_threads(a.threads)
     work = Path(a.dir); shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
     t_start = time.perf_counter()
     res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "hardware": hardware(), "scratch_dir": str(work)}
@@ -181,7 +225,8 @@ def main():
     cfg = load_config(CONFIG, base)
     layout = init_distributed(Layout.of(cfg))               # one process, no launcher: a gloo group of 1
     res["config"] = {"base": str(CONFIG.relative_to(ROOT)), "overrides": base, "parameters": count_parameters(cfg.model),
-                     "layout": str(layout), "precision": cfg.precision}
+                     "layout": str(layout), "precision": cfg.precision, "torch_threads": torch.get_num_threads(),
+                     "torch_default_threads": default_threads}
     try:
         if not a.skip_resume:
             res["resume"] = bench_resume(work, base, a.resume_reps)
@@ -193,7 +238,7 @@ def main():
         batch = torch.randint(0, cfg.model.vocab_size, (cfg.schedule.global_batch_size, cfg.model.seq_length + 1), generator=g)
         backend.train_step(batch, cfg.optimizer.lr)            # Adam's moments exist: the shard is a real one
         res["save"] = bench_save(backend, cfg, layout, tokenizer_file, work, a.reps)
-        res["load"] = bench_load(backend, Path(res["save"]["checkpoint"]), a.reps)
+        res["load"] = bench_load(backend, Path(res["save"]["checkpoint"]), a.reps, default_threads)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res["total_s"] = time.perf_counter() - t_start
@@ -203,10 +248,11 @@ def main():
     mb = s["bytes_per_shard"] / 1e6
     print(f"{res['config']['parameters']:,} parameters (hidden {a.hidden}, {a.layers} layers), one rank, shard {mb:,.0f} MB; "
           f"{os.cpu_count()} CPUs (load average {res['hardware']['load_avg_1min']:.1f} at the start: other work slows both sides), "
-          f"torch {torch.__version__}; medians of {a.reps} (train: {a.resume_reps})")
+          f"torch {torch.__version__} on {torch.get_num_threads()} thread(s); medians of {a.reps} (train: {a.resume_reps})")
     rows = [("save", "ours: save_checkpoint (fsyncs)", s["median_s"]["ours"], s["gb_per_s"]["ours"], ""),
             ("", "torch.save (page cache)", s["median_s"]["torch_save"], s["gb_per_s"]["torch_save"], f"{s['ratio_vs_torch_save']:.2f}"),
             ("", "torch.save + fsync", s["median_s"]["torch_save_fsync"], s["gb_per_s"]["torch_save_fsync"], f"{s['ratio_vs_torch_save_fsync']:.2f}"),
+            ("", f"(of ours: {s['ours_fsync_calls']} fsyncs)", s["median_s"]["ours_fsync"], None, ""),
             ("", "(snapshot: checkpoint_shard)", s["median_s"]["snapshot"], s["bytes_per_shard"] / GB / s["median_s"]["snapshot"], "")]
     for cache in ("warm", "cold"):
         c = l[cache]
@@ -215,15 +261,21 @@ def main():
                  ("", "torch.load + copy in", c["median_s"]["torch_load_and_copy"]["total"], c["gb_per_s"]["torch_load_and_copy"],
                   f"{c['ratio_vs_torch_load_and_copy']:.2f}")]
     print(f"{'':10} {'':36} {'seconds':>8} {'GB/s':>7} {'ours/it':>8}")
-    for a_, b, sec, gbs, r in rows: print(f"{a_:10} {b:36} {sec:8.3f} {gbs:7.2f} {r:>8}")
+    if "warm_ours_default_threads" in l:
+        w = l["warm_ours_default_threads"]
+        rows.insert(8, ("", f"(ours at {w['threads']} threads)", w["median_s"]["total"], w["gb_per_s"], ""))
+    for a_, b, sec, gbs, r in rows: print(f"{a_:10} {b:36} {sec:8.3f} {'' if gbs is None else f'{gbs:7.2f}':>7} {r:>8}")
     for cache in ("warm", "cold"):
         o = l[cache]["median_s"]["ours"]
         print(f"load {cache}, ours split: open+check {o['open_and_check']:.3f}s, mmap torch.load {o['mmap_torch_load']:.3f}s, "
               f"assemble+copy {o['assemble_and_copy']:.3f}s")
     if "resume" in res:
         r = res["resume"]
+        i = r["inside_train_median_s"]["resume"]
         print(f"train() for 1 step, call to return: fresh {r['median_s']['fresh']:.2f}s, resumed {r['median_s']['resume']:.2f}s "
-              f"(+{r['resume_overhead_s']:.2f}s, ratio {r['ratio_resume_vs_fresh']:.2f})")
+              f"({r['resume_overhead_s']:+.2f}s, ratio {r['ratio_resume_vs_fresh']:.2f}); inside the resumed call: finding and "
+              f"checking the checkpoint {i['find_and_check_checkpoint_s']:.2f}s, load_checkpoint {i['load_checkpoint_s']:.2f}s "
+              f"(the final save: {i['save_checkpoint_s']:.2f}s, fresh {r['inside_train_median_s']['fresh']['save_checkpoint_s']:.2f}s)")
     print(f"total {res['total_s']:.0f}s")
     out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")

@@ -9,6 +9,7 @@ __all__ = ['FORMAT', 'OPTIMIZER_STATES', 'step_name', 'shard_name', 'tp_dim', 'r
 
 # %% ../nbs/43_checkpoint.ipynb
 import json, os, random, re, shutil, signal, time
+from dataclasses import replace
 from pathlib import Path
 import numpy as np, torch, yaml
 import torch.distributed as dist
@@ -144,17 +145,18 @@ def check_checkpoint(path) -> Path:
         p = found
     if not (p / "meta.json").is_file():
         prev = [q.name for q in complete_steps(p.parent) if q != p]
-        raise FileNotFoundError(f"checkpoint {str(p)!r} is incomplete (no meta.json: its save was interrupted); "
+        raise FileNotFoundError(f"checkpoint {str(p)!r} is incomplete (no meta.json: a save that did not finish, or a "
+                                f"partial copy); "
                                 + (f"use {prev[-1]} beside it" if prev else "no complete checkpoint is beside it"))
     meta = json.loads((p / "meta.json").read_text())
     if meta.get("format") != FORMAT:
-        raise ValueError(f"{p / 'meta.json'} has format {meta.get('format')!r}, not {FORMAT!r}: it was written by an older "
-                         f"mtnlg; retrain or re-save it with this version")
+        raise ValueError(f"{p / 'meta.json'} has format {meta.get('format')!r}, not {FORMAT!r}: it was written by an mtnlg "
+                         f"from before sharded checkpoints, which this version cannot read; train it again")
     missing = [f for f in meta["shards"] if not (p / f).is_file()]
     missing += [f for f in ("config.yaml", "tokenizer.json") if not (p / f).is_file()]
     if missing:
         raise FileNotFoundError(f"checkpoint {str(p)!r} lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}: "
-                                f"copy the missing files back, or resume from an earlier step directory")
+                                f"copy the missing files back, or use an earlier step directory")
     return p
 
 def fit_rows(t: torch.Tensor, shape: list, name: str) -> torch.Tensor:
@@ -178,6 +180,13 @@ class Checkpoint:
     @property
     def config(self) -> Config: return load_config(self.dir / "config.yaml")
     @property
+    def single_device_config(self) -> Config:
+        """The config for this model on one device, keeping every vocabulary row the run trained: a TP-way run pads the
+        vocabulary to a multiple of 128 x TP, and those rows took part in its softmax."""
+        cfg = self.config
+        cfg.model = replace(cfg.model, make_vocab_size_divisible_by=cfg.model.make_vocab_size_divisible_by * self.layout.tp)
+        return cfg
+    @property
     def tokenizer_file(self) -> Path: return self.dir / "tokenizer.json"
     @property
     def optimizer_step(self) -> int: return self.shard(next(iter(self.meta["shards"])))["optimizer_step"]
@@ -192,8 +201,8 @@ class Checkpoint:
                 if "Weights only load failed" in str(e):
                     raise ValueError(f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
                                      f"(that could run code) — re-save the checkpoint with mtnlg") from None
-                raise ValueError(f"{path} is truncated or corrupt ({type(e).__name__}); resume from an earlier step "
-                                 f"directory (--set checkpoint.resume=DIR) or copy the file back") from None
+                raise ValueError(f"{path} is truncated or corrupt ({type(e).__name__}); use an earlier step directory "
+                                 f"(to resume: --set checkpoint.resume=DIR) or copy the file back") from None
         return self._shards[name]
 
     def _holders(self, name: str, part: str) -> dict[int, list[str]]:
@@ -243,7 +252,7 @@ def load_state_dict(path) -> dict:
 def load_checkpoint(path, device="cpu", dtype=torch.float32) -> tuple[GPT, Tokenizer, Config]:
     "(model in eval mode on `device`/`dtype`, tokenizer, config) from a checkpoint of any layout."
     ckpt = Checkpoint(path)
-    cfg = ckpt.config
+    cfg = ckpt.single_device_config
     init_distributed()
     model = GPT(cfg.model)
     params = dict(model.named_parameters())

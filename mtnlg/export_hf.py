@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer
 from .config import ModelConfig, load_config
 from .data import EOT
-from .checkpoint import check_checkpoint, fit_rows, load_checkpoint, load_state_dict
+from .checkpoint import Checkpoint, check_checkpoint, load_checkpoint, load_state_dict
 
 # %% ../nbs/44_export_hf.ipynb
 def qkv_to_gpt2(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -49,14 +49,12 @@ def export_hf(checkpoint, out_dir, check: bool = True, atol: float = 1e-4) -> Pa
     (a run's checkpoints/ dir or a step dir); check logits agree."""
     from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
     p, out = check_checkpoint(checkpoint), Path(out_dir)
-    cfg = load_config(p / "config.yaml")
+    cfg = Checkpoint(p).single_device_config          # every vocabulary row the run trained, as load_checkpoint
     tok = Tokenizer.from_file(str(p / "tokenizer.json"))
     eot = tok.token_to_id(EOT)
     if eot is None: raise ValueError(f"{p / 'tokenizer.json'} has no {EOT} token; export needs it as BOS/EOS")
     hf = GPT2LMHeadModel(gpt2_config(cfg.model, eot))
-    sd, emb = load_state_dict(p), "embedding.tokens.weight"
-    sd[emb] = fit_rows(sd[emb], [cfg.model.padded_vocab_size(), cfg.model.hidden_size], emb)   # TP > 1 pads further
-    missing, unexpected = hf.load_state_dict(to_gpt2_state_dict(sd, cfg.model), strict=False)
+    missing, unexpected = hf.load_state_dict(to_gpt2_state_dict(load_state_dict(p), cfg.model), strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise RuntimeError(f"GPT-2 state dict mismatch: missing {missing}, unexpected {unexpected}")
     hf.tie_weights()

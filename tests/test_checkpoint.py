@@ -165,3 +165,19 @@ def test_bad_checkpoints_are_one_line_errors(straight_one, straight_3d, tmp_path
     r = subprocess.run(command(tmp_path / "b", {**ONE, "checkpoint.resume": bad}), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "rank-00000.pt is truncated or corrupt" in r.stderr and "checkpoint.resume" in r.stderr
+
+def test_nonfinite_gradient_step_is_skipped_by_the_engine():
+    "DeepSpeed's ZeRO-1 optimizer skips a step with an Inf gradient (weights untouched) and the backend reports it."
+    from mtnlg.config import load_config
+    from mtnlg.topology import Layout, init_distributed
+    from mtnlg.engine import DeepSpeedBackend
+    init_distributed(Layout(1, 1, 1))
+    b = DeepSpeedBackend(load_config(ROOT / CONFIG), Layout(1, 1, 1), 8)
+    batch = torch.randint(0, 2000, (8, 129), generator=torch.Generator().manual_seed(0))
+    assert b.train_step(batch, 1e-3)[2] is False
+    before = {n: p.detach().clone() for n, p in b.named_parameters().items()}
+    hook = b.named_parameters()["embedding.tokens.weight"].register_hook(lambda g: g * float("inf"))
+    loss, norm, skipped = b.train_step(batch, 1e-3); hook.remove()
+    assert skipped and norm == float("inf") and b.engine.skipped_steps == 1
+    assert all(torch.equal(p, before[n]) for n, p in b.named_parameters().items())
+    assert b.train_step(batch, 1e-3)[2] is False             # and training goes on

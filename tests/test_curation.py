@@ -134,11 +134,15 @@ def test_config_errors_are_one_line(capsys):
     assert "input_dir '/nonexistent/raw' not found" in capsys.readouterr().err
 
 def test_tiny_training_config_trains_on_curated_output(bad_corpus, tmp_path):
+    "`mtnlg train` reads the curation's .bin/.idx datasets and tokenizer directly, as a user would after `mtnlg curate`."
     _, out, _, _ = bad_corpus
     cmd = [str(Path(sys.executable).parent / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs/tiny.yaml"),
-           "--set", f"data.train_files=[{out}/blend/train.jsonl]", "--set", f"data.valid_files=[{out}/blend/valid.jsonl]",
+           "--set", f"data.curated={out}", "--set", "data.train_files=[]", "--set", "data.valid_files=[]",
            "--set", "schedule.train_iters=3", "--set", f"output_dir={tmp_path}/run"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads((tmp_path / "run/summary.json").read_text())
     assert s["steps"] == 3 and np.isfinite(s["final_valid_loss"])
+    ckpt = Path(s["checkpoint"])
+    assert ckpt == tmp_path / "run/checkpoints/step-0000003"
+    assert (ckpt / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()   # curation's tokenizer, not a new one

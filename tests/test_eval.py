@@ -114,7 +114,7 @@ def test_checkpoints_root_and_step_dir_are_the_same_checkpoint(checkpoint, tmp_p
     assert step == checkpoint / "step-0000040" and (checkpoint / "latest").read_text().strip() == step.name
     a, b = load_state_dict(checkpoint), load_state_dict(step)
     assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
-    args = ["--tasks", "boolq,wic", "--shots", "0", "--data-dir", str(FIXTURES)]
+    args = ["--tasks", "boolq", "--shots", "0", "--limit", "6", "--data-dir", str(FIXTURES)]
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), *args], capsys)
     assert code == 0, err
     code, err = _run_cli(["eval", "--checkpoint", str(step), "--out", str(tmp_path), *args], capsys)
@@ -126,8 +126,8 @@ def test_checkpoints_root_and_step_dir_are_the_same_checkpoint(checkpoint, tmp_p
 
 def test_export_and_eval_a_tp2_checkpoint(tmp_path):
     "A checkpoint straight from a TP 2 run (2 processes) is exported and evaluated as it is, no consolidation step. Its"
-    "vocabulary of 2100 is padded to 2304 rows (a multiple of 128 x 2) where a one-device model has 2176: both backends"
-    "cut the same rows, and agree."
+    "vocabulary of 2100 is padded to 2304 rows (a multiple of 128 x 2, where a one-device run would have 2176): both"
+    "backends keep all 2304 trained rows, and agree."
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
     from mtnlg.checkpoint import Checkpoint
@@ -142,7 +142,7 @@ def test_export_and_eval_a_tp2_checkpoint(tmp_path):
     ckpt = Checkpoint(run / "checkpoints")
     assert (ckpt.layout.tp, len(ckpt.meta["shards"]), ckpt.full("embedding.tokens.weight").shape[0]) == (2, 2, 2304)
     hf_dir = export_hf(run / "checkpoints", tmp_path / "hf")          # checks the logits agree within 1e-4
-    assert json.loads((hf_dir / "config.json").read_text())["vocab_size"] == 2176
+    assert json.loads((hf_dir / "config.json").read_text())["vocab_size"] == 2304
     ours = MtnlgLM(str(run / "checkpoints"), batch_size=8)
     theirs = HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=8)
     reqs = [Instance("loglikelihood", {}, p, i) for i, p in enumerate([("", "The"), ("The city of", " London is large."),
@@ -193,10 +193,10 @@ def test_bad_input_broken_checkpoints(checkpoint, tmp_path, capsys):
     killed = shutil.copytree(step, tmp_path / "killed" / ".step-0000040.tmp"); (killed / "meta.json").unlink()
     older = shutil.copytree(step, tmp_path / "older" / step.name)
     (older / "meta.json").write_text(json.dumps({"layout": "tp1-pp1", "step": 40}))
-    for bad, expected in [(incomplete, "is incomplete (no meta.json: its save was interrupted); use step-0000040 beside it"),
+    for bad, expected in [(incomplete, "partial copy); use step-0000040 beside it"),
                           (missing, "lacks rank-00000.pt"),
                           (tmp_path / "killed", "holds no complete checkpoint"),
-                          (older, "written by an older mtnlg"),
+                          (older, "from before sharded checkpoints"),
                           (tmp_path / "nowhere", "not found")]:
         for cmd in (["eval", "--checkpoint", str(bad), "--tasks", "boolq", "--data-dir", str(FIXTURES), "--out", str(tmp_path / "eval")],
                     ["export-hf", str(bad), str(tmp_path / "out")]):
