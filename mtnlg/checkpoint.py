@@ -221,15 +221,17 @@ class Checkpoint:
         for files in holders.values():
             if what == "model": parts.append(self.shard(files[0])["model"][name]); continue
             shape = self.shard(files[0])["shape"][name]
+            pieces = [self.shard(f)["fragments"][name] for f in files]
+            if len(pieces) == 1 and pieces[0][what].numel() == int(np.prod(shape)):   # one rank held it all
+                parts.append(pieces[0][what].view(shape)); continue
             flat, filled = torch.zeros(int(np.prod(shape))), 0
-            for f in files:                   # ZeRO-1: each data-parallel rank holds a piece of the flattened slice
-                frag = self.shard(f)["fragments"][name]
+            for frag in pieces:               # ZeRO-1: each data-parallel rank holds a piece of the flattened slice
                 x = frag[what].reshape(-1); flat[frag["start"]:frag["start"] + x.numel()] = x; filled += x.numel()
             if filled != flat.numel():
                 raise ValueError(f"checkpoint {str(self.dir)!r}: the {what} pieces of {name} cover {filled} of {flat.numel()} numbers")
             parts.append(flat.view(shape))
         dim = first["tp_dim"][name]
-        return torch.cat(parts, dim) if dim >= 0 else parts[0]
+        return torch.cat(parts, dim) if dim >= 0 and len(parts) > 1 else parts[0]
 
     def local(self, name: str, what: str, shape, dim: int, tp_rank: int = 0, tp: int = 1) -> torch.Tensor:
         "The slice of `name` that TP rank `tp_rank` of `tp` holds, shaped `shape`, split along `dim` (-1: whole)."
