@@ -115,9 +115,14 @@ GRADS = textwrap.dedent('''
     batch = torch.randint(0, cfg.model.vocab_size, (cfg.schedule.global_batch_size, cfg.model.seq_length + 1))
     c = layout.coord(torch.distributed.get_rank())
     engine.train_batch(iter(E.micro_batches(batch, cfg.schedule.micro_batch_size, c.data, cfg.parallel.data_parallel)))
-    grads = {n: rec.grads[id(p)] for n, p in module.named_parameters() if id(p) in rec.grads}
-    full = E.consolidated(module, cfg.model.num_layers, grads)
-    if torch.distributed.get_rank() == 0: torch.save({"grads": full, "batch": batch}, sys.argv[2])
+    # each rank's gradients under GPT names, written and reassembled by chapter 43's checkpoint machinery
+    from mtnlg.checkpoint import make_shard, save_checkpoint, tp_dim
+    params = {E.gpt_name(n, cfg.model.num_layers): p for n, p in module.named_parameters()
+              if id(p) in rec.grads and (c.pipe == 0 or not n.startswith("tied_modules.embed."))}   # the first stage's tied copy
+    shard = make_shard({n: rec.grads[id(p)] for n, p in params.items()}, {}, 0, with_model=c.data == 0)
+    shard["tp_dim"] = {n: tp_dim(p) for n, p in params.items()}        # gradients are split as their parameters are
+    save_checkpoint(sys.argv[2] + "/grads", 0, shard, cfg, layout, sys.argv[2] + "/tokenizer.json", {})
+    if torch.distributed.get_rank() == 0: torch.save({"batch": batch}, sys.argv[2] + "/batch.pt")
 ''')
 
 def test_pipelined_gradients_equal_unpipelined(tmp_path):
@@ -125,11 +130,13 @@ def test_pipelined_gradients_equal_unpipelined(tmp_path):
     script = tmp_path / "grads.py"; script.write_text(GRADS)
     sets = {"schedule.global_batch_size": "4", "schedule.micro_batch_size": "1", "schedule.batch_size_rampup_start": "null",
             "schedule.batch_size_rampup_increment": "null", "model.seq_length": "32", **{k: str(v) for k, v in layout(2, 2, 1).items()}}
+    (tmp_path / "tokenizer.json").write_text("{}")       # a checkpoint carries a tokenizer; gradients need none
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", "29731", str(script),
-           CONFIG, str(tmp_path / "grads.pt"), *[f"{k}={v}" for k, v in sets.items()]]
+           CONFIG, str(tmp_path), *[f"{k}={v}" for k, v in sets.items()]]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    out = torch.load(tmp_path / "grads.pt")
+    from mtnlg.checkpoint import load_state_dict
+    out = {"grads": load_state_dict(tmp_path / "grads"), "batch": torch.load(tmp_path / "batch.pt")["batch"]}
     # the reference: one process, TP1, the same layer seeds
     from mtnlg.config import load_config
     from mtnlg.model import GPT
