@@ -151,45 +151,45 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
     start = resume_from(cfg, run_dir, layout)          # a bad checkpoint fails here, before any data or model is built
     if rank == 0: run_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
-    steps = iterations(cfg)
-    quiet = lambda *a, **k: None
-    # the sample order depends on how many samples are asked for (Megatron's epochs): ask for the whole schedule's,
-    # whatever `train_iters` cuts it to, so runs of different lengths see the same order
-    samples = max(math.ceil(s.train_tokens / m.seq_length), sum(b for _, b in steps))
-    data = training_data(cfg, samples, s.micro_batch_size * s.eval_iters, run_dir, log if rank == 0 else quiet)
-    engine = make_backend(cfg, layout, backend, device)
-    say = log if engine.holds_loss else quiet
-    state = dict(FRESH_STATE)
-    if start:
-        if start.tokenizer_file.read_bytes() != Path(data.tokenizer_file).read_bytes():
-            raise ValueError(f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {data.tokenizer_file}: "
-                             f"resume on the data it was trained on")
-        engine.load_checkpoint(start)
-        state.update({k: start.meta[k] for k in FRESH_STATE})
-        if start.layout == layout: set_rng_state(start.rng(rank))   # the same rank's streams; a new layout reseeds
-        say(f"resumed from {start.dir} (step {start.step}, {state['consumed_samples']:,} samples, saved on {start.layout})")
-    say(f"{count_parameters(m, layout.tp):,} parameters on {engine.description}; {data.description}; "
-        f"{len(steps)} steps")
+    with StopRequest() as stop:          # from here on SIGUSR1/SIGTERM only set a flag, read after each step
+        steps = iterations(cfg)
+        quiet = lambda *a, **k: None
+        # the sample order depends on how many samples are asked for (Megatron's epochs): ask for the whole schedule's,
+        # whatever `train_iters` cuts it to, so runs of different lengths see the same order
+        samples = max(math.ceil(s.train_tokens / m.seq_length), sum(b for _, b in steps))
+        data = training_data(cfg, samples, s.micro_batch_size * s.eval_iters, run_dir, log if rank == 0 else quiet)
+        engine = make_backend(cfg, layout, backend, device)
+        say = log if engine.holds_loss else quiet
+        state = dict(FRESH_STATE)
+        if start:
+            if start.tokenizer_file.read_bytes() != Path(data.tokenizer_file).read_bytes():
+                raise ValueError(f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {data.tokenizer_file}: "
+                                 f"resume on the data it was trained on")
+            engine.load_checkpoint(start)
+            state.update({k: start.meta[k] for k in FRESH_STATE})
+            if start.layout == layout: set_rng_state(start.rng(rank))   # the same rank's streams; a new layout reseeds
+            say(f"resumed from {start.dir} (step {start.step}, {state['consumed_samples']:,} samples, saved on {start.layout})")
+        say(f"{count_parameters(m, layout.tp):,} parameters on {engine.description}; {data.description}; "
+            f"{len(steps)} steps")
 
-    metrics, out, tb = [], None, None
-    if engine.holds_loss:
-        path = run_dir / "metrics.jsonl"
-        if start and path.is_file():      # keep what the resumed checkpoint had seen, drop what came after it
-            metrics = [r for r in map(json.loads, path.read_text().splitlines()) if r["step"] <= state["step"]]
-        path.write_text("".join(json.dumps(r) + "\n" for r in metrics))
-        out = open(path, "a")
-        tb = tensorboard_writer(run_dir / "tensorboard", purge_step=state["step"] + 1)
-    def record(row):
-        metrics.append(row)
-        if out: out.write(json.dumps(row) + "\n"); out.flush()
-        if tb:
-            for k, v in row.items():
-                if k not in ("step", "tokens") and v is not None: tb.add_scalar(k, v, row["step"])
-    window, in_a_row, stopped_by, last = list(state["loss_window"]), 0, None, None
-    t_window, window_tokens, t_start = time.time(), 0, time.time() - state["elapsed_s"]
-    bar = tqdm(range(state["step"] + 1, len(steps) + 1), desc=f"train {cfg.name} {layout}", initial=state["step"],
-               total=len(steps), disable=not (progress and engine.holds_loss), mininterval=1.0)
-    with StopRequest() as stop:
+        metrics, out, tb = [], None, None
+        if engine.holds_loss:
+            path = run_dir / "metrics.jsonl"
+            if start and path.is_file():      # keep what the resumed checkpoint had seen, drop what came after it
+                metrics = [r for r in map(json.loads, path.read_text().splitlines()) if r["step"] <= state["step"]]
+            path.write_text("".join(json.dumps(r) + "\n" for r in metrics))
+            out = open(path, "a")
+            tb = tensorboard_writer(run_dir / "tensorboard", purge_step=state["step"] + 1)
+        def record(row):
+            metrics.append(row)
+            if out: out.write(json.dumps(row) + "\n"); out.flush()
+            if tb:
+                for k, v in row.items():
+                    if k not in ("step", "tokens") and v is not None: tb.add_scalar(k, v, row["step"])
+        window, in_a_row, stopped_by, last = list(state["loss_window"]), 0, None, None
+        t_window, window_tokens, t_start = time.time(), 0, time.time() - state["elapsed_s"]
+        bar = tqdm(range(state["step"] + 1, len(steps) + 1), desc=f"train {cfg.name} {layout}", initial=state["step"],
+                   total=len(steps), disable=not (progress and engine.holds_loss), mininterval=1.0)
         for step in bar:
             tokens_before, batch_size = steps[step - 1]
             lr = lr_at(tokens_before, cfg)
