@@ -29,6 +29,7 @@ class ModelConfig:
     init_method_std: float = 0.02
     layernorm_epsilon: float = 1e-5
     tp_layers: str = "megatron"          # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
+    recompute: str = "none"              # activation recomputation in backward: none | selective (attention core) | full (whole layer)
 
     @property
     def ffn_size(self) -> int: return self.ffn_hidden_size or 4 * self.hidden_size
@@ -221,6 +222,8 @@ def _validate(c: Config):
         raise ConfigError(f"`optimizer.min_lr`={o.min_lr} is above `optimizer.lr`={o.lr}; the schedule decays *to* min_lr")
     if m.tp_layers not in ("megatron", "scratch"):
         raise ConfigError(f"`model.tp_layers` must be megatron or scratch, got {m.tp_layers!r}")
+    if m.recompute not in ("none", "selective", "full"):
+        raise ConfigError(f"`model.recompute` must be none, selective or full, got {m.recompute!r}")
     if c.precision not in ("fp32", "bf16"):
         raise ConfigError(f"`precision` must be fp32 or bf16, got {c.precision!r}")
     if s.lr_decay_style not in ("cosine", "linear", "constant"):
