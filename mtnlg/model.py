@@ -4,12 +4,13 @@
 
 # %% auto 0
 __all__ = ['tp_layers', 'init_normal', 'megatron_config', 'ParallelAttention', 'ParallelMLP', 'TransformerBlock', 'Embedding',
-           'parallel_lm_logits', 'token_losses', 'seeded_build', 'GPT', 'dense_reference_loss']
+           'parallel_lm_logits', 'token_losses', 'seeded_build', 'GPT', 'dense_reference_loss', 'recompute_in_backward',
+           'saved_tensor_bytes']
 
 # %% ../nbs/01_model.ipynb
-import math
+import contextlib, math
 from types import SimpleNamespace
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch, torch.nn as nn, torch.nn.functional as F, torch.utils.checkpoint
 from .config import Config, ModelConfig, load_config, count_parameters
 from .topology import init_distributed, seed_everything, model_parallel_rng
 from . import tensor_parallel as scratch_tp
@@ -41,6 +42,7 @@ class ParallelAttention(nn.Module):
         super().__init__()
         tp, L = parallel_state.get_tensor_model_parallel_world_size(), tp_layers(cfg.tp_layers)
         self.heads, self.head_dim, self.dropout = cfg.num_attention_heads // tp, cfg.head_dim, cfg.attention_dropout
+        self.recompute = cfg.recompute
         out_std = cfg.init_method_std / math.sqrt(2 * cfg.num_layers)
         self.qkv = L.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, config=mp, bias=True,
                                         init_method=init_normal(cfg.init_method_std), gather_output=False)
@@ -51,11 +53,15 @@ class ParallelAttention(nn.Module):
         b, s, _ = x.shape
         qkv, _ = self.qkv(x)                                # [b, s, 3*hidden/tp]
         q, k, v = qkv.view(b, s, self.heads, 3, self.head_dim).permute(3, 0, 2, 1, 4)  # each [b, heads, s, d]
-        p = self.dropout if self.training else 0.0
-        with model_parallel_rng.fork(x.device):             # different heads -> different dropout masks
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        core = recompute_in_backward if self.recompute == "selective" and torch.is_grad_enabled() else (lambda f, *a: f(*a))
+        out = core(self.core, q, k, v)
         out, _ = self.proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
         return out
+
+    def core(self, q, k, v):
+        "softmax(QK^T/sqrt(d)) V with dropout on the probabilities: the part whose memory grows with seq^2."
+        with model_parallel_rng.fork(q.device):             # different heads -> different dropout masks
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
 
 class ParallelMLP(nn.Module):
     "h -> 4h (column-parallel) -> GeLU -> h (row-parallel)."
@@ -79,8 +85,12 @@ class TransformerBlock(nn.Module):
         self.ln1, self.ln2 = (nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_epsilon) for _ in range(2))
         self.attn, self.mlp = ParallelAttention(cfg, mp), ParallelMLP(cfg, mp)
         self.drop = nn.Dropout(cfg.hidden_dropout)
+        self.recompute_all = cfg.recompute == "full"
 
     def forward(self, x):
+        return recompute_in_backward(self.layer, x) if self.recompute_all and torch.is_grad_enabled() else self.layer(x)
+
+    def layer(self, x):
         x = x + self.drop(self.attn(self.ln1(x)))
         return x + self.drop(self.mlp(self.ln2(x)))
 
@@ -160,3 +170,29 @@ def dense_reference_loss(model: GPT, tokens, labels):
         x = x + F.gelu(y @ blk.mlp.fc1.weight.T + blk.mlp.fc1.bias) @ blk.mlp.fc2.weight.T + blk.mlp.fc2.bias
     x = F.layer_norm(x, (c.hidden_size,), model.final_ln.weight, model.final_ln.bias, c.layernorm_epsilon)
     return F.cross_entropy((x @ h.tokens.weight.T).flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+
+# %% ../nbs/01_model.ipynb
+def recompute_in_backward(fn, *args):
+    """`fn(*args)`, keeping only `args` for backward, where `fn` runs again. Both random streams are replayed, so the
+    recomputed dropout masks are the ones forward drew and gradients equal those without recomputation, bit for bit."""
+    tracked = dict(model_parallel_rng.states)             # the tensor-parallel stream as forward finds it
+    @contextlib.contextmanager
+    def replay_tracked_stream():
+        current = dict(model_parallel_rng.states)
+        model_parallel_rng.states.update(tracked)
+        try: yield
+        finally: model_parallel_rng.states.clear(); model_parallel_rng.states.update(current)
+    return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=True,
+                                             context_fn=lambda: (contextlib.nullcontext(), replay_tracked_stream()))
+
+def saved_tensor_bytes(fn, *args, exclude=()) -> tuple[object, int]:
+    """(`fn(*args)`, bytes of the distinct storages autograd saves for backward while it runs), not counting the
+    tensors in `exclude` (pass the parameters: weights are not activations)."""
+    skip, seen = {t.untyped_storage().data_ptr() for t in exclude}, {}
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip: seen[st.data_ptr()] = st.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)
+    return out, sum(seen.values())
