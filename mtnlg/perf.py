@@ -4,10 +4,10 @@
 
 # %% auto 0
 __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'Setup', 'setup_problems', 'check_setup', 'layer_forward_flops',
-           'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes_per_param',
-           'layer_activation_bytes', 'stored_activation_bytes', 'in_flight', 'GPU', 'Assumptions', 'memory_per_gpu',
-           'memory_table', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Prediction', 'predict',
-           'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'plan', 'format_plan',
+           'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes', 'layer_activation_bytes',
+           'stored_activation_bytes', 'in_flight', 'GPU', 'Assumptions', 'stage_memory', 'memory_per_gpu',
+           'largest_term', 'memory_table', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Prediction',
+           'predict', 'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'plan', 'format_plan',
            'measure_matmul_tflops', 'measure_memory_gbps', 'calibrate_cpu', 'cpu_as_gpu']
 
 # %% ../nbs/50_perf_model.ipynb
@@ -77,25 +77,29 @@ PAPER_ROWS = [  # (nodes, DP, iteration time s, TFLOP/s per GPU), Megatron-Turin
     (280, 8, 60.1, 126), (350, 10, 50.2, 121), (420, 12, 44.4, 113)]
 
 # %% ../nbs/50_perf_model.ipynb
-def state_bytes_per_param(precision: str) -> tuple[int, int, int]:
-    "(weights, gradients, optimizer states) bytes per parameter: bf16 + fp32 grads + fp32 Adam with master copy, or fp32."
-    return (2, 4, 12) if precision == "bf16" else (4, 4, 8)
+def state_bytes(precision: str, dp: int) -> dict:
+    "Bytes per parameter our DeepSpeed ZeRO-1 engine keeps on each GPU: weights, gradients, optimizer (1/dp of it)."
+    if precision == "bf16": return {"weights": 2, "gradients": 2 + 4, "optimizer": 12 / dp}   # BF16_Optimizer
+    return {"weights": 4, "gradients": 4, "optimizer": 12 / dp}                             # DeepSpeedZeroOptimizer
 
-def layer_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, act_bytes: int = 2) -> dict:
-    "Bytes one layer keeps for backward per micro-batch (Korthikanti et al. 2022), split into the parts recomputation drops."
+def layer_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, act_bytes: int = 2, mask_bytes: int = 1,
+                           attention: str = "flash") -> dict:
+    "Bytes one of our transformer layers keeps for backward per micro-batch, by what keeps them (attention: flash | math)."
     s, b, h, f, a = model.seq_length, micro_batch, model.hidden_size, model.ffn_size, model.num_attention_heads
-    sbh, ass = s * b * h, a * s * s * b
-    replicated = 4 * sbh * act_bytes                    # LN1 input, QKV input (LN1 out), LN2 input, fc1 input
-    split = (4 * sbh + 2 * s * b * f) * act_bytes / tp  # Q, K, V, proj input; fc1 output, GeLU output
-    masks = 2 * sbh if model.hidden_dropout > 0 else 0  # two residual-dropout masks, 1 byte each
-    core = ass * act_bytes / tp                         # softmax output (also the QK^T scores' role)
-    if model.attention_dropout > 0: core += ass * (1 + act_bytes) / tp   # dropout mask and dropout output
-    return {"kept": replicated + split + masks, "attention_core": core, "input": sbh * act_bytes}
+    sbh, e, stats = s * b * h, act_bytes, 2 * s * b * 4
+    if attention == "flash": core = s * b * h * e / tp + a * s * b * 4 / tp          # output + log-sum-exp per row
+    elif attention == "math": core = a * s * s * b * (e + (e + mask_bytes if model.attention_dropout > 0 else 0)) / tp
+    else: raise ValueError(f"attention must be flash or math, got {attention!r}")
+    return {"layernorm inputs": 2 * (sbh * e + stats), "qkv and fc1 inputs": 2 * sbh * e, "q, k, v": 3 * sbh * e / tp,
+            "proj and fc2 inputs": (sbh + s * b * f) * e / tp, "gelu input": s * b * f * e / tp,
+            "dropout masks": 2 * sbh * mask_bytes if model.hidden_dropout > 0 else 0, "attention core": core}
 
-def stored_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, recompute: str, act_bytes: int = 2) -> float:
+def stored_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, recompute: str, act_bytes: int = 2,
+                            mask_bytes: int = 1, attention: str = "flash") -> float:
     "Bytes one layer stores across the forward-backward gap, per micro-batch, for each recomputation mode."
-    a = layer_activation_bytes(model, micro_batch, tp, act_bytes)
-    return {"none": a["kept"] + a["attention_core"], "selective": a["kept"], "full": a["input"]}[recompute]
+    parts = layer_activation_bytes(model, micro_batch, tp, act_bytes, mask_bytes, attention)
+    if recompute == "full": return model.seq_length * micro_batch * model.hidden_size * act_bytes
+    return sum(parts.values()) - (parts["attention core"] if recompute == "selective" else 0)
 
 def in_flight(stage: int, pp: int, micro_batches: int) -> int:
     "Micro-batches whose activations stage `stage` holds at the peak of a 1F1B schedule."
@@ -139,36 +143,49 @@ class Assumptions:
     dp_overlap: float = 0.0          # DeepSpeed's pipeline engine all-reduces gradients after the flush: nothing hidden
     pp_scatter_gather: bool = False  # DeepSpeed sends the full activation from every TP rank (Megatron's scatter/gather sends 1/t)
     reserved_gib: float = 3.0        # CUDA context, NCCL buffers, allocator fragmentation
-    logit_bytes: int = 6             # per logit: bf16 logits + fp32 softmax kept for the cross-entropy backward
+    attention: str = "flash"         # SDPA's FlashAttention kernel on A100/H100 (no s x s tensors kept); "math": they are kept
+    dropout_mask_bytes: int = 1      # bool masks on a GPU (PyTorch's CPU dropout keeps masks as wide as the activations)
+
+def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
+                 asm: Assumptions = Assumptions()) -> list[dict]:
+    "Memory (bytes) of one GPU of every pipeline stage at its 1F1B peak, by term, as our engine allocates it."
+    e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, L.dp)
+    s, b, h = model.seq_length, L.micro_batch, model.hidden_size
+    sbh, logits = s * b * h, s * b * model.padded_vocab_size(L.tp) // L.tp
+    m, layers = global_batch // (L.micro_batch * L.dp), model.num_layers // L.pp
+    layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention)
+    working = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
+    stages = []
+    for i in range(L.pp):
+        first, last = i == 0, i == L.pp - 1
+        per_micro_batch = (layers * layer(L.recompute)
+                           + (sbh * asm.dropout_mask_bytes if first and model.hidden_dropout > 0 else 0)  # embedding dropout
+                           + (sbh * e if not last else 0)                 # the stage's output, kept for its backward
+                           + (2 * sbh * e + 2 * s * b * 4 + logits * 4 if last else 0))  # final LayerNorm, fp32 softmax
+        n = stage_params_per_rank(model, L.tp, L.pp, i)
+        mem = {k: n * v for k, v in per_param.items()}
+        mem |= {"activations": in_flight(i, L.pp, m) * per_micro_batch, "recompute buffer": working,
+                "logits": logits * (e + 4 if e != 4 else e) if last else 0,   # logits (and their fp32 copy) while the loss runs
+                "reserved": asm.reserved_gib * GiB}
+        stages.append(mem | {"total": sum(mem.values()), "stage": i})
+    return stages
 
 def memory_per_gpu(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
                    asm: Assumptions = Assumptions()) -> dict:
-    "Memory (bytes) of the fullest GPU for layout `L`: model states with ZeRO-1, stored activations, working buffers."
-    w, g, o = state_bytes_per_param(precision)
-    act = 2 if precision == "bf16" else 4
-    m = global_batch // (L.micro_batch * L.dp)
-    layers = model.num_layers // L.pp
-    worst = None
-    for stage in sorted({0, L.pp - 1}):
-        n = stage_params_per_rank(model, L.tp, L.pp, stage)
-        a = layer_activation_bytes(model, L.micro_batch, L.tp, act)
-        working = {"full": a["kept"] + a["attention_core"], "selective": a["attention_core"], "none": 0}[L.recompute]
-        logits = model.seq_length * L.micro_batch * model.padded_vocab_size(L.tp) / L.tp * asm.logit_bytes
-        mem = {"weights": n * w, "gradients": n * g, "optimizer": n * o / L.dp,
-               "activations": in_flight(stage, L.pp, m) * layers * stored_activation_bytes(model, L.micro_batch, L.tp, L.recompute, act),
-               "recompute buffer": working,
-               "logits": logits if stage == L.pp - 1 else 0,
-               "reserved": asm.reserved_gib * GiB}
-        mem["total"] = sum(mem.values())
-        if worst is None or mem["total"] > worst["total"]: worst = mem | {"stage": stage}
-    return worst
+    "Memory (bytes) of the fullest GPU: the stage of `stage_memory` with the largest total."
+    return max(stage_memory(model, L, global_batch, precision, asm), key=lambda m: m["total"])
+
+def largest_term(mem: dict) -> str:
+    "The name of the biggest term of a stage's memory."
+    return max((k for k in mem if k not in ("total", "stage")), key=lambda k: mem[k])
 
 # %% ../nbs/50_perf_model.ipynb
 def memory_table(rows: dict[str, dict]) -> str:
     "A text table of memory breakdowns (GiB), one column per named layout."
-    keys = [k for k in next(iter(rows.values())) if k != "stage"]
-    out = [f"{'':18s}" + "".join(f"{name:>26s}" for name in rows)]
-    for k in keys: out.append(f"{k:18s}" + "".join(f"{r[k]/GiB:26.1f}" for r in rows.values()))
+    keys, w = [k for k in next(iter(rows.values())) if k != "stage"], max(12, *(len(n) + 2 for n in rows))
+    out = [f"{'':18s}" + "".join(f"{name:>{w}s}" for name in rows)]
+    for k in keys: out.append(f"{k:18s}" + "".join(f"{r[k]/GiB:{w}.1f}" for r in rows.values()))
+    if all("stage" in r for r in rows.values()): out.append(f"{'(stage)':18s}" + "".join(f"{r['stage']:{w}d}" for r in rows.values()))
     return "\n".join(out)
 
 # %% ../nbs/50_perf_model.ipynb
@@ -212,7 +229,7 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
     m = global_batch // (b * d)
     tokens, layers = b * model.seq_length, model.num_layers // p
     act = 2 if precision == "bf16" else 4
-    w_bytes, g_bytes, _ = state_bytes_per_param(precision)
+    w_bytes, g_bytes = (2 if precision == "bf16" else 4), 4     # gradients are reduced in fp32 in both precisions
     peak = (gpu.peak_tflops if precision == "bf16" else gpu.tf32_tflops) * 1e12
     flops_per_s = peak * asm.matmul_efficiency
 
@@ -245,11 +262,12 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
     mem = memory_per_gpu(model, L, global_batch, precision, asm)
     capacity = gpu.memory_gib * GiB
     fits = mem["total"] <= capacity
+    over = f"stage {mem['stage']} needs {mem['total']/GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by {(mem['total'] - capacity)/GiB:.1f} GiB"
     hw = flops_per_iteration(model, global_batch, L.recompute, t)
     mf = flops_per_iteration(model, global_batch, "none", t)
     return Prediction(L, gpu.name, total, breakdown, mem, m, hw / (L.gpus * total) / 1e12,
                       mf / (L.gpus * total * peak), fits,
-                      [] if fits else [f"does not fit: {mem['total']/GiB:.1f} GiB > {gpu.memory_gib:g} GiB"])
+                      [] if fits else [f"does not fit: {over} ({largest_term(mem)} {mem[largest_term(mem)]/GiB:.1f} GiB)"])
 
 # %% ../nbs/50_perf_model.ipynb
 def paper_predictions(cfg: Config, asm: Assumptions = Assumptions()) -> list[dict]:

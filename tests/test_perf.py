@@ -6,7 +6,7 @@ import pytest
 from mtnlg.config import load_config, count_parameters
 from mtnlg.topology import Layout
 from mtnlg.perf import (Assumptions, GiB, Setup, PAPER_ROWS, flops_per_iteration, memory_per_gpu, narayanan_flops,
-                        paper_predictions, plan, predict, stage_params_per_rank)
+                        paper_predictions, plan, predict, stage_memory, stage_params_per_rank)
 
 ROOT = Path(__file__).resolve().parent.parent
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
@@ -42,15 +42,33 @@ def test_per_gpu_parameters_add_up_to_count_parameters():
     replicated = 7 * (105 * 6 * h + m.seq_length * h + 2 * h) + V * h
     assert per_gpu - replicated == count_parameters(m, 8)
 
-def test_memory_full_recompute_fits_and_none_does_not():
-    full = memory_per_gpu(CFG.model, Setup(Layout(8, 35, 8), 1, "full"), 1920)
-    none = memory_per_gpu(CFG.model, Setup(Layout(8, 35, 8), 1, "none"), 1920)
-    assert 25 * GiB < full["total"] < 35 * GiB < 100 * GiB < none["total"]
-    assert full["stage"] == 0                      # stage 0 holds 35 micro-batches in flight
-    assert none["activations"] == pytest.approx(35 * 3 * 2048 * 20480 * (10 + 24 / 8 + 5 * 128 * 2048 / (20480 * 8)))
+PAPER_KERNELS = Assumptions(attention="math")     # the s x s softmax, mask and dropout output kept, as in 2021
+
+def test_memory_per_stage_of_the_530b():
+    L = Setup(Layout(8, 35, 8), 1, "full")
+    stages = stage_memory(CFG.model, L, 1920)
+    assert len(stages) == 35 and max(stages, key=lambda m: m["total"]) == memory_per_gpu(CFG.model, L, 1920)
+    full = stages[0]
+    assert full["stage"] == 0 and 30 * GiB < full["total"] < 40 * GiB     # stage 0 holds 35 micro-batches in flight
+    s, h, sbh = 2048, 20480, 2048 * 20480
+    # full recomputation keeps three layer inputs, the stage output (bf16) and the embedding's 1-byte dropout mask
+    assert full["activations"] == 35 * (3 * 2 * sbh + 2 * sbh + sbh)
+    none = memory_per_gpu(CFG.model, Setup(Layout(8, 35, 8), 1, "none"), 1920, asm=PAPER_KERNELS)
+    korthikanti = sbh * (10 + 24 / 8) + 5 * 128 * s * s / 8 + 2 * 2 * s * 4      # + the LayerNorms' fp32 statistics
+    assert none["activations"] == pytest.approx(35 * (3 * korthikanti + 2 * sbh + sbh))
+    assert none["total"] > 80 * GiB and none["stage"] == 0
     # ZeRO-1: optimizer states shrink with DP, weights and gradients do not
     dp16 = memory_per_gpu(CFG.model, Setup(Layout(8, 35, 16), 1, "full"), 1920)
     assert dp16["optimizer"] == pytest.approx(full["optimizer"] / 2) and dp16["weights"] == full["weights"]
+    # bf16 engine: 2 (weights) + 2 + 4 (bf16 gradients, fp32 accumulation) + 12/DP bytes per parameter
+    n = stage_params_per_rank(CFG.model, 8, 35, 0)
+    assert (full["weights"], full["gradients"], full["optimizer"]) == (2 * n, 6 * n, 12 * n / 8)
+
+def test_the_last_stage_holds_the_logits():
+    stages = stage_memory(CFG.model, Setup(Layout(8, 35, 8), 1, "full"), 1920)
+    logits = 2048 * CFG.model.padded_vocab_size(8) // 8
+    assert stages[-1]["logits"] == logits * (2 + 4) and all(m["logits"] == 0 for m in stages[:-1])
+    assert stages[0]["total"] > stages[17]["total"] > stages[33]["total"]
 
 def test_predict_refuses_impossible_layouts():
     with pytest.raises(ValueError, match="global batch 1920 is not divisible by micro-batch x DP = 1 x 7"):
@@ -64,13 +82,14 @@ def test_plan_2240_a100_has_the_paper_layout_in_the_top_three():
     assert all(p.fits and p.memory["total"] <= 80 * GiB for p in feasible)
     assert [p.iteration_s for p in feasible] == sorted(p.iteration_s for p in feasible)
     reasons = {r for _, rs, _ in infeasible for r in rs}
-    assert "does not fit: 103.5 GiB > 80 GiB" in reasons
+    assert any(r.startswith("does not fit: stage 0 needs") and "> 80 GiB, over by" in r for r in reasons)
 
 def test_h200_fits_what_a100_does_not():
     L = Setup(Layout(8, 35, 8), 1, "none")
-    assert not predict(CFG.model, L, 1920, "a100-80gb").fits
-    h200 = predict(CFG.model, L, 1920, "h200")
-    assert h200.fits and h200.iteration_s < predict(CFG.model, L, 1920, "a100-80gb").iteration_s / 2.5
+    a100 = predict(CFG.model, L, 1920, "a100-80gb", asm=PAPER_KERNELS)
+    assert not a100.fits and a100.problems[0].startswith("does not fit: stage 0 needs 111.5 GiB > 80 GiB, over by 31.5 GiB")
+    h200 = predict(CFG.model, L, 1920, "h200", asm=PAPER_KERNELS)
+    assert h200.fits and h200.iteration_s < a100.iteration_s / 2.5
 
 def test_cli_plan_ranks_layouts():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--top", "3")
@@ -79,7 +98,7 @@ def test_cli_plan_ranks_layouts():
     assert lines[0].startswith("mtnlg-530b on 2240 x A100 80GB (280 nodes of 8)")
     top = [l.split()[1:3] for l in lines[2:5]]
     assert ["8", "35"] in top, r.stdout
-    assert "does not fit: 103.5 GiB > 80 GiB" in r.stdout and "GPUs per node" in r.stdout
+    assert "does not fit: stage 0 needs" in r.stdout and "GPUs per node" in r.stdout
 
 @pytest.mark.parametrize("args, message", [
     (["--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--tp", "16", "--pp", "35"], "TP 16 > 8 GPUs per node"),
@@ -95,5 +114,6 @@ def test_cli_plan_bad_layouts_are_one_line(args, message):
 
 def test_cli_plan_nothing_fits_exits_1():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--tp", "8", "--pp", "35",
-            "--recompute", "none")
-    assert r.returncode == 1 and "(no layout fits)" in r.stdout and "does not fit: 103.5 GiB > 80 GiB" in r.stdout
+            "--recompute", "none", "--attention", "math")
+    assert r.returncode == 1 and "(no layout fits)" in r.stdout
+    assert "does not fit: stage 0 needs 111.5 GiB > 80 GiB, over by 31.5 GiB (activations 90.2 GiB)" in r.stdout
