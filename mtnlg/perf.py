@@ -87,8 +87,10 @@ def layer_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, act_by
     "Bytes one of our transformer layers keeps for backward per micro-batch, by what keeps them (attention: flash | math)."
     s, b, h, f, a = model.seq_length, micro_batch, model.hidden_size, model.ffn_size, model.num_attention_heads
     sbh, e, stats = s * b * h, act_bytes, 2 * s * b * 4
-    if attention == "flash": core = s * b * h * e / tp + a * s * b * 4 / tp          # output + log-sum-exp per row
-    elif attention == "math": core = a * s * s * b * (e + (e + mask_bytes if model.attention_dropout > 0 else 0)) / tp
+    if attention == "flash": core = a * s * b * 4 / tp        # a log-sum-exp per row; its output is the proj input
+    elif attention == "math":                                 # softmax (+ dropout mask and output), all s x s
+        core = a * s * s * b * (e + (e + mask_bytes if model.attention_dropout > 0 else 0)) / tp
+        if b == 1: core += 2 * sbh * e / tp                   # Q and K copies, while V (a view) keeps the QKV output alive
     else: raise ValueError(f"attention must be flash or math, got {attention!r}")
     return {"layernorm inputs": 2 * (sbh * e + stats), "qkv and fc1 inputs": 2 * sbh * e, "q, k, v": 3 * sbh * e / tp,
             "proj and fc2 inputs": (sbh + s * b * f) * e / tp, "gelu input": s * b * f * e / tp,
