@@ -6,9 +6,10 @@
 __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'Setup', 'setup_problems', 'check_setup', 'layer_forward_flops',
            'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes', 'layer_activation_bytes',
            'stored_activation_bytes', 'in_flight', 'GPU', 'Assumptions', 'stage_memory', 'memory_per_gpu',
-           'largest_term', 'memory_table', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Prediction',
-           'predict', 'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'plan', 'format_plan',
-           'measure_matmul_tflops', 'measure_memory_gbps', 'calibrate_cpu', 'cpu_as_gpu']
+           'largest_term', 'memory_table', 'format_stages', 'plot_recompute_tradeoff', 'link', 'allreduce_time',
+           'reduce_scatter_time', 'p2p_time', 'Prediction', 'predict', 'paper_predictions', 'fit_matmul_efficiency',
+           'plot_paper_rows', 'plan', 'format_plan', 'measure_matmul_tflops', 'measure_memory_gbps', 'calibrate_cpu',
+           'cpu_as_gpu']
 
 # %% ../nbs/50_perf_model.ipynb
 import math, re, time
@@ -189,6 +190,53 @@ def memory_table(rows: dict[str, dict]) -> str:
     for k in keys: out.append(f"{k:18s}" + "".join(f"{r[k]/GiB:{w}.1f}" for r in rows.values()))
     if all("stage" in r for r in rows.values()): out.append(f"{'(stage)':18s}" + "".join(f"{r['stage']:{w}d}" for r in rows.values()))
     return "\n".join(out)
+
+# %% ../nbs/50_perf_model.ipynb
+def format_stages(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a100-80gb", precision: str = "bf16",
+                  asm: Assumptions = Assumptions()) -> str:
+    "Every pipeline stage's predicted peak per GPU (GiB) by term, its largest term, and whether it fits the device."
+    gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
+    stages = stage_memory(model, L, global_batch, precision, asm)
+    terms = [k for k in stages[0] if k not in ("total", "stage")]
+    short = {"weights": "weights", "gradients": "grads", "optimizer": "optim", "activations": "activ",
+             "recompute buffer": "recomp", "logits": "logits", "reserved": "reserve"}
+    lines = [f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU of each stage",
+             f"{'stage':>5s} " + " ".join(f"{short[k]:>7s}" for k in terms) + f" {'total':>7s}  largest term"]
+    for m in stages:
+        over = m["total"] - gpu.memory_gib * GiB
+        lines.append(f"{m['stage']:5d} " + " ".join(f"{m[k] / GiB:7.2f}" for k in terms) + f" {m['total'] / GiB:7.2f}  "
+                     f"{largest_term(m)}" + (f"  OVER by {over / GiB:.1f} GiB" if over > 0 else ""))
+    worst = max(stages, key=lambda m: m["total"])
+    lines.append(f"fullest: stage {worst['stage']}, {worst['total'] / GiB:.1f} GiB of {gpu.memory_gib:g}"
+                 + ("" if worst["total"] <= gpu.memory_gib * GiB else " -- does not fit"))
+    return "\n".join(lines)
+
+def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float = 80):
+    "Fullest-stage memory against the FLOPs recomputation adds, per mode, with FlashAttention and with the paper's kernels."
+    import matplotlib.pyplot as plt
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    base = flops_per_iteration(model, global_batch, "none")
+    for att, marker in (("flash", "o"), ("math", "s")):
+        xs, ys = [], []
+        for r in ("none", "selective", "full"):
+            xs.append(flops_per_iteration(model, global_batch, r) / base - 1)
+            ys.append(memory_per_gpu(model, replace(L, recompute=r), global_batch, asm=Assumptions(attention=att))["total"] / GiB)
+        ax.plot([100 * x for x in xs], ys, marker + "-", label="FlashAttention" if att == "flash" else "paper's kernels (s x s kept)")
+        for x, y, r in zip(xs, ys, ("none", "selective", "full")): ax.annotate(r, (100 * x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.axhline(capacity_gib, color="k", ls="--", lw=1); ax.text(1, capacity_gib + 1, f"{capacity_gib:g} GiB", fontsize=8)
+    ax.set(xlabel="extra FLOPs per iteration (%)", ylabel="GiB on the fullest GPU", title=f"{model.num_layers} layers, {L.layout}")
+    ax.legend(fontsize=8)
+    stages = stage_memory(model, L, global_batch)
+    bottom = [0.0] * len(stages)
+    for i, k in enumerate(k for k in stages[0] if k not in ("total", "stage")):
+        v = [m[k] / GiB for m in stages]
+        bx.bar(range(len(stages)), v, bottom=bottom, label=k, color=f"C{i}")
+        bottom = [a + b for a, b in zip(bottom, v)]
+    bx.axhline(capacity_gib, color="k", ls="--", lw=1)
+    bx.set(xlabel="pipeline stage", ylabel="GiB per GPU", title=f"every stage, recompute {L.recompute}")
+    bx.legend(fontsize=7, ncol=2)
+    fig.tight_layout(); plt.close(fig)
+    return fig
 
 # %% ../nbs/50_perf_model.ipynb
 def link(gpu: GPU, asm: Assumptions, inter_node: bool) -> tuple[float, float]:
