@@ -147,24 +147,37 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     p.set_defaults(func=run)
 
 def add_plan_arguments(p: argparse.ArgumentParser):
-    "`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K]` (chapter 50)."
+    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K]`;
+    `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50)."""
     from mtnlg.perf import GPUS, RECOMPUTE          # no torch: the throughput model is plain Python
     add_config_arguments(p)
-    p.add_argument("--gpus", type=int, required=True, help="number of GPUs in the cluster")
+    p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts)")
     p.add_argument("--gpu", choices=sorted(GPUS), default="a100-80gb", help="GPU type (default a100-80gb)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node sharing NVLink (default 8)")
     p.add_argument("--tp", type=int, help="only this tensor-parallel size")
     p.add_argument("--pp", type=int, help="only this pipeline-parallel size")
     p.add_argument("--micro-batch", type=int, action="append", help="micro-batch sizes to try (default 1, 2, 4)")
-    p.add_argument("--recompute", choices=RECOMPUTE, action="append", help="recomputation modes to try (default all)")
+    p.add_argument("--recompute", choices=RECOMPUTE, action="append",
+                   help="recomputation modes to try (default all; with --stages, the one to show, default the config's)")
+    p.add_argument("--attention", choices=("flash", "math"), default="flash",
+                   help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)")
+    p.add_argument("--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout")
     p.add_argument("--top", type=int, default=10, help="how many feasible layouts to show (default 10)")
     p.add_argument("--show-infeasible", type=int, default=8, help="how many infeasible layouts to explain (default 8)")
     def run(args):
-        from mtnlg.perf import plan, format_plan
+        from dataclasses import replace
+        from mtnlg.perf import plan, format_plan, format_stages, predict, Assumptions, Setup
         if args.gpus_per_node < 1: raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
-        cfg = config_from_args(args)
+        cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
+        if args.stages:
+            if args.recompute and len(args.recompute) > 1: raise ValueError("--stages shows one recompute mode; give --recompute once")
+            L = Setup.of(cfg, args.recompute[0] if args.recompute else cfg.model.recompute)
+            print(format_stages(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm))
+            return 0 if predict(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm,
+                                cfg.parallel.gpus_per_node).fits else 1
+        if args.gpus is None: raise ValueError("--gpus is required to rank layouts (or --stages for the config's own layout)")
         feasible, infeasible = plan(cfg, args.gpus, args.gpu, args.gpus_per_node, tuple(args.micro_batch or (1, 2, 4)),
-                                    tuple(args.recompute or RECOMPUTE), tp=args.tp, pp=args.pp)
+                                    tuple(args.recompute or RECOMPUTE), asm=asm, tp=args.tp, pp=args.pp)
         print(format_plan(cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible))
         return 0 if feasible else 1
     p.set_defaults(func=run)

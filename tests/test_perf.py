@@ -117,3 +117,17 @@ def test_cli_plan_nothing_fits_exits_1():
             "--recompute", "none", "--attention", "math")
     assert r.returncode == 1 and "(no layout fits)" in r.stdout
     assert "does not fit: stage 0 needs 113.5 GiB > 80 GiB, over by 33.5 GiB (activations 92.3 GiB)" in r.stdout
+
+def test_cli_plan_stages_prints_every_stage_and_refuses_an_overflow():
+    r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--stages")
+    assert r.returncode == 0, r.stderr
+    rows = [l.split() for l in r.stdout.splitlines() if l.split() and l.split()[0].isdigit()]
+    assert [int(x[0]) for x in rows] == list(range(35)) and "OVER" not in r.stdout
+    want = stage_memory(CFG.model, Setup(Layout(8, 35, 8), 1, "full"), 1920)   # the config's own recompute: full
+    assert [float(x[8]) for x in rows] == [round(m["total"] / GiB, 2) for m in want]
+    r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--stages", "--recompute", "none", "--attention", "math")
+    assert r.returncode == 1 and "OVER by 33.5 GiB" in r.stdout.splitlines()[2] and r.stdout.rstrip().endswith("does not fit")
+
+def test_cli_plan_needs_gpus_to_rank():
+    r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml")
+    assert r.returncode == 2 and r.stderr.strip() == "mtnlg: --gpus is required to rank layouts (or --stages for the config's own layout)"
