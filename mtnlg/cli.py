@@ -148,10 +148,13 @@ def add_curate_arguments(p: argparse.ArgumentParser):
 
 def add_plan_arguments(p: argparse.ArgumentParser):
     """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K]`;
-    `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50)."""
+    `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
+    `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
+    config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51)."""
     from mtnlg.perf import GPUS, RECOMPUTE          # no torch: the throughput model is plain Python
     add_config_arguments(p)
-    p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts)")
+    p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts; with --schedule, "
+                   "the config's world size, the default)")
     p.add_argument("--gpu", choices=sorted(GPUS), default="a100-80gb", help="GPU type (default a100-80gb)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node sharing NVLink (default 8)")
     p.add_argument("--tp", type=int, help="only this tensor-parallel size")
@@ -162,6 +165,16 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     p.add_argument("--attention", choices=("flash", "math"), default="flash",
                    help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)")
     p.add_argument("--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout")
+    p.add_argument("--schedule", action="store_true", help="plan the config's whole run on its own layout: steps, days, "
+                   "allocations, checkpoint size, save time, the Young/Daly save interval (chapter 51)")
+    p.add_argument("--time-limit-hours", type=float, default=48.0, help="with --schedule: the scheduler's time limit per allocation (default 48)")
+    p.add_argument("--fs-gbps", type=float, help="with --schedule: aggregate file-system write bandwidth, GB/s "
+                   "(default: Summit's 2.5 TB/s for 27,648 GPUs, as a per-GPU share of the job)")
+    p.add_argument("--mtbf-hours", type=float, help="with --schedule: the job's mean hours between failures "
+                   "(default: Llama 3's rate, 1 per 50,677 GPU-hours, over the job's GPUs)")
+    p.add_argument("--startup-minutes", type=float, default=10.0, help="with --schedule: start-up time of an allocation (default 10)")
+    p.add_argument("--signal-minutes", type=float, default=10.0,
+                   help="with --schedule: SIGUSR1 comes this long before the time limit (default 10, as cluster/530b.sbatch)")
     p.add_argument("--top", type=int, default=10, help="how many feasible layouts to show (default 10)")
     p.add_argument("--show-infeasible", type=int, default=8, help="how many infeasible layouts to explain (default 8)")
     def run(args):
@@ -169,13 +182,23 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         from mtnlg.perf import plan, format_plan, format_stages, predict, Assumptions, Setup
         if args.gpus_per_node < 1: raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
         cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
+        if args.schedule:
+            from mtnlg.run_plan import run_plan, format_run_plan
+            if args.gpus is not None and args.gpus != cfg.parallel.total_gpus:
+                raise ValueError(f"--schedule plans the config's own layout ({cfg.parallel.total_gpus} GPUs), not --gpus "
+                                 f"{args.gpus}: change it with --set parallel.data_parallel=... --set parallel.world_size=...")
+            plan_ = run_plan(cfg, args.gpu, args.time_limit_hours, args.fs_gbps, args.mtbf_hours, args.startup_minutes,
+                             args.signal_minutes, asm)
+            print(format_run_plan(plan_))
+            if not args.stages: return 0 if plan_.fits else 1
+            print()
         if args.stages:
             if args.recompute and len(args.recompute) > 1: raise ValueError("--stages shows one recompute mode; give --recompute once")
             L = Setup.of(cfg, args.recompute[0] if args.recompute else cfg.model.recompute)
             print(format_stages(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm))
             return 0 if predict(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm,
                                 cfg.parallel.gpus_per_node).fits else 1
-        if args.gpus is None: raise ValueError("--gpus is required to rank layouts (or --stages for the config's own layout)")
+        if args.gpus is None: raise ValueError("--gpus is required to rank layouts (or --stages / --schedule for the config's own layout)")
         feasible, infeasible = plan(cfg, args.gpus, args.gpu, args.gpus_per_node, tuple(args.micro_batch or (1, 2, 4)),
                                     tuple(args.recompute or RECOMPUTE), asm=asm, tp=args.tp, pp=args.pp)
         print(format_plan(cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible))

@@ -130,4 +130,4 @@ def test_cli_plan_stages_prints_every_stage_and_refuses_an_overflow():
 
 def test_cli_plan_needs_gpus_to_rank():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml")
-    assert r.returncode == 2 and r.stderr.strip() == "mtnlg: --gpus is required to rank layouts (or --stages for the config's own layout)"
+    assert r.returncode == 2 and r.stderr.strip() == "mtnlg: --gpus is required to rank layouts (or --stages / --schedule for the config's own layout)"
