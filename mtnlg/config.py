@@ -5,7 +5,8 @@
 # %% auto 0
 __all__ = ['ModelConfig', 'ParallelConfig', 'OptimizerConfig', 'ScheduleConfig', 'BlendEntry', 'DataConfig', 'CheckpointConfig',
            'Config', 'ConfigError', 'split_shares', 'parse_override', 'config_from_dict', 'load_config',
-           'count_parameters', 'layers_per_stage', 'narayanan_flops', 'layer_params_per_rank', 'stage_params_per_rank']
+           'count_parameters', 'layers_per_stage', 'narayanan_flops', 'layer_params_per_rank', 'stage_params_per_rank',
+           'reduce_bucket_elements']
 
 # %% ../nbs/00_config.ipynb
 import dataclasses, difflib, math, os, re, types, typing
@@ -371,3 +372,8 @@ def stage_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> i
         n += 2 * h                                                  # final LayerNorm
         if pp > 1: n += V * h // tp                                 # tied output-layer copy of the word embedding
     return n
+
+def reduce_bucket_elements(model: ModelConfig, tp: int, pp: int) -> int:
+    """DeepSpeed ZeRO's gradient-reduction bucket, in elements: its 5e8 default, or the largest stage's parameter count
+    if smaller. (DeepSpeed allocates two such buckets whatever the model's size: 4 GB in fp32 for a tiny model.)"""
+    return min(500_000_000, max(stage_params_per_rank(model, tp, pp, i) for i in range(pp)))

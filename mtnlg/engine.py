@@ -14,7 +14,7 @@ import torch, torch.nn as nn
 import torch.distributed as dist
 import deepspeed
 from deepspeed.pipe import PipelineModule, LayerSpec, TiedLayerSpec
-from .config import Config, count_parameters
+from .config import Config, count_parameters, reduce_bucket_elements
 from .topology import Layout, deepspeed_topology, seed_everything, plot_rank_grid
 from .model import Embedding, TransformerBlock, megatron_config, token_losses
 from .pipeline_parallel import gpt_param_name, partition_uniform
@@ -83,7 +83,8 @@ def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
         "train_micro_batch_size_per_gpu": s.micro_batch_size,
         "gradient_accumulation_steps": batch // (s.micro_batch_size * p.data_parallel),   # = pipeline micro-batches
         "gradient_clipping": cfg.optimizer.clip_grad,
-        "zero_optimization": {"stage": 1},             # Adam state sharded over data-parallel ranks
+        "zero_optimization": {"stage": 1,              # Adam state sharded over data-parallel ranks
+                              "reduce_bucket_size": reduce_bucket_elements(cfg.model, p.tensor_parallel, p.pipeline_parallel)},
         "bf16": {"enabled": cfg.precision == "bf16"},   # bf16 weights/activations; fp32 master weights in the optimizer
         "data_types": {"grad_accum_dtype": "fp32"},    # micro-batch gradients accumulate in fp32
         "zero_allow_untested_optimizer": True,          # a plain torch AdamW

@@ -15,7 +15,8 @@ __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'Setup', 'setup_problems', 
 import math, re, time
 from collections import Counter
 from dataclasses import dataclass, field, replace, asdict
-from .config import Config, ModelConfig, load_config, count_parameters, stage_params_per_rank, narayanan_flops
+from .config import (Config, ModelConfig, load_config, count_parameters, stage_params_per_rank, narayanan_flops,
+                          reduce_bucket_elements)
 from .topology import Layout, layout_problems
 from .pipeline_parallel import bubble_formula
 
@@ -151,13 +152,16 @@ class Assumptions:
 
 def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
                  asm: Assumptions = Assumptions()) -> list[dict]:
-    "Memory (bytes) of one GPU of every pipeline stage at its 1F1B peak, by term, as our engine allocates it."
+    """Memory (bytes) of one GPU of every pipeline stage at its peak, by term, as our engine allocates it. The peak is
+    the larger of two moments: the first backward of the 1F1B schedule (most micro-batches in flight) and the
+    optimizer step (activations gone, ZeRO's flat gradient partitions and Adam's temporaries there)."""
     e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, L.dp)
     s, b, h = model.seq_length, L.micro_batch, model.hidden_size
     sbh, logits = s * b * h, s * b * model.padded_vocab_size(L.tp) // L.tp
     m, layers = global_batch // (L.micro_batch * L.dp), model.num_layers // L.pp
     layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention)
     working = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
+    bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" else 0   # ZeRO's fp32 reduce bucket
     stages = []
     for i in range(L.pp):
         first, last = i == 0, i == L.pp - 1
@@ -166,11 +170,24 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
                            + (sbh * e if not last else 0)                 # the stage's output, kept for its backward
                            + (2 * sbh * e + 2 * s * b * 4 + logits * 4 if last else 0))  # final LayerNorm, fp32 softmax
         n = stage_params_per_rank(model, L.tp, L.pp, i)
-        mem = {k: n * v for k, v in per_param.items()}
-        mem |= {"activations": in_flight(i, L.pp, m) * per_micro_batch, "recompute buffer": working,
-                "logits": logits * (e + 4 if e != 4 else e) if last else 0,   # logits (and their fp32 copy) while the loss runs
-                "reserved": asm.reserved_gib * GiB}
-        stages.append(mem | {"total": sum(mem.values()), "stage": i})
+        frozen = s * h * per_param["weights"] if last and L.pp > 1 else 0  # the last stage's unused copy of the positions
+        states = {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
+        kept_logits = 2 * logits * e if last else 0                  # DeepSpeed's two pipe buffers keep the last logits
+        backward = states | {"reduce buckets": bucket,                  # the first, from the first backward on
+                             "activations": in_flight(i, L.pp, m) * per_micro_batch, "recompute buffer": working,
+                             "logits": kept_logits + (logits * 4 if last and e != 4 else 0),   # + their fp32 copy for the loss
+                             "optimizer step": 0, "reserved": asm.reserved_gib * GiB}
+        partition = n / L.dp * 4                                        # this rank's fp32 share of the stage
+        if precision == "fp32": states_at_step = states | {"gradients": 0}
+        else: states_at_step = states
+        step = states_at_step | {"reduce buckets": 2 * bucket,                # a second one appears when gradients are reduced
+                         "activations": 0, "recompute buffer": 0, "logits": kept_logits,
+                         # fp32 ZeRO moves param.grad into the bucket, then into a flat partition and a flat copy of it;
+                         # Adam adds a temporary the size of the partition (bf16: the accumulation buffer stays)
+                         "optimizer step": partition * (3 if precision == "fp32" else 1),
+                         "reserved": asm.reserved_gib * GiB}
+        peak = max((backward, "backward"), (step, "optimizer step"), key=lambda x: sum(x[0].values()))
+        stages.append(peak[0] | {"total": sum(peak[0].values()), "stage": i, "peak at": peak[1]})
     return stages
 
 def memory_per_gpu(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
@@ -180,12 +197,12 @@ def memory_per_gpu(model: ModelConfig, L: Setup, global_batch: int, precision: s
 
 def largest_term(mem: dict) -> str:
     "The name of the biggest term of a stage's memory."
-    return max((k for k in mem if k not in ("total", "stage")), key=lambda k: mem[k])
+    return max((k for k in mem if k not in ("total", "stage", "peak at")), key=lambda k: mem[k])
 
 # %% ../nbs/50_perf_model.ipynb
 def memory_table(rows: dict[str, dict]) -> str:
     "A text table of memory breakdowns (GiB), one column per named layout."
-    keys, w = [k for k in next(iter(rows.values())) if k != "stage"], max(12, *(len(n) + 2 for n in rows))
+    keys, w = [k for k in next(iter(rows.values())) if k not in ("stage", "peak at")], max(12, *(len(n) + 2 for n in rows))
     out = [f"{'':18s}" + "".join(f"{name:>{w}s}" for name in rows)]
     for k in keys: out.append(f"{k:18s}" + "".join(f"{r[k]/GiB:{w}.1f}" for r in rows.values()))
     if all("stage" in r for r in rows.values()): out.append(f"{'(stage)':18s}" + "".join(f"{r['stage']:{w}d}" for r in rows.values()))
@@ -197,15 +214,16 @@ def format_stages(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | st
     "Every pipeline stage's predicted peak per GPU (GiB) by term, its largest term, and whether it fits the device."
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     stages = stage_memory(model, L, global_batch, precision, asm)
-    terms = [k for k in stages[0] if k not in ("total", "stage")]
-    short = {"weights": "weights", "gradients": "grads", "optimizer": "optim", "activations": "activ",
-             "recompute buffer": "recomp", "logits": "logits", "reserved": "reserve"}
+    terms = [k for k in stages[0] if k not in ("total", "stage", "peak at")]
+    short = {"weights": "weights", "gradients": "grads", "optimizer": "optim", "reduce buckets": "buckets",
+             "activations": "activ", "recompute buffer": "recomp", "logits": "logits", "optimizer step": "step",
+             "reserved": "reserve"}
     lines = [f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU of each stage",
-             f"{'stage':>5s} " + " ".join(f"{short[k]:>7s}" for k in terms) + f" {'total':>7s}  largest term"]
+             f"{'stage':>5s} " + " ".join(f"{short[k]:>7s}" for k in terms) + f" {'total':>7s}  peak at         largest term"]
     for m in stages:
         over = m["total"] - gpu.memory_gib * GiB
         lines.append(f"{m['stage']:5d} " + " ".join(f"{m[k] / GiB:7.2f}" for k in terms) + f" {m['total'] / GiB:7.2f}  "
-                     f"{largest_term(m)}" + (f"  OVER by {over / GiB:.1f} GiB" if over > 0 else ""))
+                     f"{m['peak at']:15s} {largest_term(m)}" + (f"  OVER by {over / GiB:.1f} GiB" if over > 0 else ""))
     worst = max(stages, key=lambda m: m["total"])
     lines.append(f"fullest: stage {worst['stage']}, {worst['total'] / GiB:.1f} GiB of {gpu.memory_gib:g}"
                  + ("" if worst["total"] <= gpu.memory_gib * GiB else " -- does not fit"))
@@ -228,7 +246,7 @@ def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, cap
     ax.legend(fontsize=8)
     stages = stage_memory(model, L, global_batch)
     bottom = [0.0] * len(stages)
-    for i, k in enumerate(k for k in stages[0] if k not in ("total", "stage")):
+    for i, k in enumerate(k for k in stages[0] if k not in ("total", "stage", "peak at")):
         v = [m[k] / GiB for m in stages]
         bx.bar(range(len(stages)), v, bottom=bottom, label=k, color=f"C{i}")
         bottom = [a + b for a, b in zip(bottom, v)]

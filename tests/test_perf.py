@@ -65,10 +65,23 @@ def test_memory_per_stage_of_the_530b():
     assert (full["weights"], full["gradients"], full["optimizer"]) == (2 * n, 6 * n, 12 * n / 8)
 
 def test_the_last_stage_holds_the_logits():
-    stages = stage_memory(CFG.model, Setup(Layout(8, 35, 8), 1, "full"), 1920)
+    stages = stage_memory(CFG.model, Setup(Layout(8, 35, 8), 1, "none"), 1920)
     logits = 2048 * CFG.model.padded_vocab_size(8) // 8
-    assert stages[-1]["logits"] == logits * (2 + 4) and all(m["logits"] == 0 for m in stages[:-1])
+    # two pipe buffers keep bf16 logits; while the loss runs, an fp32 copy too
+    last = stages[-1]
+    assert last["logits"] == logits * 2 * 2 + (logits * 4 if last["peak at"] == "backward" else 0)
+    assert all(m["logits"] == 0 for m in stages[:-1])
     assert stages[0]["total"] > stages[17]["total"] > stages[33]["total"]
+    assert stages[0]["peak at"] == "backward"
+
+def test_fp32_engine_counts_deepspeeds_reduce_buckets():
+    from mtnlg.config import reduce_bucket_elements
+    tiny = load_config(ROOT / "scaled_configs/tiny.yaml").model
+    L = Setup(Layout(2, 2, 1), 2, "full")
+    n = max(stage_params_per_rank(tiny, 2, 2, i) for i in range(2))
+    assert reduce_bucket_elements(tiny, 2, 2) == n < 5e8 and reduce_bucket_elements(CFG.model, 8, 35) == 5e8
+    assert all(m["reduce buckets"] == (1 if m["peak at"] == "backward" else 2) * n * 4 for m in stage_memory(tiny, L, 8, "fp32"))
+    assert all(m["reduce buckets"] == 0 for m in stage_memory(tiny, L, 8, "bf16"))     # BF16_Optimizer has none
 
 def test_predict_refuses_impossible_layouts():
     with pytest.raises(ValueError, match="global batch 1920 is not divisible by micro-batch x DP = 1 x 7"):
@@ -124,7 +137,7 @@ def test_cli_plan_stages_prints_every_stage_and_refuses_an_overflow():
     rows = [l.split() for l in r.stdout.splitlines() if l.split() and l.split()[0].isdigit()]
     assert [int(x[0]) for x in rows] == list(range(35)) and "OVER" not in r.stdout
     want = stage_memory(CFG.model, Setup(Layout(8, 35, 8), 1, "full"), 1920)   # the config's own recompute: full
-    assert [float(x[8]) for x in rows] == [round(m["total"] / GiB, 2) for m in want]
+    assert [float(x[10]) for x in rows] == [round(m["total"] / GiB, 2) for m in want]
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--stages", "--recompute", "none", "--attention", "math")
     assert r.returncode == 1 and "OVER by 33.5 GiB" in r.stdout.splitlines()[2] and r.stdout.rstrip().endswith("does not fit")
 

@@ -1,0 +1,111 @@
+"""Chapter 98's memory measurement (`mtnlg.testing.MemoryTracker`, `measure_stage_memory`): exact to the byte on a
+workload whose answer is known; on a real TP 2 x PP 2 DeepSpeed step (4 processes, gloo), the parameter and
+optimizer bytes of every rank are what the configuration says, and full recomputation lowers every stage's
+activation peak."""
+from pathlib import Path
+import pytest, torch
+from mtnlg.testing import MemoryTracker, memory_exactness_check, ACTIVATIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
+MiB = 2**20
+
+# ---- the method, one process
+
+def test_exact_on_a_known_workload():
+    "W before the window; A, then B, free A, then C: the peak is W + B + C to the byte, split as tagged."
+    r = memory_exactness_check()
+    assert r["start"] == MiB
+    assert r["peak"] == 6 * MiB                                   # exact: not a byte more or less
+    assert r["categories"] == {"parameters": MiB, "optimizer": 0, "gradients": 3 * MiB, ACTIVATIONS: 2 * MiB}
+
+def test_temporaries_count_and_unseen_frees_do_not():
+    "A temporary that lives inside one expression is in the peak; freeing a block from before the tracker is ignored."
+    old = torch.ones(MiB, dtype=torch.uint8)
+    with MemoryTracker() as mt:
+        with mt.window("w"):
+            del old                                               # allocated before the tracker: never in its record
+            x = torch.ones(2 * MiB, dtype=torch.uint8)
+            float(torch.add(x, x)[0])                             # a 2 MiB temporary, freed at once
+            del x
+    r = mt.peak("w")
+    assert (r["start"], r["peak"]) == (0, 4 * MiB)
+    assert len(mt.record) == 4                                    # two allocations, two frees: nothing else
+
+# ---- a real DeepSpeed step: TP 2 x PP 2 x DP 1, 4 processes; two layers per stage, so that recomputation's saving
+# (~6 MiB on stage 0, ~3 MiB on stage 1) stands well above the run-to-run jitter of the peaks (~0.5 MiB)
+
+RUN = {"model.num_layers": 4, "model.seq_length": 128, "model.hidden_size": 128, "model.hidden_dropout": 0.1, "model.attention_dropout": 0.1,
+       "precision": "fp32", "schedule.global_batch_size": 8, "schedule.micro_batch_size": 2,
+       "schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None,
+       "parallel.tensor_parallel": 2, "parallel.pipeline_parallel": 2, "parallel.data_parallel": 1}
+
+@pytest.fixture(scope="module")
+def measured():
+    from mtnlg import testing
+    from mtnlg.topology import launch
+    return {mode: launch(testing.measure_stage_memory, 4, CONFIG, {**RUN, "model.recompute": mode})
+            for mode in ("none", "full")}
+
+def test_parameter_and_optimizer_bytes(measured):
+    """fp32 parameters: 4 bytes per parameter of the rank's stage (`stage_params_per_rank`), plus, on the last stage,
+    the position table of the tied embedding copy DeepSpeed builds there (frozen, unused, but allocated). ZeRO-1:
+    fp32 master + Adam's two moments = 12 bytes per trainable parameter / DP, up to the flat groups' padding."""
+    from mtnlg.config import load_config, stage_params_per_rank
+    cfg = load_config(CONFIG, RUN)
+    m, p = cfg.model, cfg.parallel
+    for r in measured["none"] + measured["full"]:
+        n = stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, r["stage"])
+        last = r["stage"] == p.pipeline_parallel - 1 and p.pipeline_parallel > 1
+        frozen = m.seq_length * m.hidden_size if last else 0
+        assert r["trainable_numel"] == n
+        assert r["categories"]["parameters"] == r["detail"]["parameters"] == (n + frozen) * 4
+        opt, groups = r["categories"]["optimizer"], 2               # two param groups: with and without weight decay
+        assert r["detail"]["optimizer:step"] == 4 * groups           # Adam's step counters, one fp32 scalar per group
+        adam = opt - r["detail"]["optimizer:step"]
+        assert 12 * n / p.data_parallel <= adam <= 12 * (n / p.data_parallel + 2 * p.data_parallel * groups)
+        assert r["detail"]["optimizer:fp32 master"] == r["detail"]["optimizer:exp_avg"] == r["detail"]["optimizer:exp_avg_sq"]
+
+def test_gradients_and_deepspeed_buffers(measured):
+    """Gradients at the peak without the reduction buckets: one fp32 copy of every trainable parameter. With them:
+    two buckets of `reduce_bucket_size` elements (one from the first backward's hook, one from `reduce_gradients`)."""
+    from mtnlg.config import load_config, reduce_bucket_elements
+    cfg = load_config(CONFIG, RUN)
+    for r in measured["none"]:
+        assert r["without ipg bucket"]["categories"]["gradients"] >= 4 * r["trainable_numel"]
+        # our engine sizes DeepSpeed's buckets to the largest stage (its 5e8 default would be 2 GB each in fp32)
+        assert r["reduce_bucket_elements"] == reduce_bucket_elements(cfg.model, 2, 2) < 5e8
+        assert r["detail"]["gradients:ipg bucket"] <= 2 * 4 * r["reduce_bucket_elements"]
+
+def test_the_model_predicts_every_stage_peak_within_10_percent(measured):
+    "Chapter 50's `stage_memory` (CPU: no reserve, PyTorch's math attention, fp32-wide dropout masks) vs each stage's fullest rank."
+    from mtnlg.config import load_config
+    from mtnlg.perf import Assumptions, Setup, stage_memory
+    from mtnlg.topology import Layout
+    cpu = Assumptions(reserved_gib=0.0, attention="math", dropout_mask_bytes=4)
+    for mode, ranks in measured.items():
+        cfg = load_config(CONFIG, {**RUN, "model.recompute": mode})
+        predicted = stage_memory(cfg.model, Setup(Layout.of(cfg), 2, mode), 8, "fp32", cpu)
+        for stage in (0, 1):
+            got = max(r["peak"] for r in ranks if r["stage"] == stage)
+            print(f"recompute {mode}, stage {stage}: predicted {predicted[stage]['total'] / MiB:.2f} MiB, "
+                  f"measured {got / MiB:.2f} MiB, ratio {got / predicted[stage]['total']:.3f}")
+            assert abs(got / predicted[stage]["total"] - 1) <= 0.10, (mode, stage)
+
+def test_full_recompute_lowers_every_stage_activation_peak(measured):
+    "The peak of activations and working buffers alone, on every rank of every stage."
+    by_stage = lambda mode: {s: [r["activation peak"]["peak"] for r in measured[mode] if r["stage"] == s] for s in (0, 1)}
+    none, full = by_stage("none"), by_stage("full")
+    for s in (0, 1):
+        print(f"stage {s}: activation peak none {[round(x / MiB, 2) for x in none[s]]} MiB, "
+              f"full {[round(x / MiB, 2) for x in full[s]]} MiB")
+        assert max(full[s]) < min(none[s])
+
+def test_record_agrees_with_a_scan_of_live_tensors(measured):
+    """At the start of the measured step the record and an independent scan of the tensors the garbage collector sees
+    agree: the scan finds what the record holds but for a few blocks (tensors only C++ holds, blocks whose free the
+    profiler could not see), and the record holds all the scan finds but for stray scalars."""
+    for r in measured["none"] + measured["full"]:
+        scan = r["scan at step start"]
+        assert scan["scanned, not recorded"] <= 1024, scan
+        assert scan["found by scan"] + scan["not scanned, freed unseen"] >= 0.95 * scan["recorded"], scan
