@@ -151,7 +151,7 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
     `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
     config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51)."""
-    from mtnlg.perf import GPUS, RECOMPUTE          # no torch: the throughput model is plain Python
+    from mtnlg.perf import GPUS, RECOMPUTE          # the throughput model itself is plain Python (no GPU needed)
     add_config_arguments(p)
     p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts; with --schedule, "
                    "the config's world size, the default)")
