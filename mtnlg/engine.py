@@ -169,7 +169,8 @@ class DeepSpeedBackend:
         "Weights, fp32 masters and Adam's state from a checkpoint of any layout: each rank cuts its own pieces."
         zero, step = self.engine.optimizer, ckpt.optimizer_step
         if step:
-            for flat in zero.single_partition_of_fp32_groups:        # create Adam's state before the first step
+            masters = getattr(zero, "single_partition_of_fp32_groups", None) or zero.fp32_groups_flat_partition  # fp32 | bf16
+            for flat in masters:                                       # create Adam's state before the first step
                 zero.optimizer.state[flat] = {"step": torch.tensor(float(step)), "exp_avg": torch.zeros_like(flat),
                                               "exp_avg_sq": torch.zeros_like(flat)}
             self._adam_state()

@@ -115,6 +115,19 @@ def test_kill9_then_resume_is_bitwise_3d(straight_3d, tmp_path):
     run(tmp_path, THREE_D, "--nproc", "8", "--resume", "auto")
     assert_identical(straight_3d, tmp_path)
 
+BF16 = {**COMMON, "schedule.train_iters": 4, "checkpoint.save_interval": 2, "schedule.micro_batch_size": 4,
+        "model.seq_length": 32, "precision": "bf16", "parallel.pipeline_parallel": 2}
+
+def test_bf16_pipeline_resume_is_bitwise(tmp_path):
+    """bf16, as the 530B trains: DeepSpeed's BF16_Optimizer keeps its fp32 masters elsewhere than the fp32 ZeRO
+    optimizer. Two steps, stop, resume to four: every step's loss and the last checkpoint equal an uninterrupted run."""
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    run(straight, BF16, "--nproc", "2")
+    run(stopped, {**BF16, "schedule.train_iters": 2}, "--nproc", "2")
+    run(stopped, BF16, "--nproc", "2", "--resume", "auto")
+    assert_identical(straight, stopped)
+    assert len(losses(straight)) == 4
+
 def logits(ckpt) -> torch.Tensor:
     from mtnlg.checkpoint import load_checkpoint
     model, _, cfg = load_checkpoint(ckpt)

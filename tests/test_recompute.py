@@ -1,6 +1,6 @@
 """Activation recomputation (chapter 01, `model.recompute`): with dropout on, recomputing the attention core or the
 whole layer in backward gives bitwise the losses and gradients of keeping every activation — on one process and
-through DeepSpeed's pipeline on TP 2 x PP 2 x DP 2 — and keeps fewer bytes for backward."""
+through DeepSpeed's pipeline on TP 2 x PP 2 (x DP 2 in `make test-full`) — and keeps fewer bytes for backward."""
 import json
 import pytest, torch
 from mtnlg.config import load_config
@@ -51,28 +51,35 @@ def test_recomputation_must_replay_the_tensor_parallel_stream(keep_all, monkeypa
     assert torch.equal(got["losses"][0], keep_all["losses"][0])                # forward is the same ...
     assert not all(torch.equal(got["grads"][0][n], g) for n, g in keep_all["grads"][0].items())   # ... backward is not
 
-# ---- through DeepSpeed's pipeline: TP 2 x PP 2 x DP 2, 8 processes
+# ---- through DeepSpeed's pipeline: TP 2 x PP 2 (x DP 1 in the default set; x DP 2 in `make test-full`: recomputation
+# lives inside each stage, data parallelism only averages the gradients it produces)
 
 RUN = {**DROPOUT, "schedule.train_iters": 3, "schedule.log_interval": 1, "schedule.global_batch_size": 8,
        "schedule.micro_batch_size": 2, "schedule.batch_size_rampup_start": "null", "schedule.batch_size_rampup_increment": "null",
-       "schedule.lr_warmup_tokens": 0, **layout(2, 2, 2)}
+       "schedule.lr_warmup_tokens": 0}
 
 def rows(run_dir): return [r for r in map(json.loads, open(run_dir / "metrics.jsonl")) if "loss" in r]
 
-@pytest.fixture(scope="module")
-def pipelined_keep_all(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("keep-all")
-    r = mtnlg_train(run_dir, {**RUN, "model.recompute": "none"}, nproc=8)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return run_dir
+_keep_all = {}
+def pipelined_keep_all(tmp_path_factory, dp: int):
+    "The run that keeps every activation, once per layout."
+    if dp not in _keep_all:
+        run_dir = tmp_path_factory.mktemp(f"keep-all-dp{dp}")
+        r = mtnlg_train(run_dir, {**RUN, **layout(2, 2, dp), "model.recompute": "none"}, nproc=4 * dp)
+        assert r.returncode == 0, r.stderr[-3000:]
+        _keep_all[dp] = run_dir
+    return _keep_all[dp]
 
-@pytest.mark.parametrize("recompute", ["full", pytest.param("selective", marks=pytest.mark.slow)])
-def test_recompute_is_bitwise_in_the_3d_engine(pipelined_keep_all, tmp_path, recompute):
-    r = mtnlg_train(tmp_path, {**RUN, "model.recompute": recompute}, nproc=8)
+@pytest.mark.parametrize("recompute,dp", [("full", 1), pytest.param("selective", 1, marks=pytest.mark.slow),
+                                          pytest.param("full", 2, marks=pytest.mark.slow),
+                                          pytest.param("selective", 2, marks=pytest.mark.slow)])
+def test_recompute_is_bitwise_in_the_3d_engine(tmp_path_factory, tmp_path, recompute, dp):
+    keep_all = pipelined_keep_all(tmp_path_factory, dp)
+    r = mtnlg_train(tmp_path, {**RUN, **layout(2, 2, dp), "model.recompute": recompute}, nproc=4 * dp)
     assert r.returncode == 0, r.stderr[-3000:]
-    ref, got = rows(pipelined_keep_all), rows(tmp_path)
+    ref, got = rows(keep_all), rows(tmp_path)
     assert [x["loss"] for x in got] == [x["loss"] for x in ref] and len(got) == 3
     assert [x["grad_norm"] for x in got] == [x["grad_norm"] for x in ref]
     assert ref[0]["loss"] != ref[-1]["loss"]                                   # the weights moved
-    p_ref, p_got = params(pipelined_keep_all), params(tmp_path)
+    p_ref, p_got = params(keep_all), params(tmp_path)
     assert p_ref.keys() == p_got.keys() and all(torch.equal(p_ref[k], p_got[k]) for k in p_ref)
