@@ -18,17 +18,16 @@ $(STAMP): setup.py settings.ini pyproject.toml
 	$(BIN)/python -c "import mtnlg.evaluate as e; e.install_lm_eval_plugin()"   # lets `lm_eval --model mtnlg` find us
 	@touch $(STAMP)
 
-# The evaluation sets beside the checkout (../shared/data/eval) when present, else the committed slices.
-SHARED_EVAL := $(wildcard ../shared/data/eval)
-DECONTAMINATE := $(if $(SHARED_EVAL),,--set decontaminate.eval_dir=tests/fixtures/curation/eval --set 'decontaminate.tasks=[boolq, lambada]')
-EVAL_DATA := $(if $(SHARED_EVAL),$(SHARED_EVAL),tests/fixtures/eval)
+# Data: the full public sets wherever $MTNLG_DATA points (`mtnlg data` lists them), else the slices committed in
+# tests/fixtures — the same setting for every command and chapter (nbs/03_catalog).
 
 # The whole book on a CPU: curate real text, train a 3D-parallel model on it, evaluate it, report.
 demo: install
 	$(BIN)/mtnlg info --config scaled_configs/mtnlg-530b.yaml
-	$(BIN)/mtnlg curate --config scaled_configs/curate-demo.yaml --fresh $(DECONTAMINATE)
+	$(BIN)/mtnlg data
+	$(BIN)/mtnlg curate --config scaled_configs/curate-demo.yaml --fresh
 	$(BIN)/mtnlg train --config scaled_configs/tiny-3d.yaml --nproc 8
-	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoints --tasks all --shots 0,1,few --limit 40 --data-dir $(EVAL_DATA)
+	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoints --tasks all --shots 0,1,few --limit 40
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
 	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md)"
 

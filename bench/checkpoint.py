@@ -14,8 +14,8 @@
    checkpoint (`checkpoint.resume=<dir>`, one more step). Both build the model, read the (cached) data, run the step,
    one validation batch, and save the final checkpoint; the difference is the cost of resuming.
 
-Each save and load timing is repeated --reps times, each train() call --resume-reps times (the sides alternate), and the
-median reported (the minimum too, in the JSON: the machine may be shared); ratios are ours / baseline
+Each save and load timing is repeated --reps times, each train() call --resume-reps times (the sides alternate; both
+at least 5), and the median reported with min and max (the machine is shared); ratios are of medians, ours / baseline
 (GB/s) or resume / fresh (seconds). GB/s = bytes of the shard file / seconds. Files go under --dir (default
 .cache/bench_checkpoint in the repository, i.e. the filesystem checkpoints go to), deleted at the end. torch runs on
 --threads intra-op threads (default 1: on a shared machine two OpenMP threads wait on each other and our load, which
@@ -31,13 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from stats import summary, hardware, MIN_RUNS
 CONFIG = ROOT / "scaled_configs/tiny.yaml"
 GB = 1e9
-
-def hardware() -> dict:
-    import torch
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "load_avg_1min": os.getloadavg()[0]}
 
 def overrides(a, work: Path) -> dict:
     return {"model.hidden_size": a.hidden, "model.num_layers": a.layers, "model.num_attention_heads": max(1, a.hidden // 64),
@@ -92,12 +89,14 @@ def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> d
     settle()
     out = {"bytes_per_shard": size["ours"], "torch_save_bytes": size["torch_save"], "seconds": t,
            "median_s": {k: med(v) for k, v in t.items()}, "min_s": {k: min(v) for k, v in t.items()},
+           "max_s": {k: max(v) for k, v in t.items()},
            "gb_per_s": {k: size.get(k, size["ours"]) / GB / med(v) for k, v in t.items() if k not in ("snapshot", "ours_fsync")},
+           "gb_per_s_runs": {k: summary([size.get(k, size["ours"]) / GB / x for x in v]) for k, v in t.items()
+                             if k not in ("snapshot", "ours_fsync")},
            "ours_fsync_calls": fsyncs["calls"]}
     g = out["gb_per_s"]
     out["ratio_vs_torch_save"] = g["ours"] / g["torch_save"]
     out["ratio_vs_torch_save_fsync"] = g["ours"] / g["torch_save_fsync"]
-    out["ratio_of_best_vs_torch_save_fsync"] = min(t["torch_save_fsync"]) / min(t["ours"])
     out["checkpoint"] = str(work / f"save-{reps - 1}" / "step-0000001")
     return out
 
@@ -141,9 +140,10 @@ def bench_load(backend, ckpt_dir: Path, reps: int, default_threads: int) -> dict
                 runs[key].append(fn())
         m = {k: {part: med([r[part] for r in v]) for part in v[0]} for k, v in runs.items()}
         g = {k: size / GB / m[k]["total"] for k in m}
-        best = {k: min(r["total"] for r in v) for k, v in runs.items()}
-        out[cache] = {"seconds": runs, "median_s": m, "min_total_s": best, "gb_per_s": g,
-                      "ratio_of_best_vs_torch_load": best["torch_load"] / best["ours"], "ratio_vs_torch_load": g["ours"] / g["torch_load"],
+        out[cache] = {"seconds": runs, "median_s": m, "min_total_s": {k: min(r["total"] for r in v) for k, v in runs.items()},
+                      "max_total_s": {k: max(r["total"] for r in v) for k, v in runs.items()}, "gb_per_s": g,
+                      "gb_per_s_runs": {k: summary([size / GB / r["total"] for r in v]) for k, v in runs.items()},
+                      "ratio_vs_torch_load": g["ours"] / g["torch_load"],
                       "ratio_vs_torch_load_and_copy": g["ours"] / g["torch_load_and_copy"]}
     threads = torch.get_num_threads()
     if threads != default_threads:     # the same warm load with torch's own thread count (all cores), as the trainer runs
@@ -153,7 +153,8 @@ def bench_load(backend, ckpt_dir: Path, reps: int, default_threads: int) -> dict
         finally: torch.set_num_threads(threads)
         m = {part: med([r[part] for r in runs]) for part in runs[0]}
         out["warm_ours_default_threads"] = {"threads": default_threads, "seconds": runs, "median_s": m,
-                                            "gb_per_s": size / GB / m["total"], "min_total_s": min(r["total"] for r in runs)}
+                                            "gb_per_s": size / GB / m["total"], "min_total_s": min(r["total"] for r in runs),
+                                            "max_total_s": max(r["total"] for r in runs)}
     return out
 
 def bench_resume(work: Path, base: dict, reps: int) -> dict:
@@ -194,6 +195,7 @@ def bench_resume(work: Path, base: dict, reps: int) -> dict:
             assert r.metrics[-1]["step"] == (1 if key == "fresh" else 2), r.metrics[-1]
     m = {k: med(v) for k, v in t.items()}
     return {"first_call_with_data_preparation_s": prepare_s, "seconds": t, "median_s": m, "min_s": {k: min(v) for k, v in t.items()},
+            "max_s": {k: max(v) for k, v in t.items()}, "runs": {k: summary(v) for k, v in t.items()},
             "resume_overhead_s": m["resume"] - m["fresh"], "ratio_resume_vs_fresh": m["resume"] / m["fresh"],
             "inside_train_s": parts,
             "inside_train_median_s": {k: {p: med([x.get(p, 0.0) for x in v]) for p in v[0]} for k, v in parts.items()},
@@ -204,13 +206,14 @@ def main():
     ap.add_argument("--hidden", type=int, default=512, help="model.hidden_size (heads: hidden / 64)")
     ap.add_argument("--layers", type=int, default=8, help="model.num_layers")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of each save and load timing (median reported)")
-    ap.add_argument("--resume-reps", type=int, default=3, help="repetitions of each train() call (median reported)")
+    ap.add_argument("--resume-reps", type=int, default=MIN_RUNS, help="repetitions of each train() call (median reported)")
     ap.add_argument("--dir", default=str(ROOT / ".cache" / "bench_checkpoint"), help="scratch directory (deleted at the end)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for everything (0: torch's default, "
                     "all cores); 1 keeps timings stable on a shared machine, where OpenMP threads wait on each other")
     ap.add_argument("--skip-resume", action="store_true", help="only the save and load measurements")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"checkpoint-cpu-{datetime.date.today().isoformat()}.json"))
     a = ap.parse_args()
+    if min(a.reps, a.resume_reps) < MIN_RUNS: ap.error(f"--reps and --resume-reps must be at least {MIN_RUNS}")
     import torch
     from mtnlg.topology import Layout, init_distributed, quiet_libraries
     quiet_libraries()                                       # before megatron-core is imported: its CPU warnings
@@ -220,7 +223,8 @@ def main():
     if a.threads > 0: torch.set_num_threads(a.threads)
     work = Path(a.dir); shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
     t_start = time.perf_counter()
-    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "hardware": hardware(), "scratch_dir": str(work)}
+    res = {"benchmark": "sharded checkpoint save / load / resume vs torch.save / torch.load", "date": datetime.date.today().isoformat(),
+           "hardware": hardware(), "scratch_dir": str(work), "reps": a.reps, "resume_reps": a.resume_reps}
     base = overrides(a, work)
     cfg = load_config(CONFIG, base)
     layout = init_distributed(Layout.of(cfg))               # one process, no launcher: a gloo group of 1
@@ -247,24 +251,27 @@ def main():
     s, l = res["save"], res["load"]
     mb = s["bytes_per_shard"] / 1e6
     print(f"{res['config']['parameters']:,} parameters (hidden {a.hidden}, {a.layers} layers), one rank, shard {mb:,.0f} MB; "
-          f"{os.cpu_count()} CPUs (load average {res['hardware']['load_avg_1min']:.1f} at the start: other work slows both sides), "
+          f"{os.cpu_count()} CPUs (load average {res['hardware']['load_avg_1min_start']:.1f} at the start: other work slows both sides), "
           f"torch {torch.__version__} on {torch.get_num_threads()} thread(s); medians of {a.reps} (train: {a.resume_reps})")
-    rows = [("save", "ours: save_checkpoint (fsyncs)", s["median_s"]["ours"], s["gb_per_s"]["ours"], ""),
-            ("", "torch.save (page cache)", s["median_s"]["torch_save"], s["gb_per_s"]["torch_save"], f"{s['ratio_vs_torch_save']:.2f}"),
-            ("", "torch.save + fsync", s["median_s"]["torch_save_fsync"], s["gb_per_s"]["torch_save_fsync"], f"{s['ratio_vs_torch_save_fsync']:.2f}"),
-            ("", f"(of ours: {s['ours_fsync_calls']} fsyncs)", s["median_s"]["ours_fsync"], None, ""),
-            ("", "(snapshot: checkpoint_shard)", s["median_s"]["snapshot"], s["bytes_per_shard"] / GB / s["median_s"]["snapshot"], "")]
+    sv = lambda k: (s["median_s"][k], s["min_s"][k], s["max_s"][k])
+    rows = [("save", "ours: save_checkpoint (fsyncs)", *sv("ours"), s["gb_per_s"]["ours"], ""),
+            ("", "torch.save (page cache)", *sv("torch_save"), s["gb_per_s"]["torch_save"], f"{s['ratio_vs_torch_save']:.2f}"),
+            ("", "torch.save + fsync", *sv("torch_save_fsync"), s["gb_per_s"]["torch_save_fsync"], f"{s['ratio_vs_torch_save_fsync']:.2f}"),
+            ("", f"(of ours: {s['ours_fsync_calls']} fsyncs)", *sv("ours_fsync"), None, ""),
+            ("", "(snapshot: checkpoint_shard)", *sv("snapshot"), s["bytes_per_shard"] / GB / s["median_s"]["snapshot"], "")]
     for cache in ("warm", "cold"):
         c = l[cache]
-        rows += [(f"load {cache}", "ours: Checkpoint + load_checkpoint", c["median_s"]["ours"]["total"], c["gb_per_s"]["ours"], ""),
-                 ("", "torch.load", c["median_s"]["torch_load"]["total"], c["gb_per_s"]["torch_load"], f"{c['ratio_vs_torch_load']:.2f}"),
-                 ("", "torch.load + copy in", c["median_s"]["torch_load_and_copy"]["total"], c["gb_per_s"]["torch_load_and_copy"],
+        ld = lambda k: (c["median_s"][k]["total"], c["min_total_s"][k], c["max_total_s"][k])
+        rows += [(f"load {cache}", "ours: Checkpoint + load_checkpoint", *ld("ours"), c["gb_per_s"]["ours"], ""),
+                 ("", "torch.load", *ld("torch_load"), c["gb_per_s"]["torch_load"], f"{c['ratio_vs_torch_load']:.2f}"),
+                 ("", "torch.load + copy in", *ld("torch_load_and_copy"), c["gb_per_s"]["torch_load_and_copy"],
                   f"{c['ratio_vs_torch_load_and_copy']:.2f}")]
-    print(f"{'':10} {'':36} {'seconds':>8} {'GB/s':>7} {'ours/it':>8}")
+    print(f"{'':10} {'':36} {'median s':>8} {'min s':>7} {'max s':>7} {'GB/s':>7} {'ours/it':>8}   (GB/s and ratios: of medians)")
     if "warm_ours_default_threads" in l:
         w = l["warm_ours_default_threads"]
-        rows.insert(8, ("", f"(ours at {w['threads']} threads)", w["median_s"]["total"], w["gb_per_s"], ""))
-    for a_, b, sec, gbs, r in rows: print(f"{a_:10} {b:36} {sec:8.3f} {'' if gbs is None else f'{gbs:7.2f}':>7} {r:>8}")
+        rows.insert(8, ("", f"(ours at {w['threads']} threads)", w["median_s"]["total"], w["min_total_s"], w["max_total_s"], w["gb_per_s"], ""))
+    for a_, b, sec, lo, hi, gbs, r in rows:
+        print(f"{a_:10} {b:36} {sec:8.3f} {lo:7.3f} {hi:7.3f} {'' if gbs is None else f'{gbs:7.2f}':>7} {r:>8}")
     for cache in ("warm", "cold"):
         o = l[cache]["median_s"]["ours"]
         print(f"load {cache}, ours split: open+check {o['open_and_check']:.3f}s, mmap torch.load {o['mmap_torch_load']:.3f}s, "
@@ -272,7 +279,8 @@ def main():
     if "resume" in res:
         r = res["resume"]
         i = r["inside_train_median_s"]["resume"]
-        print(f"train() for 1 step, call to return: fresh {r['median_s']['fresh']:.2f}s, resumed {r['median_s']['resume']:.2f}s "
+        print(f"train() for 1 step, call to return: fresh {r['median_s']['fresh']:.2f}s ({r['min_s']['fresh']:.2f}-{r['max_s']['fresh']:.2f}), "
+              f"resumed {r['median_s']['resume']:.2f}s ({r['min_s']['resume']:.2f}-{r['max_s']['resume']:.2f}) "
               f"({r['resume_overhead_s']:+.2f}s, ratio {r['ratio_resume_vs_fresh']:.2f}); inside the resumed call: finding and "
               f"checking the checkpoint {i['find_and_check_checkpoint_s']:.2f}s, load_checkpoint {i['load_checkpoint_s']:.2f}s "
               f"(the final save: {i['save_checkpoint_s']:.2f}s, fresh {r['inside_train_median_s']['fresh']['save_checkpoint_s']:.2f}s)")

@@ -3,28 +3,25 @@
 1. Overhead: tokens/s of the tiny config trained through our engine (DeepSpeed PipelineEngine + ZeRO-1 +
    megatron-core layers, 1 process) vs a plain PyTorch loop (chapter 41's `train_step`: same GPT, same
    AdamW, same clipping, same batches). Target: ratio >= 0.9. Single steps alternate between the two so
-   that load from other processes hits both alike; tokens/s come from each side's fastest step (the
-   machine's speed without interference), the ratio of medians is reported beside it.
+   that load from other processes hits both alike; tokens/s of every step is kept and reported as median, min
+   and max; the ratio is that of the medians.
 2. Pipeline bubble: a PP=2 run (2 processes, torchrun) with m micro-batches per step; each stage times its
-   forward and backward passes; bubble = 1 - busy / schedule time (step minus optimizer step, fastest step),
+   forward and backward passes; bubble = 1 - busy / schedule time (step minus optimizer step), per step, reported
+   as median, min and max over the steps,
    against the 1F1B formula (p-1)/(m+p-1), which assumes equal stages, and against the same schedule with the
    measured stage times t_i: T = (m-1) max t_i + sum t_i (our last stage also holds the output layer and loss).
 
-usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>.json)
+usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>.json; --steps >= 5)
 """
 import argparse, datetime, json, os, platform, statistics, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from stats import summary, ratio_of_medians, fmt, hardware, MIN_RUNS
 CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
 MB = 8                                   # micro-batch of the bubble runs: compute well above communication
 FIXED = {"schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None}
-
-def hardware() -> dict:
-    import torch
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "load_avg_1min": os.getloadavg()[0], "platform": platform.platform()}
 
 def overhead(steps: int) -> dict:
     "tokens/s of the engine (1 process) vs a plain PyTorch loop on the same model, data and optimizer."
@@ -57,11 +54,11 @@ def overhead(steps: int) -> dict:
         for fn, out in ((run_engine, t_engine), (run_plain, t_plain)):
             t0 = time.perf_counter(); fn(batches[i]); out.append(time.perf_counter() - t0)
     ntok = s.global_batch_size * seq
-    eng, pla = ntok / min(t_engine), ntok / min(t_plain)       # best step: the machine's speed without interference
+    eng, pla = summary([ntok / t for t in t_engine]), summary([ntok / t for t in t_plain])
     return {"config": "tiny", "global_batch": s.global_batch_size, "micro_batch": s.micro_batch_size, "seq": seq,
-            "steps": steps, "engine_tokens_per_s": eng, "plain_tokens_per_s": pla, "ratio": eng / pla, "target_ratio": 0.9,
-            "ratio_of_medians": statistics.median(t_plain) / statistics.median(t_engine),
-            "median_pair_ratio": statistics.median(p / e for p, e in zip(t_plain, t_engine)),
+            "steps": steps, "engine_tokens_per_s": eng, "plain_tokens_per_s": pla, "ratio": ratio_of_medians(eng, pla),
+            "ratio_is": "median / median", "target_ratio": 0.9,
+            "pair_ratio": summary([p / e for p, e in zip(t_plain, t_engine)]),
             "engine_step_s": t_engine, "plain_step_s": t_plain}
 
 def bubble_worker(out: str, micro_counts: list[int], steps: int):
@@ -95,22 +92,31 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int):
             engine.train_batch(iter(E.micro_batches(batch, MB, 0, 1)))
             sched = time.perf_counter() - t0 - spent["step"]             # the pipeline schedule, without the optimizer step
             runs.append([sched, spent["busy"]])
-        t = torch.tensor(min(runs))            # the fastest step: least disturbed by other load
-        both = [torch.zeros(2) for _ in range(2)]
+        t = torch.tensor(runs)                 # [steps, (schedule time, busy time)] of this stage
+        both = [torch.zeros_like(t) for _ in range(2)]
         dist.all_gather(both, t)
-        T = max(b[0].item() for b in both)
-        per_mb = [b[1].item() / m for b in both]                            # forward + backward of one micro-batch, per stage
-        predicted_T = (m - 1) * max(per_mb) + sum(per_mb)                   # 1F1B with unequal stages
+        per_step = {"measured_bubble": [], "stage0": [], "stage1": [], "with_measured_stage_times": []}
+        per_mb_steps = []
+        for k in range(steps):                                              # every step: the slower stage's schedule time
+            T = max(b[k, 0].item() for b in both)
+            busy = [b[k, 1].item() for b in both]
+            per_mb = [x / m for x in busy]                                  # forward + backward of one micro-batch, per stage
+            predicted_T = (m - 1) * max(per_mb) + sum(per_mb)               # 1F1B with unequal stages
+            per_step["measured_bubble"].append(1 - sum(busy) / (2 * T))
+            per_step["stage0"].append(1 - busy[0] / T); per_step["stage1"].append(1 - busy[1] / T)
+            per_step["with_measured_stage_times"].append(1 - m * sum(per_mb) / (2 * predicted_T))
+            per_mb_steps.append(per_mb)
         results.append({"micro_batches": m, "stages": 2, "formula": 1 / (m + 1),
-                        "measured_bubble_per_stage": [1 - b[1].item() / T for b in both],
-                        "measured_bubble": 1 - sum(b[1].item() for b in both) / (2 * T),
-                        "stage_time_per_micro_batch_s": per_mb,
-                        "formula_with_measured_stage_times": 1 - m * sum(per_mb) / (2 * predicted_T)})
+                        "measured_bubble": summary(per_step["measured_bubble"]),
+                        "measured_bubble_per_stage": [summary(per_step["stage0"]), summary(per_step["stage1"])],
+                        "stage_time_per_micro_batch_s": [summary([x[i] for x in per_mb_steps]) for i in range(2)],
+                        "formula_with_measured_stage_times": summary(per_step["with_measured_stage_times"])})
     if dist.get_rank() == 0: Path(out).write_text(json.dumps(results))
 
 def bubble(micro_counts, steps) -> list:
     out = ROOT / ".cache" / "bubble.json"; out.parent.mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29755", __file__,
+    from mtnlg.topology import free_port
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()), __file__,
            "--bubble-worker", str(out), "--micro", *map(str, micro_counts), "--steps", str(steps)]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode: sys.exit(r.stderr[-3000:])
@@ -124,16 +130,17 @@ if __name__ == "__main__":
     ap.add_argument("--save", action="store_true", help="write bench/results/engine-<date>.json")
     a = ap.parse_args()
     if a.bubble_worker: bubble_worker(a.bubble_worker, a.micro, a.steps); sys.exit(0)
-    res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "hardware": hardware()}
+    if a.steps < MIN_RUNS: ap.error(f"--steps must be at least {MIN_RUNS}")
+    res = {"benchmark": "3D engine: overhead vs a plain loop, PP=2 bubble", "date": datetime.date.today().isoformat(),
+           "hardware": hardware()}
     res["overhead"] = overhead(a.steps)
     o = res["overhead"]
-    print(f"engine {o['engine_tokens_per_s']:,.0f} tokens/s vs plain PyTorch {o['plain_tokens_per_s']:,.0f} tokens/s: "
-          f"ratio {o['ratio']:.3f} (target >= 0.9); ratio of median steps {o['ratio_of_medians']:.3f}")
-    res["bubble"] = bubble(a.micro, max(5, a.steps // 3))
+    print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
+          f"ratio of medians {o['ratio']:.3f} (target >= 0.9); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}")
+    res["bubble"] = bubble(a.micro, max(MIN_RUNS, a.steps // 3))
     for b in res["bubble"]:
-        print(f"PP=2, m={b['micro_batches']}: measured bubble {b['measured_bubble']:.3f} (stages {b['measured_bubble_per_stage'][0]:.2f}, "
-              f"{b['measured_bubble_per_stage'][1]:.2f}) vs (p-1)/(m+p-1) = {b['formula']:.3f}; with the measured, unequal "
-              f"stage times {b['formula_with_measured_stage_times']:.3f}")
+        print(f"PP=2, m={b['micro_batches']}: measured bubble {fmt(b['measured_bubble'], '.3f')} vs (p-1)/(m+p-1) = "
+              f"{b['formula']:.3f}; with the measured, unequal stage times {fmt(b['formula_with_measured_stage_times'], '.3f')}")
     res["hardware"]["load_avg_1min_end"] = os.getloadavg()[0]
     if a.save:
         out = ROOT / "bench" / "results" / f"engine-{datetime.date.today().isoformat()}.json"

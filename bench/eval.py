@@ -1,14 +1,17 @@
 """Log-likelihood requests per second: our `mtnlg` lm-eval backend vs the harness's `hf` backend on the exported
 model — the same requests (0-shot requests of the nine local tasks), the same batch size and threads, in one run.
 
-    .venv/bin/python bench/eval.py [--checkpoint DIR] [--data-dir DIR] [--docs 40] [--batch-size 32] [--threads 1] [--save]
+    .venv/bin/python bench/eval.py [--checkpoint DIR] [--data-dir DIR] [--docs 40] [--batch-size 32] [--threads 1] [--repeats 5] [--save]
 
-Prints the ratio (target >= 1x); with --save also writes bench/results/eval.json.
+Each backend answers all requests --repeats times (>= 5, the two alternating); requests/s is reported as median, min and
+max, and the ratio is that of the medians (target >= 1x); with --save also writes bench/results/eval.json.
 """
-import argparse, json, os, platform, shutil, sys, tempfile, time
+import argparse, datetime, json, os, platform, shutil, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from stats import summary, ratio_of_medians, fmt, hardware, MIN_RUNS
 
 
 def requests_of(tasks, data_dir, docs: int):
@@ -22,32 +25,31 @@ def requests_of(tasks, data_dir, docs: int):
     return out
 
 
-def timed(lm, reqs, repeats: int):
-    "Best wall time of `repeats` runs of lm.loglikelihood(reqs), and the answers."
-    best, res = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter(); res = lm.loglikelihood(reqs, disable_tqdm=True); best = min(best, time.perf_counter() - t0)
-    return best, res
+def timed(lm, reqs):
+    "Wall time of one lm.loglikelihood(reqs), and the answers."
+    t0 = time.perf_counter(); res = lm.loglikelihood(reqs, disable_tqdm=True)
+    return time.perf_counter() - t0, res
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", help="consolidated checkpoint (default: train the tiny config for 60 steps)")
-    ap.add_argument("--data-dir", help="local task data (default: ../shared/data/eval, else tests/fixtures/eval)")
+    ap.add_argument("--data-dir", help="local task data (default: the data setting's eval/, $MTNLG_DATA, else tests/fixtures/eval)")
     ap.add_argument("--docs", type=int, default=40, help="examples per task")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both (1: stable on a shared machine)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=MIN_RUNS, help=f"runs of each backend (at least {MIN_RUNS})")
     ap.add_argument("--save", action="store_true", help="write the result to --out (default: print only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "eval.json"))
     args = ap.parse_args(argv)
+    if args.repeats < MIN_RUNS: ap.error(f"--repeats must be at least {MIN_RUNS}")
     from mtnlg.evaluate import offline_environment
     offline_environment()                                                   # before datasets/transformers load: never download
     import torch
     torch.set_num_threads(args.threads)
     from mtnlg.evaluate import MtnlgLM, encode_pair
     from mtnlg.export_hf import export_hf
-    from mtnlg.tasks import TASKS, default_data_dir
+    from mtnlg.tasks import TASKS, eval_dir
     from lm_eval.models.huggingface import HFLM
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-eval-"))
@@ -57,7 +59,7 @@ def main(argv=None):
         from mtnlg.train import train
         ckpt = train(load_config(ROOT / "scaled_configs" / "tiny.yaml", {"schedule.train_iters": 60}), tmp / "run",
                      progress=False, log=lambda *a: None).checkpoint
-    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    data_dir = Path(args.data_dir) if args.data_dir else eval_dir()          # the data setting's eval/ (chapter 03), else the slices
     tasks = [n for n in TASKS if (data_dir / TASKS[n].eval_file).is_file()]
     if not tasks: data_dir, tasks = ROOT / "tests" / "fixtures" / "eval", list(TASKS)
     by_task = requests_of(tasks, data_dir, args.docs)
@@ -67,23 +69,27 @@ def main(argv=None):
     fits = [r for r in reqs if len(encode_pair(ours.tok_encode, *r.args)[1]) <= ours.max_length]   # hf refuses longer continuations
     skipped, reqs = len(reqs) - len(fits), fits
     hf = HFLM(pretrained=str(export_hf(ckpt, tmp / "hf")), device="cpu", dtype="float32", batch_size=args.batch_size)
-    timed(ours, reqs[:64], 1); timed(hf, reqs[:64], 1)                     # warm-up
-    t_hf, r_hf = timed(hf, reqs, args.repeats)
-    t_ours, r_ours = timed(ours, reqs, args.repeats)
+    timed(ours, reqs[:64]); timed(hf, reqs[:64])                           # warm-up
+    t_hf, t_ours = [], []
+    for _ in range(args.repeats):                                           # alternate: other load hits both alike
+        t, r_hf = timed(hf, reqs); t_hf.append(t)
+        t, r_ours = timed(ours, reqs); t_ours.append(t)
+    s_ours, s_hf = summary([len(reqs) / t for t in t_ours]), summary([len(reqs) / t for t in t_hf])
     max_diff = max(abs(a[0] - b[0]) for a, b in zip(r_ours, r_hf))
     result = {"benchmark": "eval loglikelihood requests/s", "requests": len(reqs), "skipped_long_continuations": skipped, "docs_per_task": args.docs,
               "tasks": {n: len(r) for n, r in by_task.items()}, "data_dir": str(data_dir), "batch_size": args.batch_size,
               "threads": args.threads, "repeats": args.repeats, "checkpoint": str(ckpt) if args.checkpoint else "tiny config, 60 steps (temporary)",
-              "ours_requests_per_s": len(reqs) / t_ours, "hf_requests_per_s": len(reqs) / t_hf, "ratio": t_hf / t_ours,
+              "ours_requests_per_s": s_ours, "hf_requests_per_s": s_hf, "ratio": ratio_of_medians(s_ours, s_hf),
+              "ratio_is": "median / median", "hardware": hardware(threads=args.threads),
               "max_abs_loglikelihood_diff": max_diff, "greedy_equal": [a[1] for a in r_ours] == [b[1] for b in r_hf],
               "torch": torch.__version__, "machine": platform.machine(), "cpus": os.cpu_count(),
-              "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "date": datetime.date.today().isoformat(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     if args.save:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"{len(reqs)} requests ({', '.join(f'{k} {v}' for k, v in result['tasks'].items())})")
-    print(f"mtnlg {result['ours_requests_per_s']:.0f} req/s | hf {result['hf_requests_per_s']:.0f} req/s | "
-          f"ratio {result['ratio']:.2f}x (target >= 1x) | max |dlogL| {max_diff:.1e}")
+    print(f"mtnlg {fmt(s_ours, '.0f', ' req/s')}\nhf    {fmt(s_hf, '.0f', ' req/s')}\n"
+          f"ratio of medians {result['ratio']:.2f}x (target >= 1x) | max |dlogL| {max_diff:.1e}")
     if args.save: print(f"wrote {args.out}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -12,12 +12,17 @@ Two peaks per rank: as allocated, and without DeepSpeed's two gradient-reduction
 elements each; DeepSpeed's 5e8 default would be 2 GB each in fp32 whatever the model, so our engine sizes them to the
 largest stage, `mtnlg.config.reduce_bucket_elements`). The model counts them; both comparisons are printed.
 
-usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--out bench/results/memory-cpu-<date>.json]
+Each layout and mode is launched --reps times (>= 5); per stage the measured peak and the ratio measured / predicted
+are reported as median, min and max over the launches (the per-rank detail is kept for the first launch).
+
+usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--reps 5] [--out bench/results/memory-cpu-<date>.json]
 """
 import argparse, datetime, json, os, platform, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from stats import summary, fmt, hardware as machine, MIN_RUNS
 CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
 BASE = {"model.num_layers": 4, "model.seq_length": 128, "model.hidden_size": 128, "model.hidden_dropout": 0.1, "model.attention_dropout": 0.1,
         "precision": "fp32", "schedule.global_batch_size": 8, "schedule.micro_batch_size": 2,
@@ -28,9 +33,8 @@ MiB = 2**20
 NO_BUCKETS = "without ipg bucket"
 
 def hardware() -> dict:
-    import torch, deepspeed
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
-            "deepspeed": deepspeed.__version__, "platform": platform.platform()}
+    import deepspeed
+    return machine(deepspeed=deepspeed.__version__)
 
 def cpu_assumptions():
     """The perf model's assumptions for this CPU run: nothing reserved (no CUDA context), attention through SDPA's math
@@ -108,9 +112,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modes", nargs="+", default=["none", "selective", "full"])
     ap.add_argument("--dp", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--reps", type=int, default=MIN_RUNS, help=f"launches of each layout and mode (at least {MIN_RUNS})")
     ap.add_argument("--out", default=str(ROOT / f"bench/results/memory-cpu-{datetime.date.today()}.json"))
     args = ap.parse_args()
-    results = {"date": str(datetime.date.today()), "hardware": hardware(), "config": "scaled_configs/tiny.yaml",
+    if args.reps < MIN_RUNS: ap.error(f"--reps must be at least {MIN_RUNS}")
+    results = {"benchmark": "stage memory peaks of a TP2xPP2 DeepSpeed step vs mtnlg.perf.stage_memory", "reps": args.reps,
+               "date": str(datetime.date.today()), "hardware": hardware(), "config": "scaled_configs/tiny.yaml",
                "overrides": BASE, "method": "torch.profiler CPU memory events, replayed; categories from tags of the "
                "engine's storages (mtnlg.testing.measure_stage_memory); the second step's peak",
                "model assumptions": None, "runs": []}
@@ -119,14 +126,30 @@ def main():
     for dp in args.dp:
         for mode in args.modes:
             overrides = {**BASE, "parallel.data_parallel": dp, "model.recompute": mode}
-            ranks, seconds = measure(overrides)
             pred = predicted(overrides)
-            text, rows = comparison(ranks, pred)
-            print(f"\nTP 2 x PP 2 x DP {dp}, recompute {mode}  ({len(ranks)} processes, {seconds:.0f} s)  [MiB]")
-            print(rank_table(ranks))
-            print(text, flush=True)
-            results["runs"].append({"layout": {"tp": 2, "pp": 2, "dp": dp}, "recompute": mode, "seconds": round(seconds, 1),
-                                    "ranks": ranks, "stages": rows, "predicted": pred})
+            reps, first, secs = [], None, []
+            for rep in range(args.reps):
+                ranks, seconds = measure(overrides)
+                text, rows = comparison(ranks, pred)
+                secs.append(round(seconds, 1))
+                if first is None:
+                    first = ranks
+                    print(f"\nTP 2 x PP 2 x DP {dp}, recompute {mode}  ({len(ranks)} processes, {seconds:.0f} s)  [MiB], launch 1 of {args.reps}")
+                    print(rank_table(ranks))
+                    print(text, flush=True)
+                reps.append([{k: v for k, v in r.items() if k not in ("measured categories", "predicted terms")} for r in rows])
+            per_stage = []
+            for i, row in enumerate(rows):
+                st = {"stage": row["stage"], "measured": summary([r[i]["measured"] for r in reps]),
+                      "measured without buckets": summary([r[i]["measured without buckets"] for r in reps])}
+                if pred is not None:
+                    st |= {"predicted": row["predicted"], "ratio": summary([r[i]["ratio"] for r in reps]),
+                           "ratio without buckets": summary([r[i]["ratio without buckets"] for r in reps])}
+                    print(f"  stage {st['stage']}: measured / predicted {fmt(st['ratio'], '.3f')}; without buckets "
+                          f"{fmt(st['ratio without buckets'], '.3f')}", flush=True)
+                per_stage.append(st)
+            results["runs"].append({"layout": {"tp": 2, "pp": 2, "dp": dp}, "recompute": mode, "seconds": secs,
+                                    "ranks of launch 1": first, "stages": per_stage, "stages per launch": reps, "predicted": pred})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1, default=str))
     print(f"\nwrote {args.out}")

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from .config import ConfigError, _build, _Loader, _apply_override
 from .extract import Manifest, extract_shard, read_docs, write_jsonl, iter_records
 from .data import ReadReport
+from .catalog import data_path
 
 # %% ../nbs/36_curate.ipynb
 @dataclass
@@ -51,7 +52,7 @@ class DedupSpec:
 
 @dataclass
 class DecontaminateSpec:
-    eval_dir: str = "../shared/data/eval"
+    eval_dir: str | None = None       # None: the evaluation sets the data setting finds (chapter 03: $MTNLG_DATA/eval, else the slices)
     tasks: list[str] | None = None    # default: all of mtnlg.decontaminate.EVAL_TASKS
     ngram: int = 13
     min_ngram: int = 8
@@ -356,7 +357,7 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
         dc = cfg.decontaminate
         ngrams_path = out / "task_ngrams.npz"
         if not ngrams_path.is_file():
-            tasks = eval_task_texts(cfg.path(dc.eval_dir), dc.tasks)
+            tasks = eval_task_texts(cfg.path(dc.eval_dir) if dc.eval_dir else data_path("eval"), dc.tasks)
             table = build_task_ngrams([t for ts in tasks.values() for t in ts], dc.ngram, dc.min_ngram)
             np.savez(out / "task_ngrams.tmp.npz", **{str(k): v for k, v in table.items()}); os.replace(out / "task_ngrams.tmp.npz", ngrams_path)
         counts = ex.map(task_count_ngrams, [(stage_file("ngram_counts", d, s, ".json"), stage_file("dedup", d, s), ngrams_path)

@@ -17,11 +17,11 @@ _TOKENS = re.compile(r"\w+|[^\w\s]")
 
 def raw_page_text(html: str | bytes) -> str:
     "All visible text of a page (scripts and styles removed, boilerplate kept): what a raw crawl holds."
-    import lxml.html
+    import lxml.html, lxml.etree
     from lxml_html_clean import Cleaner
-    if isinstance(html, bytes): html = html.decode("utf-8", "replace")
+    if isinstance(html, str): html = html.encode("utf-8", "replace")   # bytes: lxml reads the page's own encoding declaration
     try: doc = Cleaner(scripts=True, javascript=True, style=True, comments=True).clean_html(lxml.html.fromstring(html))
-    except Exception: return ""
+    except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all
     return re.sub(r"\s*\n\s*", "\n", re.sub(r"[ \t\r\f\v]+", " ", doc.text_content())).strip()
 
 def boilerplate_text(raw: str, article: str) -> str:

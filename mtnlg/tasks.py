@@ -5,14 +5,15 @@
 # %% auto 0
 __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice', 'race_doc_to_target', 'winogrande_doc_to_text',
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
-           'TaskSpec', 'task_spec', 'num_fewshot', 'default_data_dir', 'read_task_jsonl', 'local_task', 'hans_config',
-           'harness_task', 'write_task_yamls', 'evaluate_tasks', 'request_loglikelihoods', 'results_table',
-           'results_figure', 'write_results']
+           'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'local_task',
+           'hans_config', 'harness_task', 'write_task_yamls', 'evaluate_tasks', 'request_loglikelihoods',
+           'results_table', 'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
 import contextlib, json, math, os, sys, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from .catalog import data_path
 
 @contextlib.contextmanager
 def _quiet_datasets():
@@ -75,15 +76,24 @@ class TaskSpec:
     fields: tuple              # fields every row must have
     prompt: dict = field(default_factory=dict)   # the harness's prompt config
     note: str = ""
+    paper_format: str = "GPT-3's prompt (lm-eval's task)"   # how the paper prompted the task, as far as it says
+
+    @property
+    def output_type(self) -> str: return self.prompt.get("output_type", "multiple_choice")
 
 _NLI = {"output_type": "multiple_choice", "doc_to_target": "label"}
+_LAMBADA = {"output_type": "loglikelihood", "doc_to_target": "{{' '+text.split(' ')[-1]}}",
+            "metric_list": [{"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
+                            {"metric": "acc", "aggregation": "mean", "higher_is_better": True}]}
 TASKS = {t.name: t for t in [
-    TaskSpec("lambada_openai", "LAMBADA", "lambada_openai/test.jsonl", "test", None, 15, "GPT-3", 0.0, (.766, .731, .872), ("text",),
-             {"output_type": "loglikelihood", "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}}",
-              "doc_to_target": "{{' '+text.split(' ')[-1]}}",
-              "metric_list": [{"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
-                              {"metric": "acc", "aggregation": "mean", "higher_is_better": True}]},
-             "no train split exists: few-shot examples come from the test set"),
+    TaskSpec("lambada_openai", "LAMBADA", "lambada_openai/test.jsonl", "test", None, 15, "GPT-3", 0.0, (.766, None, None), ("text",),
+             {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}}"},
+             "no train split exists: few-shot examples come from the test set; paper column: zero-shot only (standard format)",
+             "standard (passage, last word scored) at zero shots"),
+    TaskSpec("lambada_openai_cloze_yaml", "LAMBADA-cloze", "lambada_openai/test.jsonl", "test", None, 15, "GPT-3", 0.0, (None, .731, .872),
+             ("text",), {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}} ____. ->"},
+             "GPT-3's fill-in-the-blank format; paper column: one- and few-shot",
+             "fill-in-the-blank `… ____. -> word` at one and few shots (GPT-3 §3.1.2)"),
     TaskSpec("race", "RACE-h", "race/test.jsonl", "test", "race/train_first500.jsonl", 10, "GPT-3", 0.25, (.479, .484, .479),
              ("article", "problems"),
              {"output_type": "multiple_choice", "doc_to_text": race_doc_to_text, "doc_to_target": race_doc_to_target,
@@ -110,10 +120,11 @@ TASKS = {t.name: t for t in [
              (.730, .737, .789), ("sentence", "option1", "option2", "answer"),
              {"output_type": "multiple_choice", "doc_to_text": winogrande_doc_to_text, "doc_to_target": winogrande_doc_to_target,
               "doc_to_choice": winogrande_doc_to_choice}, "few-shot pool: train_l (train_xl not available offline)"),
-    TaskSpec("hans", "HANS", "hans/validation.jsonl", "validation", "hans/train.jsonl", 32, "ours (GPT-3 has no HANS)", 0.5,
+    TaskSpec("hans", "HANS", "hans/validation.jsonl", "validation", "hans/train.jsonl", 4, "the paper (GPT-3 has no HANS)", 0.5,
              (.607, .649, .702), ("premise", "hypothesis", "label"),
              {**_NLI, "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True or False?\nAnswer:", "doc_to_choice": ["True", "False"]},
-             "not in the shared data; tests/fixtures/eval/hans is a synthetic HANS-format fixture"),
+             "not in the offline data; tests/fixtures/eval/hans is a synthetic HANS-format fixture",
+             "`<premise> Question: <hypothesis> True or False?` (the paper's Figure 4)"),
     TaskSpec("wic", "WiC", "wic/validation.jsonl", "validation", "wic/train.jsonl", 32, "GPT-3", 0.5, (.486, .513, .585),
              ("sentence1", "sentence2", "start1", "end1", "label"),
              {**_NLI, "doc_to_text": "Sentence 1: {{sentence1}}\nSentence 2: {{sentence2}}\nQuestion: Is the word "
@@ -133,20 +144,27 @@ def num_fewshot(spec: TaskSpec, shots: str) -> int:
     if str(shots) not in SHOTS: raise ValueError(f"unknown shot setting {shots!r}; use 0, 1 or few")
     return spec.k if str(shots) == "few" else int(shots)
 
+def settings_rows() -> list[dict]:
+    "Per task: the paper's evaluation setting (split, K, prompt format, metric) beside ours, and where each comes from."
+    def k_paper(t): return f"{t.k} (stated)" if t.k_source.startswith("the paper") else f"not stated; GPT-3's is {t.k}"
+    return [{"task": t.paper_name, "split (paper = ours)": t.split, "K: paper": k_paper(t), "K: ours": t.k,
+             "prompt: paper": t.paper_format, "prompt: ours": f"lm-eval `{t.name}`" + (" (ours: the harness has no HANS)" if t.name == "hans" else ""),
+             "metric (both)": "accuracy of the greedy last word" if t.output_type == "loglikelihood" else "accuracy (log-likelihood of each choice)",
+             "paper 0/1/few": "/".join("–" if a is None else f"{a:.3f}" for a in t.paper),
+             "few-shot pool (ours)": t.fewshot_file or f"({t.split} itself)", "note": t.note} for t in TASKS.values()]
+
 # %% ../nbs/61_tasks.ipynb
-def default_data_dir() -> Path:
-    "`$MTNLG_EVAL_DATA`, else `../shared/data/eval` beside the repo (or beside the working directory)."
-    if os.environ.get("MTNLG_EVAL_DATA"): return Path(os.environ["MTNLG_EVAL_DATA"])
-    for root in (Path(__file__).resolve().parents[1], Path.cwd()):
-        if (p := root.parent / "shared" / "data" / "eval").is_dir(): return p
-    return Path("../shared/data/eval")
+def eval_dir(data_dir=None) -> Path:
+    "The directory of the tasks' JSONL files: `data_dir` if given, else the data setting's `eval/` (chapter 03)."
+    return Path(data_dir) if data_dir else data_path("eval")
 
 def read_task_jsonl(path, spec: TaskSpec) -> list[dict]:
     "Rows of a task's JSONL file; a missing file, malformed line or missing field raises an error naming the fix."
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{spec.name}: data file {str(path)!r} not found; put the JSONL there, or point --data-dir "
-                                f"(or $MTNLG_EVAL_DATA) at a directory with {spec.eval_file}" + (f" ({spec.note})" if spec.note else ""))
+                                f"(or $MTNLG_DATA) at a data root with eval/{spec.eval_file} (`mtnlg data` lists what is where)"
+                                + (f" ({spec.note})" if spec.note else ""))
     rows = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -166,7 +184,7 @@ def local_task(name: str, data_dir=None, num_fewshot: int = 0):
     "The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`, with `num_fewshot` examples."
     import datasets
     from lm_eval.api.task import ConfigurableTask
-    spec, d = task_spec(name), Path(data_dir) if data_dir else default_data_dir()
+    spec, d = task_spec(name), eval_dir(data_dir)
     splits = {spec.split: read_task_jsonl(d / spec.eval_file, spec)}
     if spec.fewshot_file: splits["train"] = read_task_jsonl(d / spec.fewshot_file, spec)
     pool = len(splits["train"]) if spec.fewshot_file else len(splits[spec.split]) - 1   # the scored doc is never its own example
@@ -208,9 +226,9 @@ def harness_task(name: str, num_fewshot: int = 0):
 
 # %% ../nbs/61_tasks.ipynb
 def write_task_yamls(out_dir, data_dir=None) -> Path:
-    "Write `<task>_local.yaml` for the nine local variants (reading `data_dir`) and `hans.yaml` (online) into `out_dir`."
+    "Write `<task>_local.yaml` for the local variants (reading `data_dir`) and `hans.yaml` (online) into `out_dir`."
     import yaml
-    out, d = Path(out_dir), Path(data_dir or default_data_dir()).resolve()
+    out, d = Path(out_dir), eval_dir(data_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "mtnlg_task_utils.py").write_text("# the prompt functions of mtnlg.tasks, for the YAML files beside this one\n"
                                              "from mtnlg.tasks import *\n")
@@ -235,7 +253,7 @@ def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str =
     from lm_eval.tasks import TaskManager
     names = list(TASKS) if list(tasks) in (["all"], []) else [task_spec(t).name for t in tasks]
     if source not in ("local", "harness"): raise ValueError(f"unknown source {source!r}; use local or harness")
-    out = {"source": source, "data_dir": str(data_dir or default_data_dir()), "fewshot_seed": fewshot_seed,
+    out = {"source": source, "data_dir": str(eval_dir(data_dir)), "fewshot_seed": fewshot_seed,
            "limit": limit, "tasks": {}, "samples": {}}
     for name in names:
         spec = TASKS[name]

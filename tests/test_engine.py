@@ -1,6 +1,11 @@
-"""The 3D engine (chapter 14): every TP x PP x DP layout in {1,2}^3 trains exactly like one process,
-bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's, and bad layouts
-are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU."""
+"""The 3D engine (chapter 14): every TP x PP x DP layout in {1,2}^3 trains like one process (losses within 1e-5
+relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 1e-6, and at the paper's 1e-8 the same
+losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
+bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
+and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
+`make test` runs the layouts that each add an axis (1 process through the engine; TP, PP as srun starts it, DP alone;
+all three) at eps 1e-6 and DP 2 at eps 1e-8; `make test-full` adds the other two-axis layouts, the other seven at
+eps 1e-8 and the engine on chapter 11's from-scratch layers."""
 import json, os, subprocess, sys, textwrap
 from pathlib import Path
 import pytest, torch
@@ -10,12 +15,18 @@ MTNLG = str(Path(sys.executable).parent / "mtnlg")
 CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
 
 # fp32, dropout off (tiny.yaml), short sequences, 6 steps: 2 at batch 4 (ramp-up), then 4 at batch 8; no warm-up, so
-# the full lr of 3e-3 moves the weights. Adam eps 1e-6: see chapter 14 (zero-gradient directions such as the key bias).
+# the full lr of 3e-3 moves the weights. Adam eps 1e-6, and the paper's 1e-8 (scaled_configs/mtnlg-530b.yaml): see
+# chapter 14 — at 1e-8 the key bias, whose gradient is mathematically zero, takes steps of rounding noise.
 PARITY = {"schedule.train_iters": 6, "schedule.log_interval": 1, "schedule.global_batch_size": 8,
           "schedule.micro_batch_size": 2, "schedule.batch_size_rampup_start": 4, "schedule.batch_size_rampup_increment": 4,
           "schedule.batch_size_rampup_tokens": 256, "schedule.lr_warmup_tokens": 0, "schedule.eval_iters": 2,
-          "model.seq_length": 32, "optimizer.adam_eps": 1e-6}
+          "model.seq_length": 32}
+EPS = {"eps1e-6": 1e-6, "eps1e-8": 1e-8}              # ours for exact-ish parity; the paper's
 LAYOUTS = [(tp, pp, dp) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2)]
+DEFAULT = {("eps1e-6", (1, 1, 1)), ("eps1e-6", (2, 1, 1)), ("eps1e-6", (1, 2, 1)), ("eps1e-6", (1, 1, 2)),
+           ("eps1e-6", (2, 2, 2)), ("eps1e-8", (1, 1, 2))}                     # the rest: `make test-full`
+CASES = [pytest.param(eps, *lay, marks=() if (eps, lay) in DEFAULT else pytest.mark.slow, id=f"tp{lay[0]}-pp{lay[1]}-dp{lay[2]}-{eps}")
+         for eps in EPS for lay in LAYOUTS]
 
 def mtnlg_train(run_dir, overrides, nproc=None, env=None, timeout=600):
     cmd = [MTNLG, "train", "--config", CONFIG, "--run-dir", str(run_dir), "--no-progress"]
@@ -46,38 +57,62 @@ def params(run_dir):
     return load_state_dict(Path(run_dir) / "checkpoints")
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory):
-    "The single-process trainer of chapter 41 (no launcher, TP=PP=DP=1): the reference every layout must match."
-    run_dir = tmp_path_factory.mktemp("single")
-    r = mtnlg_train(run_dir, PARITY)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(l) for l in open(run_dir / "metrics.jsonl")]
-    assert [r["batch_size"] for r in rows if "loss" in r] == [4, 4, 8, 8, 8, 8]   # the ramp-up is exercised
-    return run_dir
+def singles(tmp_path_factory):
+    "The single-process trainer of chapter 41 (no launcher, TP=PP=DP=1), once per Adam eps: the reference every layout must match."
+    runs = {}
+    def run(eps: str):
+        if eps not in runs:
+            run_dir = tmp_path_factory.mktemp(f"single-{eps}")
+            r = mtnlg_train(run_dir, {**PARITY, "optimizer.adam_eps": EPS[eps]})
+            assert r.returncode == 0, r.stderr[-3000:]
+            rows = [json.loads(l) for l in open(run_dir / "metrics.jsonl")]
+            assert [r["batch_size"] for r in rows if "loss" in r] == [4, 4, 8, 8, 8, 8]   # the ramp-up is exercised
+            runs[eps] = run_dir
+        return runs[eps]
+    return run
 
-@pytest.mark.parametrize("tp,pp,dp", LAYOUTS, ids=[f"tp{a}-pp{b}-dp{c}" for a, b, c in LAYOUTS])
-def test_layout_trains_like_one_process(single, tmp_path, tp, pp, dp):
-    if (tp, pp, dp) == (1, 2, 1):   # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun
-        r = srun_style(tmp_path, {**PARITY, **layout(tp, pp, dp)}, tp * pp * dp)
-    else:                           # `mtnlg train --nproc N` -> torchrun
-        r = mtnlg_train(tmp_path, {**PARITY, **layout(tp, pp, dp)}, nproc=tp * pp * dp)
-    assert r.returncode == 0, r.stderr[-3000:]
-    ref, got = losses(single), losses(tmp_path)
+@pytest.fixture(scope="module")
+def single(singles): return singles("eps1e-6")
+
+def parity_errors(ref_dir, got_dir) -> dict:
+    "Max relative loss error over the 6 steps; max |weight difference|; the share of weight entries that differ by > 1e-5."
+    ref, got = losses(ref_dir), losses(got_dir)
     assert len(got) == len(ref) == 6
-    loss_err = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
-    p_ref, p_got = params(single), params(tmp_path)
+    p_ref, p_got = params(ref_dir), params(got_dir)
     assert p_ref.keys() == p_got.keys()
-    param_err = max((p_ref[k] - p_got[k]).abs().max().item() for k in p_ref)
-    print(f"tp{tp}-pp{pp}-dp{dp}: max relative loss error {loss_err:.2e}, max |param difference| {param_err:.2e}")
-    assert loss_err <= 1e-5, (ref, got)
-    assert param_err <= 1e-5
-    assert ref[-1] < ref[0] - 0.3                       # and the run actually trained
+    d = torch.cat([(p_ref[k] - p_got[k]).abs().flatten() for k in p_ref])
+    return {"loss": max(abs(a - b) / abs(a) for a, b in zip(ref, got)), "param": d.max().item(),
+            "share_over_1e-5": (d > 1e-5).float().mean().item()}
+
+@pytest.mark.parametrize("eps,tp,pp,dp", CASES)
+def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
+    """eps 1e-6: losses within 1e-5 relative, every weight within 1e-5. The paper's eps 1e-8: the same losses, and all but
+    a few entries per ten thousand of the weights within 1e-5 — those whose gradient is at rounding level (the key bias,
+    whose gradient is mathematically zero; a few MLP and embedding entries), which Adam divides by a tiny sqrt(v) + eps:
+    they step by up to ~lr in directions set by the summation order, so any two layouts differ there by at most
+    2 x lr x steps."""
+    from mtnlg.config import load_config
+    over = {**PARITY, "optimizer.adam_eps": EPS[eps], **layout(tp, pp, dp)}
+    if (tp, pp, dp) == (1, 2, 1):   # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun
+        r = srun_style(tmp_path, over, tp * pp * dp)
+    else:                           # `mtnlg train --nproc N` -> torchrun
+        r = mtnlg_train(tmp_path, over, nproc=tp * pp * dp)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref_dir, cfg = singles(eps), load_config(CONFIG, over)
+    err = parity_errors(ref_dir, tmp_path)
+    print(f"tp{tp}-pp{pp}-dp{dp} {eps}: max relative loss error {err['loss']:.2e}, max |param difference| {err['param']:.2e}, "
+          f"share of entries over 1e-5 {err['share_over_1e-5']:.1e}")
+    assert err["loss"] <= 1e-5, err
+    if EPS[eps] >= 1e-6: assert err["param"] <= 1e-5, err
+    else: assert err["share_over_1e-5"] <= 1e-3 and err["param"] <= 2 * cfg.optimizer.lr * cfg.schedule.train_iters, err
+    assert losses(ref_dir)[-1] < losses(ref_dir)[0] - 0.3                       # and the run actually trained
     meta = json.loads((tmp_path / "checkpoints/step-0000006/meta.json").read_text())
     assert meta["layout"] == {"tp": tp, "pp": pp, "dp": dp} and len(meta["shards"]) == tp * pp * dp
 
+@pytest.mark.slow             # TP 2 on chapter 11's layers equals TP 1 in test_parallel_scratch; the engine's TP 2 x PP 2 above
 def test_engine_on_scratch_tp_layers_trains_like_one_process(single, tmp_path):
     "TP 2 x PP 2 through DeepSpeed with chapter 11's from-scratch tensor-parallel layers: the same losses and weights."
-    r = mtnlg_train(tmp_path, {**PARITY, **layout(2, 2, 1), "model.tp_layers": "scratch"}, nproc=4)
+    r = mtnlg_train(tmp_path, {**PARITY, "optimizer.adam_eps": 1e-6, **layout(2, 2, 1), "model.tp_layers": "scratch"}, nproc=4)
     assert r.returncode == 0, r.stderr[-3000:]
     ref, got = losses(single), losses(tmp_path)
     assert max(abs(a - b) / abs(a) for a, b in zip(ref, got)) <= 1e-5, (ref, got)
@@ -85,7 +120,7 @@ def test_engine_on_scratch_tp_layers_trains_like_one_process(single, tmp_path):
     assert max((p_ref[k] - p_got[k]).abs().max().item() for k in p_ref) <= 1e-5
 
 def test_bf16_2x2_trains_close_to_fp32(single, tmp_path):
-    r = mtnlg_train(tmp_path, {**PARITY, **layout(2, 2, 1), "precision": "bf16"}, nproc=4)
+    r = mtnlg_train(tmp_path, {**PARITY, "optimizer.adam_eps": 1e-6, **layout(2, 2, 1), "precision": "bf16"}, nproc=4)
     assert r.returncode == 0, r.stderr[-3000:]
     ref, got = losses(single), losses(tmp_path)
     print("fp32", [round(x, 4) for x in ref], "\nbf16", [round(x, 4) for x in got])
@@ -131,7 +166,8 @@ def test_pipelined_gradients_equal_unpipelined(tmp_path):
     sets = {"schedule.global_batch_size": "4", "schedule.micro_batch_size": "1", "schedule.batch_size_rampup_start": "null",
             "schedule.batch_size_rampup_increment": "null", "model.seq_length": "32", **{k: str(v) for k, v in layout(2, 2, 1).items()}}
     (tmp_path / "tokenizer.json").write_text("{}")       # a checkpoint carries a tokenizer; gradients need none
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", "29731", str(script),
+    from mtnlg.topology import free_port
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", str(free_port()), str(script),
            CONFIG, str(tmp_path), *[f"{k}={v}" for k, v in sets.items()]]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

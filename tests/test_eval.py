@@ -7,6 +7,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FIXTURES = ROOT / "tests" / "fixtures" / "eval"
+DATA_ROOT = FIXTURES.parent            # what --data-dir names: the root that holds eval/ (chapter 03)
 from mtnlg.evaluate import offline_environment
 offline_environment()          # explicit (importing mtnlg sets nothing): these tests never download
 
@@ -114,7 +115,7 @@ def test_checkpoints_root_and_step_dir_are_the_same_checkpoint(checkpoint, tmp_p
     assert step == checkpoint / "step-0000040" and (checkpoint / "latest").read_text().strip() == step.name
     a, b = load_state_dict(checkpoint), load_state_dict(step)
     assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
-    args = ["--tasks", "boolq", "--shots", "0", "--limit", "6", "--data-dir", str(FIXTURES)]
+    args = ["--tasks", "boolq", "--shots", "0", "--limit", "6", "--data-dir", str(DATA_ROOT)]
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), *args], capsys)
     assert code == 0, err
     code, err = _run_cli(["eval", "--checkpoint", str(step), "--out", str(tmp_path), *args], capsys)
@@ -158,27 +159,33 @@ def _run_cli(args, capsys):
 
 
 def test_bad_input_unknown_task(checkpoint, capsys):
-    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "boolq,squad", "--data-dir", str(FIXTURES)], capsys)
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "boolq,squad", "--data-dir", str(DATA_ROOT)], capsys)
     assert code == 2 and "unknown task 'squad'" in err and "winogrande" in err
 
 
 def test_bad_input_missing_data_file(checkpoint, tmp_path, capsys):
+    (tmp_path / "eval").mkdir()
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "wic", "--data-dir", str(tmp_path)], capsys)
     assert code == 2 and "wic/validation.jsonl" in err and "not found" in err and "--data-dir" in err
-    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "hans"], capsys)   # default data dir lacks HANS
-    if not (Path(os.environ.get("MTNLG_EVAL_DATA", ROOT.parent / "shared/data/eval")) / "hans").exists():
-        assert code == 2 and "hans/validation.jsonl" in err and "synthetic HANS-format fixture" in err
+    # HANS: not in the full offline sets, a synthetic slice in the fixtures. Both cases, whatever the data setting is:
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "hans", "--data-dir", str(tmp_path)], capsys)
+    assert code == 2 and "hans/validation.jsonl" in err and "synthetic HANS-format fixture" in err
+    out = tmp_path / "hans-eval"
+    code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "hans", "--shots", "0", "--limit", "2",
+                          "--data-dir", str(DATA_ROOT), "--out", str(out)], capsys)
+    assert code == 0, err
+    assert json.loads((out / "results.json").read_text())["tasks"]["hans"]["n"] == 2
 
 
 def test_bad_input_malformed_row(checkpoint, tmp_path, capsys):
-    shutil.copytree(FIXTURES / "piqa", tmp_path / "piqa")
-    rows = (tmp_path / "piqa" / "validation.jsonl").read_text().splitlines()
+    shutil.copytree(FIXTURES / "piqa", tmp_path / "eval" / "piqa")
+    rows = (tmp_path / "eval" / "piqa" / "validation.jsonl").read_text().splitlines()
     rows[4] = rows[4][:-20]                                      # a truncated line
-    (tmp_path / "piqa" / "validation.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / "eval" / "piqa" / "validation.jsonl").write_text("\n".join(rows) + "\n")
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "piqa", "--data-dir", str(tmp_path)], capsys)
     assert code == 2 and "validation.jsonl:5: malformed JSON" in err and "fix or delete that line" in err
     rows[4] = json.dumps({"goal": "g", "sol1": "a", "sol2": "b"})   # valid JSON, no label
-    (tmp_path / "piqa" / "validation.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / "eval" / "piqa" / "validation.jsonl").write_text("\n".join(rows) + "\n")
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "piqa", "--data-dir", str(tmp_path)], capsys)
     assert code == 2 and "validation.jsonl:5: row lacks field(s) ['label']" in err
 
@@ -198,7 +205,7 @@ def test_bad_input_broken_checkpoints(checkpoint, tmp_path, capsys):
                           (tmp_path / "killed", "holds no complete checkpoint"),
                           (older, "from before sharded checkpoints"),
                           (tmp_path / "nowhere", "not found")]:
-        for cmd in (["eval", "--checkpoint", str(bad), "--tasks", "boolq", "--data-dir", str(FIXTURES), "--out", str(tmp_path / "eval")],
+        for cmd in (["eval", "--checkpoint", str(bad), "--tasks", "boolq", "--data-dir", str(DATA_ROOT), "--out", str(tmp_path / "eval")],
                     ["export-hf", str(bad), str(tmp_path / "out")]):
             code, err = _run_cli(cmd, capsys)
             assert code == 2 and expected in err and err.count("\n") == 1, (cmd, err)
@@ -208,7 +215,7 @@ def test_bad_input_broken_checkpoints(checkpoint, tmp_path, capsys):
 def test_mtnlg_eval_writes_results(checkpoint, tmp_path, capsys):
     from mtnlg.cli import main
     assert main(["eval", "--checkpoint", str(checkpoint), "--tasks", "boolq,hans", "--shots", "0,few",
-                 "--data-dir", str(FIXTURES), "--out", str(tmp_path)]) == 0
+                 "--data-dir", str(DATA_ROOT), "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["meta"]["layout"] == {"tp": 1, "pp": 1, "dp": 1} and res["meta"]["step"] == 40
     assert res["checkpoint"] == str((checkpoint / "step-0000040").resolve()) and set(res["tasks"]) == {"boolq", "hans"}

@@ -1,6 +1,7 @@
 """Multi-process checks of chapters 11-13 (gloo on CPU): each from-scratch mechanism equals the library and the
 unparallelised computation. Workers live in `mtnlg.testing` (spawn imports them by name); `launch` runs them.
 Chapter 10's notebook runs `init_distributed` in 8 processes, checking megatron-core's groups against `Layout` in each."""
+import os
 from pathlib import Path
 import pytest, torch
 from mtnlg.topology import Layout, launch
@@ -59,6 +60,18 @@ def test_zero1_equals_unsharded_adamw():
     assert min(ref["grad_norms"]) > clip
     assert testing.max_param_difference(zero["params"], ref["params"]) < 1e-5
     for a, b in zip(zero["losses"], ref["losses"]): assert abs(a - b) <= 1e-5 * b
+
+def test_reference_run_stays_one_process_under_a_launcher(monkeypatch):
+    "RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS (srun), OMPI_* (mpirun) set: the reference is still one process."
+    import torch.distributed as dist
+    from mtnlg.topology import free_port
+    launcher = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
+                "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    for k, v in launcher.items(): monkeypatch.setenv(k, v)
+    r = testing.reference_run(TINY, 2, 1.0)
+    assert (dist.get_rank(), dist.get_world_size()) == (0, 1)
+    assert {k: os.environ.get(k) for k in launcher} == launcher              # put back as they were
+    assert len(r["losses"]) == 2 and r["losses"][1] < r["losses"][0]
 
 def test_deepspeed_zero1_fp32_equals_torch_adamw():
     steps, clip = 3, 0.05

@@ -1,0 +1,99 @@
+"""Write the README's measured figures from bench/results/*.json, so that no number in it is typed by hand.
+
+    python bench/report.py            # rewrite the block between <!-- bench:begin --> and <!-- bench:end --> in README.md
+    python bench/report.py --check    # exit 1 (and show the difference) if README.md is not what the JSONs say
+
+Inside the block, the table rows that name a benchmark script (`bench/...py`) are generated here from the newest
+result of each benchmark: medians of at least 5 runs with min–max beside them, ratios of medians. The other rows
+(claims that tests assert, not benchmarks) are kept as they are.
+"""
+import argparse, difflib, json, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+def newest(pattern: str) -> tuple[Path, dict]:
+    files = sorted(RESULTS.glob(pattern))
+    if not files: raise SystemExit(f"no bench/results/{pattern}: run the benchmark first")
+    return files[-1], json.loads(files[-1].read_text())
+
+def rng(s: dict, spec: str) -> str:
+    "`median (min–max)` of a summary."
+    return f"{s['median']:{spec}} ({s['min']:{spec}}–{s['max']:{spec}})"
+
+def rows() -> list[str]:
+    out = []
+    _, e = newest("engine-*.json")
+    o = e["overhead"]
+    out.append(f"| engine tokens/s vs plain PyTorch loop, 1 process (`bench/engine.py`, {e['date']}) | "
+               f"{o['ratio']:.2f}×: {rng(o['engine_tokens_per_s'], ',.0f')} vs {rng(o['plain_tokens_per_s'], ',.0f')} tokens/s, "
+               f"{o['engine_tokens_per_s']['runs']} steps each | ≥ 0.9× |")
+    b = {x["micro_batches"]: x for x in e["bubble"]}
+    out.append(f"| PP 2 bubble, m = {' / '.join(map(str, b))} micro-batches (`bench/engine.py`) | "
+               + " / ".join(f"{x['measured_bubble']['median']:.2f}" for x in b.values())
+               + f" (medians of {next(iter(b.values()))['measured_bubble']['runs']} steps; the same 1F1B schedule with the measured "
+               + "stage times: " + " / ".join(f"{x['formula_with_measured_stage_times']['median']:.2f}" for x in b.values()) + ") | "
+               + " / ".join(f"{x['formula']:.2f}" for x in b.values()) + " ((p−1)/(m+p−1), equal stages) |")
+    _, d = newest("dedup.json")
+    out.append(f"| dedup signatures + LSH vs datasketch (`MinHash.bulk` + LSH insertion session; `bench/dedup.py`, {d['date']}) | "
+               f"{d['speedup']:.1f}× on {d['workers']} processes ({d['speedup_per_process']:.1f}× per process): "
+               f"{rng(d['ours_docs_per_s'], ',.0f')} vs {rng(d['datasketch_docs_per_s'], ',.0f')} docs/s, {d['reps']} runs | ≥ 10× |")
+    _, v = newest("eval.json")
+    out.append(f"| eval log-likelihood requests/s vs lm-eval `hf` backend (`bench/eval.py`, {v['date']}) | "
+               f"{v['ratio']:.2f}×: {rng(v['ours_requests_per_s'], ',.0f')} vs {rng(v['hf_requests_per_s'], ',.0f')} requests/s, "
+               f"{v['ours_requests_per_s']['runs']} runs of {v['requests']} requests | ≥ 1× |")
+    _, m = newest("memory-cpu-*.json")
+    ratios = [st["ratio"] for r in m["runs"] for st in r["stages"]]
+    dps = sorted({r["layout"]["dp"] for r in m["runs"]}); modes = list(dict.fromkeys(r["recompute"] for r in m["runs"]))
+    out.append(f"| memory model vs measurement (CPU): stage peaks of a TP2×PP2 step, DP {'/'.join(map(str, dps))}, "
+               f"{'/'.join(modes)} (`bench/memory.py`, {m['date']}) | measured/predicted, medians per stage "
+               f"{min(x['median'] for x in ratios):.2f}–{max(x['median'] for x in ratios):.2f}; every launch "
+               f"{min(x['min'] for x in ratios):.2f}–{max(x['max'] for x in ratios):.2f} ({m['reps']} launches each) | within 10% |")
+    _, c = newest("checkpoint-cpu-*.json")
+    s, w = c["save"], c["load"]["warm"]
+    resume = (f"; resume adds {c['resume']['resume_overhead_s']:.2f} s (medians of {c['resume_reps']})" if "resume" in c else "")
+    out.append(f"| checkpoint save / load, {s['bytes_per_shard'] / 1e6:,.0f} MB shard (`bench/checkpoint.py`, {c['date']}) | "
+               f"save {s['ratio_vs_torch_save_fsync']:.2f}× `torch.save`+fsync ({rng(s['gb_per_s_runs']['ours'], '.2f')} GB/s); "
+               f"load (warm) {w['ratio_vs_torch_load']:.2f}× `torch.load` ({rng(w['gb_per_s_runs']['ours'], '.2f')} GB/s), "
+               f"{c['reps']} runs{resume} | — |")
+    return out
+
+NOTE = ("Rows naming a `bench/` script are written by `bench/report.py` from `bench/results/*.json` (`--check` fails if "
+        "they are stale): the median of at least 5 runs, min–max in parentheses, ratios of medians. The machine is shared "
+        "with other jobs, so absolute rates move with their load; the other rows are what tests assert.")
+
+def render(block: str) -> str:
+    "The new block: the note, then the table with its benchmark rows regenerated in place (or appended)."
+    table = [l for l in block.splitlines() if l.startswith("|")]
+    if len(table) < 2: raise SystemExit("README.md: no table between the bench markers")
+    new, kept, at = rows(), table[:2], None
+    for l in table[2:]:
+        if "`bench/" in l.split("|")[1]:
+            if at is None: at = len(kept)
+        else: kept.append(l)
+    at = len(kept) if at is None else at
+    return "\n".join([NOTE, "", *kept[:at], *new, *kept[at:]])
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="fail if README.md differs from what bench/results says")
+    ap.add_argument("--readme", default=str(README))
+    a = ap.parse_args(argv)
+    text = Path(a.readme).read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise SystemExit(f"{a.readme}: needs exactly one {BEGIN} ... {END} block around the measured table")
+    head, rest = text.split(BEGIN); block, tail = rest.split(END)
+    want = f"{head}{BEGIN}\n{render(block)}\n{END}{tail}"
+    if want == text: print("README.md measured figures match bench/results"); return 0
+    if a.check:
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), want.splitlines(True), "README.md", "from bench/results"))
+        print("README.md is stale: run `python bench/report.py`", file=sys.stderr)
+        return 1
+    Path(a.readme).write_text(want); print(f"rewrote the measured figures in {a.readme}")
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())

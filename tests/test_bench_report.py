@@ -1,0 +1,29 @@
+"""The README's measured figures are what bench/results/*.json say: `bench/report.py --check` regenerates the
+benchmark rows from the JSONs and fails if README.md differs."""
+import subprocess, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+def test_readme_measured_figures_are_written_from_bench_results():
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "report.py"), "--check"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-1000:]
+
+def test_every_benchmark_reports_median_min_max_of_at_least_5_runs():
+    "Each result holds summaries (median, min, max, runs >= 5) for the figures the README shows."
+    sys.path.insert(0, str(ROOT / "bench"))
+    import report
+    def summaries(x):
+        if isinstance(x, dict):
+            if {"median", "min", "max", "runs"} <= x.keys(): yield x
+            else:
+                for v in x.values(): yield from summaries(v)
+        elif isinstance(x, list):
+            for v in x: yield from summaries(v)
+    for pattern in ("engine-*.json", "dedup.json", "eval.json", "memory-cpu-*.json", "checkpoint-cpu-*.json"):
+        path, data = report.newest(pattern)
+        found = list(summaries(data))
+        assert found, f"{path.name}: no median/min/max summaries"
+        assert all(s["runs"] >= 5 and s["min"] <= s["median"] <= s["max"] for s in found), path.name
+        assert "shared" in data["hardware"]["shared_machine"], path.name
