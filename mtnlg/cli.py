@@ -252,7 +252,7 @@ def add_eval_arguments(p):
         if args.source == "local": offline_environment()        # local JSONL tasks never download; --source harness needs the Hub
         from mtnlg.checkpoint import check_checkpoint
         from mtnlg.evaluate import MtnlgLM, register_lm, install_lm_eval_plugin
-        from mtnlg.tasks import task_spec, num_fewshot, eval_dir, read_task_jsonl, evaluate_tasks, write_results, results_table
+        from mtnlg.tasks import task_spec, num_fewshot, eval_dir, available_tasks, read_task_jsonl, evaluate_tasks, write_results, results_table
         tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
         names = list(TASKS) if tasks in (["all"], []) else [task_spec(t).name for t in tasks]   # fail fast on a typo
         shots = [s.strip() for s in args.shots.split(",") if s.strip()]
@@ -261,8 +261,8 @@ def add_eval_arguments(p):
         if args.source == "local":
             d = eval_dir()                                  # the data setting's eval/ (--data-dir set $MTNLG_DATA), else the slices
             if tasks in (["all"], []):                      # "all" = the tasks this data directory has (HANS may be absent)
-                skipped = [n for n in names if not (d / TASKS[n].eval_file).is_file()]
-                names = [n for n in names if n not in skipped] or names
+                present, skipped = available_tasks()
+                names = present or names
                 for n in skipped: print(f"skipping {n}: no {d / TASKS[n].eval_file} ({TASKS[n].note or 'name it explicitly to see why'})")
             for n in names: read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])               # bad data fails before loading a model
         ckpt = check_checkpoint(args.checkpoint)

@@ -6,8 +6,8 @@
 __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice', 'race_doc_to_target', 'winogrande_doc_to_text',
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
            'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'local_task',
-           'hans_config', 'harness_task', 'write_task_yamls', 'evaluate_tasks', 'request_loglikelihoods',
-           'results_table', 'results_figure', 'write_results']
+           'hans_config', 'harness_task', 'write_task_yamls', 'available_tasks', 'evaluate_tasks',
+           'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
 import contextlib, json, math, os, sys, warnings
@@ -246,6 +246,12 @@ def write_task_yamls(out_dir, data_dir=None) -> Path:
     return out
 
 # %% ../nbs/61_tasks.ipynb
+def available_tasks(data_dir=None) -> tuple[list[str], list[str]]:
+    "The tasks whose evaluation file the data directory has, and those it lacks (the offline mirror has no HANS)."
+    d = eval_dir(data_dir)
+    present = [n for n, t in TASKS.items() if (d / t.eval_file).is_file()]
+    return present, [n for n in TASKS if n not in present]
+
 def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str = "local", limit: int | None = None,
                    fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
     "Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online)."
