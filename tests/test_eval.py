@@ -223,7 +223,9 @@ def test_mtnlg_eval_writes_results(checkpoint, tmp_path, capsys):
     assert set(boolq["acc"]) == {"0", "few"} and boolq["paper"] == {"0": .782, "1": .825, "few": .848}
     assert boolq["chance"] == 0.5 and boolq["k"] == 32 and boolq["k_used"] == 8     # the fixture pool has 8
     table = (tmp_path / "results.md").read_text()
-    assert "| BoolQ | validation | 12 | 0.500 |" in table and "/ 0.848 (K=8)" in table
+    n = len((FIXTURES / "boolq" / "validation.jsonl").read_text().splitlines())              # every row of the slice
+    assert boolq["n"] == n == 28 and f"| BoolQ | validation | {n} | 0.500 |" in table and "/ 0.848 (K=8)" in table
+    assert res["tasks"]["hans"]["k"] == 4 and "/ 0.702 (K=4)" in table                 # HANS at the paper's four shots
     assert (tmp_path / "results.png").stat().st_size > 10_000
 
 
