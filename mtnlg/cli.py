@@ -5,7 +5,7 @@
 # %% auto 0
 __all__ = ['COMMANDS', 'describe', 'add_data_dir_argument', 'add_config_arguments', 'config_from_args', 'add_info_arguments',
            'add_train_arguments', 'relaunch', 'add_reshard_arguments', 'add_curate_arguments', 'add_plan_arguments',
-           'add_export_hf_arguments', 'add_eval_arguments', 'add_data_arguments', 'main']
+           'add_export_hf_arguments', 'add_eval_arguments', 'add_generate_arguments', 'add_data_arguments', 'main']
 
 # %% ../nbs/99_cli.ipynb
 import argparse, json, os, shutil, signal, subprocess, sys
@@ -280,6 +280,29 @@ def add_eval_arguments(p):
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
+def add_generate_arguments(p):
+    "`mtnlg generate --checkpoint DIR --prompt TEXT [--prompt ...] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]`"
+    p.add_argument("--checkpoint", required=True, help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory")
+    p.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="sample among the smallest set of mass >= p (1: all)")
+    p.add_argument("--seed", type=int, help="fixes the draws when sampling")
+    p.add_argument("--stop", action="append", help="cut each continuation before this string (repeatable)")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence per token (the reference)")
+    def run(args) -> int:
+        from mtnlg.checkpoint import check_checkpoint, load_checkpoint
+        from mtnlg.generate import generate_text, check_sampling
+        check_sampling(args.temperature, args.top_k, args.top_p)            # bad arguments fail before a model loads
+        model, tok, cfg = load_checkpoint(check_checkpoint(args.checkpoint))
+        outs = generate_text(model, tok, args.prompt, args.max_new_tokens, stop=args.stop, temperature=args.temperature,
+                             top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache)
+        for prompt, out in zip(args.prompt, outs): print(json.dumps({"prompt": prompt, "continuation": out}, ensure_ascii=False))
+        return 0
+    p.set_defaults(func=run)
+
+# %% ../nbs/99_cli.ipynb
 def add_data_arguments(p):
     "`mtnlg data [--data-dir ROOT]` (chapter 03)."
     add_data_dir_argument(p)
@@ -298,6 +321,7 @@ COMMANDS = {  # name: (declares its arguments, one-line help)
     "export-hf": (add_export_hf_arguments, "export a checkpoint as a transformers GPT-2 model directory"),
     "reshard": (add_reshard_arguments, "load a checkpoint onto another TP x PP x DP layout and save it there"),
     "plan": (add_plan_arguments, "rank (TP, PP, DP, micro-batch, recompute) layouts of a config on N GPUs by predicted speed"),
+    "generate": (add_generate_arguments, "continue prompts from a checkpoint: greedy or sampled (temperature, top-k, top-p, seed)"),
     "data": (add_data_arguments, "list the data sets the book uses: source, licence, where expected, whether present"),
 }
 

@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['OFFLINE_ENV', 'LM_EVAL_HOOK', 'PTH_NAME', 'offline_environment', 'encode_pair', 'model_window', 'MtnlgLM',
-           'loglikelihood_rolling', 'greedy_generate', 'generate_until', 'install_lm_eval_plugin', 'register_lm']
+           'loglikelihood_rolling', 'sampling_of', 'generate_until', 'install_lm_eval_plugin', 'register_lm']
 
 # %% ../nbs/60_evaluate.ipynb
 import json, math, os, sys, sysconfig, warnings
@@ -182,34 +182,27 @@ def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[fl
     return totals
 
 # %% ../nbs/60_evaluate.ipynb
-@torch.inference_mode()
-def greedy_generate(self, ids: list[int], until: list[str], max_new: int) -> str:
-    "Greedy continuation of token ids `ids`, cut before the first stop string in `until`."
-    ids, new = list(ids), []
-    for _ in range(max_new):
-        h = self.hidden_states(torch.tensor([ids[-self.max_length:]], device=self.device))[0, -1]
-        nxt = int(F.linear(h, self.model.embedding.tokens.weight).float().argmax())
-        if nxt == self.eot_token_id: break
-        ids.append(nxt); new.append(nxt)
-        text = self.tok_decode(new)
-        if any(s in text for s in until): break
-    text = self.tok_decode(new)
-    for s in until: text = text.split(s)[0]
-    return text
+def sampling_of(gen_kwargs: dict) -> dict:
+    "Chapter 62's sampling arguments from a harness request's `gen_kwargs` (greedy unless `do_sample` with temperature > 0)."
+    t = float(gen_kwargs.get("temperature", 1.0)) if gen_kwargs.get("do_sample") else 0.0
+    return {"temperature": t, "top_k": int(gen_kwargs.get("top_k") or 0), "top_p": float(gen_kwargs.get("top_p") or 1.0),
+            "seed": gen_kwargs.get("seed")}
 
 def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-    "Greedy generation for each (context, gen_kwargs) request; stops at `until` strings, EOT or `max_gen_toks`."
+    "A continuation for each (context, gen_kwargs) request; stops at `until` strings, EOT or `max_gen_toks`."
+    from mtnlg.generate import generate
     out = []
     for req in tqdm(requests, desc="mtnlg generate_until", disable=disable_tqdm or len(requests) < 2):
         context, kw = req.args[0], dict(req.args[1] or {})
-        if kw.get("do_sample") and kw.get("temperature", 1.0) > 0:
-            raise ValueError("the mtnlg backend generates greedily; set do_sample=false (or temperature=0) in gen_kwargs")
         until = kw.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
         max_new = int(kw.get("max_gen_toks", self.max_gen_toks))
         if max_new >= self.max_length: raise ValueError(f"max_gen_toks={max_new} leaves no room for a context in a {self.max_length}-token model")
         ctx = self.tok_encode(context)[-(self.max_length - max_new):] or [self.eot_token_id]
-        text = greedy_generate(self, ctx, until, max_new)
+        new = generate(self.model, [ctx], max_new, eos_id=self.eot_token_id, stop_ids=[self.tok_encode(s) for s in until],
+                       **sampling_of(kw))[0]
+        text = self.tok_decode(new)
+        for s in until: text = text.split(s)[0]
         self.cache_hook.add_partial("generate_until", (context, req.args[1]), text)
         out.append(text)
     return out

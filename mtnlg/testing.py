@@ -5,9 +5,9 @@
 # %% auto 0
 __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_ORDER', 'whoami', 'init_distributed_worker',
            'gather', 'full_tensor', 'toy_dense', 'toy_parallel', 'toy_parity_worker', 'max_differences', 'gpt_batch',
-           'gpt_loss_and_grads', 'gpt_tp_worker', 'pipeline_worker', 'training_batches', 'max_param_difference',
-           'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker', 'MemoryTracker',
-           'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
+           'gpt_loss_and_grads', 'generate_tp_worker', 'gpt_tp_worker', 'pipeline_worker', 'training_batches',
+           'max_param_difference', 'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker',
+           'MemoryTracker', 'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
            'measure_stage_memory']
 
 # %% ../nbs/98_testing.ipynb
@@ -115,6 +115,31 @@ def gpt_loss_and_grads(model, tokens) -> tuple[torch.Tensor, dict, dict]:
     params = {n: full_tensor(p.detach(), p) for n, p in model.named_parameters()}
     grads = {n: full_tensor(p.grad, p) for n, p in model.named_parameters()}
     return loss.detach(), params, grads
+
+def generate_tp_worker(config_path: str, tensor_parallel: int, prompts: list, max_new: int = 8, init_seed: int = 3) -> dict:
+    """Chapter 62 on TP = `tensor_parallel` (the world): greedy tokens with and without the KV cache, a padded batch's
+    tokens, and the largest difference between cached logits and the training forward's, gathered over the vocabulary."""
+    from mtnlg.model import GPT
+    from mtnlg.generate import generate, forward_cached, full_logits, KVCache
+    quiet_libraries()
+    cfg = load_config(config_path)
+    init_distributed(Layout(tensor_parallel, 1, dist.get_world_size() // tensor_parallel))
+    model = GPT(cfg.model, init_seed=init_seed).eval()
+    out = {"cached": generate(model, prompts, max_new), "recomputed": generate(model, prompts, max_new, use_cache=False),
+           "alone": [generate(model, [p], max_new)[0] for p in prompts]}
+    seq, cache, worst = torch.tensor([prompts[0]]), KVCache(), 0.0
+    logits = forward_cached(model, seq, cache)[:, -1:]
+    for _ in range(max_new):
+        seq = torch.cat([seq, logits.argmax(-1)], 1)
+        logits = forward_cached(model, seq[:, -1:], cache)
+        with torch.no_grad(): full = full_logits(model, model.final_ln(_hidden(model, seq)))[:, -1:]
+        worst = max(worst, (logits - full).abs().max().item())
+    return {**out, "max_logit_diff": worst}
+
+def _hidden(model, tokens):
+    x = model.embedding(tokens)
+    for block in model.blocks: x = block(x)
+    return x
 
 def gpt_tp_worker(config_path: str, tensor_parallel: int, overrides: dict | None = None):
     "Build our GPT with TP = `tensor_parallel` (the world) from `config_path`; return its loss, full parameters and gradients."

@@ -237,3 +237,18 @@ def test_mtnlg_export_hf_cli(checkpoint, tmp_path, capsys):
     record = json.loads((tmp_path / "hf" / "mtnlg_export.json").read_text())     # the step directory read, and its meta
     assert record["source_checkpoint"] == str((checkpoint / "step-0000040").resolve())
     assert record["meta"] == json.loads((checkpoint / "step-0000040" / "meta.json").read_text())
+
+
+def test_mtnlg_generate_cli(checkpoint, capsys):
+    "`mtnlg generate`: one JSON line per prompt; a seed fixes sampled continuations; bad sampling arguments exit 2."
+    from mtnlg.cli import main
+    args = ["generate", "--checkpoint", str(checkpoint), "--prompt", "The river", "--prompt", "In 1887 the",
+            "--max-new-tokens", "8", "--temperature", "0.9", "--top-p", "0.95"]
+    runs = []
+    for seed in ("3", "3", "4"):
+        assert main(args + ["--seed", seed]) == 0
+        runs.append([json.loads(l) for l in capsys.readouterr().out.splitlines()])
+    assert [r["prompt"] for r in runs[0]] == ["The river", "In 1887 the"]
+    assert runs[0] == runs[1] != runs[2]
+    code, err = _run_cli(["generate", "--checkpoint", str(checkpoint), "--prompt", "x", "--top-p", "0"], capsys)
+    assert code == 2 and "top_p must be in (0, 1]" in err
