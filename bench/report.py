@@ -59,6 +59,13 @@ def rows() -> list[str]:
                f"save {s['ratio_vs_torch_save_fsync']:.2f}× `torch.save`+fsync ({rng(s['gb_per_s_runs']['ours'], '.2f')} GB/s); "
                f"load (warm) {w['ratio_vs_torch_load']:.2f}× `torch.load` ({rng(w['gb_per_s_runs']['ours'], '.2f')} GB/s), "
                f"{c['reps']} runs{resume} | — |")
+    _, g = newest("generate-*.json")
+    t = g["tokens_per_s"]
+    out.append(f"| generation tokens/s, {g['prompts']} prompts × {g['new_tokens']} new tokens, KV cache vs recomputation and "
+               f"Hugging Face `generate` on the exported model (`bench/generate.py`, {g['date']}) | "
+               f"{g['ratios_of_medians']['cache / recomputed']:.2f}× recomputation, {g['ratios_of_medians']['cache / Hugging Face']:.2f}× HF: "
+               f"{rng(t['ours, KV cache'], ',.0f')} vs {rng(t['ours, recomputed'], ',.0f')} vs {rng(t['Hugging Face generate'], ',.0f')} "
+               f"tokens/s, {t['ours, KV cache']['runs']} runs; same greedy tokens: {'yes' if g['same_tokens'] else 'NO'} | > 1× |")
     return out
 
 NOTE = ("Rows naming a `bench/` script are written by `bench/report.py` from `bench/results/*.json` (`--check` fails if "

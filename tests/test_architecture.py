@@ -133,3 +133,12 @@ def test_each_name_is_defined_once():
                         "stage_params_per_rank": "config", "count_parameters": "config", "bubble_formula": "pipeline_parallel",
                         "save_checkpoint": "checkpoint", "train": "train"}.items():
         assert owners.get(name) == [owner], (name, owners.get(name))
+
+def test_ports_come_from_one_helper():
+    "Only `topology` opens sockets (its `free_port` asks the operating system for a free port); no module hard-codes a port."
+    import re
+    for m in MODULES:
+        src = (PKG / f"{m}.py").read_text()
+        if m != "topology": assert not re.search(r"^\s*(import socket|from socket import)", src, re.M), f"{m} opens sockets: use topology.free_port"
+        assert not re.search(r"(MASTER_PORT|master_port|port)\s*[=:]\s*['\"]?\d{4,5}\b", src), f"{m} hard-codes a port number"
+

@@ -10,11 +10,12 @@ ROOT = Path(__file__).resolve().parent.parent
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
 CONFIG = "scaled_configs/tiny.yaml"
 
-# fp32, dropout off (tiny.yaml); Adam eps 1e-6 as chapter 14's parity runs (the reshard test compares across layouts)
+# fp32; Adam eps 1e-6 as chapter 14's parity runs (the reshard test compares across layouts). The one-process runs
+# train with dropout on, so resuming must restore the random streams (both: the default one and the tensor-parallel one)
 COMMON = {"schedule.log_interval": 1, "schedule.eval_interval": 1000, "schedule.eval_iters": 1,
           "optimizer.adam_eps": 1e-6, "checkpoint.keep_last": 10}
 CURATED = ROOT / "tests/fixtures/curated"      # real `mtnlg curate` output: indexed datasets, weights, tokenizer
-ONE = {**COMMON, "schedule.train_iters": 24, "checkpoint.save_interval": 8,
+ONE = {**COMMON, "schedule.train_iters": 24, "checkpoint.save_interval": 8, "model.hidden_dropout": 0.1, "model.attention_dropout": 0.1,
        "data.curated": CURATED, "data.train_files": "[]", "data.valid_files": "[]"}
 THREE_D = {**COMMON, "schedule.train_iters": 8, "checkpoint.save_interval": 4, "schedule.micro_batch_size": 4,
            "parallel.tensor_parallel": 2, "parallel.pipeline_parallel": 2, "parallel.data_parallel": 2}

@@ -146,3 +146,17 @@ def test_tiny_training_config_trains_on_curated_output(bad_corpus, tmp_path):
     ckpt = Path(s["checkpoint"])
     assert ckpt == tmp_path / "run/checkpoints/step-0000003"
     assert (ckpt / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()   # curation's tokenizer, not a new one
+
+def test_extraction_counts_expected_errors_and_stops_on_any_other(tmp_path, monkeypatch):
+    "An HTML parse error is dropped and counted with its reason; an error nobody expected (a bug) stops the run, named."
+    import lxml.etree
+    from mtnlg import extract
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"html": "<html><body><p>" + "a sentence of English words. " * 20 + "</p></body></html>"}) + "\n")
+    def parse_error(_): raise lxml.etree.ParserError("broken page")
+    monkeypatch.setattr(extract, "html_to_text", parse_error)
+    man = extract.extract_shard(src, tmp_path / "out.jsonl", "crawl")
+    assert (man.docs_in, man.kept) == (1, 0) and list(man.dropped) == ["unparseable HTML (ParserError)"]
+    def bug(_): raise ZeroDivisionError("a bug in our code")
+    monkeypatch.setattr(extract, "html_to_text", bug)
+    with pytest.raises(ZeroDivisionError, match="a bug in our code"): extract.extract_shard(src, tmp_path / "out2.jsonl", "crawl")

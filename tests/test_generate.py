@@ -17,6 +17,11 @@ def test_top_k_and_top_p_keep_exactly_their_support():
     assert support(filter_logits(p.log(), top_p=0.71)) == [1, 3, 4]       # ... and 0.71 needs the next one
     assert support(filter_logits(p.log(), top_k=3, top_p=0.5)) == [1, 3]  # both filters: the intersection
     assert support(filter_logits(p.log())) == [0, 1, 2, 3, 4]
+    # the boundary, on probabilities that are exact in binary (0.7 above is 0.70000005 in float32, so it cannot tell
+    # "mass before the token >= p" from "> p"): the mass before the third token is exactly 0.75 = p, so it is dropped
+    q = torch.tensor([[0.5, 0.25, 0.125, 0.125]])
+    assert support(filter_logits(q.log(), top_p=0.75)) == [0, 1]
+    assert support(filter_logits(q.log(), top_p=0.875)) == [0, 1, 2]
 
 def test_sampling_is_reproducible_and_stays_in_the_support():
     logits = torch.randn(500, 50, generator=torch.Generator().manual_seed(0))

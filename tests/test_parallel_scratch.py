@@ -84,6 +84,15 @@ def test_deepspeed_zero1_fp32_equals_torch_adamw():
     n = sum(p.numel() for p in ref["params"].values())
     assert max(x["fp32"]["master_numel"] for x in ds) < 0.51 * n                    # each rank: half the fp32 state
 
+def test_the_optimizer_takes_its_settings_from_the_config():
+    "AdamW's eps, betas and weight decay are the config's (the paper's eps 1e-8 is not a default hidden in code)."
+    from mtnlg.config import load_config
+    from mtnlg.data_parallel import make_optimizer
+    cfg = load_config(TINY, {"optimizer.adam_eps": 3e-7, "optimizer.adam_beta2": 0.97, "optimizer.weight_decay": 0.05})
+    opt = make_optimizer(torch.nn.Linear(4, 4), cfg)
+    assert {(g["eps"], g["betas"]) for g in opt.param_groups} == {(3e-7, (cfg.optimizer.adam_beta1, 0.97))}
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.05, 0.0]
+
 def test_layout_rejects_bad_rank():
     with pytest.raises(ValueError, match="outside a world of 8"): Layout(2, 2, 2).coord(8)
     with pytest.raises(ValueError, match="axis must be one of"): Layout(2, 2, 2).groups("tensor")
