@@ -242,7 +242,8 @@ def main(argv=None):
         device = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         out = ROOT / "bench" / "results" / f"kernels-{datetime.date.today()}-{device}.json"
         import triton
-        out.write_text(json.dumps({"date": str(datetime.date.today()), "hardware": hardware(triton=triton.__version__),
+        out.write_text(json.dumps({"date": str(datetime.date.today()), "hardware": hardware(triton=triton.__version__, shared_machine=(
+                                       "not shared: one GPU machine lent to this run alone")),
                                    "peak": {"tflops": gpu.peak_tflops, "hbm_gbps": gpu.hbm_gbps}, "correctness": correctness,
                                    "kernels": kernels,
                                    "model": model}, indent=1))
