@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest, torch
 from mtnlg import kernels as K
 from mtnlg.config import load_config
-from mtnlg.perf import GPUS, layer_forward_flops
+from mtnlg.perf import GPUS, FUSIONS, layer_forward_flops, layer_ops, layer_time, ridge_point
 
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 # rows x cols (batch, heads, seq for softmax; batch, heads, seq, head_dim for attention): odd sizes, one row, one query
@@ -120,12 +120,12 @@ def test_model_with_compiled_kernels_equals_reference():
 def test_roofline_counts_the_perf_models_flops_and_finds_the_memory_bound_ops():
     m = load_config(os.path.join(os.path.dirname(__file__), "..", "scaled_configs", "mtnlg-530b.yaml")).model
     dense, attn = layer_forward_flops(m, m.seq_length)
-    for fusion in K.FUSIONS:
-        ops = K.layer_ops(m, 8, 1, fusion)
+    for fusion in FUSIONS:
+        ops = layer_ops(m, 8, 1, fusion)
         assert sum(o.flops for o in ops if o.kind == "matmul") == pytest.approx(dense / 8, rel=1e-12)
         assert sum(o.flops for o in ops if o.kind == "attention") == pytest.approx(attn / 8, rel=1e-12)
-    ops = {o.name: o for o in K.layer_ops(m, 8, 1, "megatron")}
-    ridge = K.ridge_point(GPUS["a100-80gb"])
+    ops = {o.name: o for o in layer_ops(m, 8, 1, "megatron")}
+    ridge = ridge_point(GPUS["a100-80gb"])
     assert ridge == pytest.approx(312e12 / 2039e9)
     memory = {"LayerNorm 1", "LayerNorm 2", "scale+mask+softmax", "bias+GeLU", "bias+dropout+add 1", "bias+dropout+add 2"}
     # at head size 160 and 2048 keys, the two attention matmuls sit just under the A100's ridge (138 vs 153 FLOP/B)
@@ -134,11 +134,11 @@ def test_roofline_counts_the_perf_models_flops_and_finds_the_memory_bound_ops():
     assert ops["attention scores"].intensity == pytest.approx(2 * scores * 160 / ((2 * 2048 * 2560 + scores) * 2))
     assert {n for n, o in ops.items() if o.intensity > 5 * ridge} == {"QKV GEMM", "proj GEMM", "fc1 GEMM", "fc2 GEMM"}
     # bias+GeLU on TP 8: 2048 tokens x 10240 columns, read and written once in bf16 (+ the bias) when fused, twice unfused
-    unfused = {o.name: o for o in K.layer_ops(m, 8, 1, "none")}
+    unfused = {o.name: o for o in layer_ops(m, 8, 1, "none")}
     assert ops["bias+GeLU"].bytes == 2048 * 10240 * 2 * 2 + 10240 * 2
     assert unfused["bias+GeLU"].bytes == 2 * 2048 * 10240 * 2 * 2 + 10240 * 2
     # a layer's lower bound falls with each fusion, on every device
     for g in GPUS:
-        t = [K.layer_time(m, g, 8, 1, f) for f in K.FUSIONS]
+        t = [layer_time(m, g, 8, 1, f) for f in FUSIONS]
         assert t[0] > t[1] > t[2], (g, t)
-    with pytest.raises(ValueError, match="fusion must be one of none, megatron, flash"): K.layer_ops(m, fusion="full")
+    with pytest.raises(ValueError, match="fusion must be one of none, megatron, flash"): layer_ops(m, fusion="full")
