@@ -91,6 +91,36 @@ def device_seconds(fn, calls: int = 5) -> float:
     return sum(e.self_device_time_total for e in prof.key_averages()) / calls / 1e6
 
 
+def model_correctness() -> dict:
+    """The tiny GPT on the GPU, fp32: each kernel choice's loss and gradients against `reference` (dropout off), and with
+    dropout on whether selective and full recomputation reproduce `none` bit for bit for each choice."""
+    import torch
+    from mtnlg.config import load_config
+    from mtnlg.topology import init_distributed, seed_everything
+    from mtnlg.model import GPT
+    init_distributed()
+    def run(kernels, recompute="none", dropout=0.0):
+        cfg = load_config(ROOT / "scaled_configs" / "tiny.yaml", {"model.kernels": kernels, "model.recompute": recompute,
+              "model.hidden_dropout": dropout, "model.attention_dropout": dropout, "model.seq_length": 64})
+        seed_everything(3, "cuda")
+        model = GPT(cfg.model, init_seed=1).cuda().train()
+        tokens = torch.randint(0, cfg.model.vocab_size, (4, 65), generator=torch.Generator().manual_seed(0)).cuda()
+        loss = model(tokens[:, :-1], tokens[:, 1:]).mean(); loss.backward()
+        return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+    ref_loss, ref = run("reference")
+    out = {}
+    for kernels in ("reference", "triton", "compile"):
+        loss, grads = run(kernels)
+        err = max(((g - ref[n]).abs().max() / ref[n].abs().max()).item() for n, g in grads.items())
+        base = run(kernels, "none", 0.1)
+        same = {mode: (lambda o: torch.equal(o[0], base[0]) and all(torch.equal(o[1][n], base[1][n]) for n in base[1]))(
+                    run(kernels, mode, 0.1)) for mode in ("selective", "full")}
+        out[kernels] = {"loss_error": abs(loss - ref_loss).item(), "grad_error": err, "recompute_bitwise": same}
+        print(f"tiny GPT on the GPU, kernels={kernels:9s}: loss error {out[kernels]['loss_error']:.1e}, largest gradient "
+              f"error {err:.1e} vs reference; with dropout, recompute selective/full bitwise = {same['selective']}/{same['full']}")
+    return out
+
+
 def kernel_bench(args, gpu) -> list[dict]:
     import torch
     from mtnlg import kernels as K
@@ -235,6 +265,9 @@ def main(argv=None):
     print(f"{name}: peak {gpu.peak_tflops} TFLOP/s bf16, {gpu.hbm_gbps} GB/s HBM (mtnlg.perf.GPUS['{gpu.name}'])")
     t0 = time.perf_counter()
     correctness = gpu_correctness()
+    try: model_check = model_correctness()
+    except Exception as e:                                       # report it and go on to the timings
+        model_check = {"error": f"{type(e).__name__}: {e}"[:300]}; print(f"model correctness FAILED: {model_check['error']}")
     kernels = kernel_bench(args, gpu)
     model = [] if args.skip_model else model_bench(args, gpu)
     print(f"total {time.perf_counter() - t0:.0f} s")
@@ -244,7 +277,7 @@ def main(argv=None):
         import triton
         out.write_text(json.dumps({"date": str(datetime.date.today()), "hardware": hardware(triton=triton.__version__, shared_machine=(
                                        "not shared: one GPU machine lent to this run alone")),
-                                   "peak": {"tflops": gpu.peak_tflops, "hbm_gbps": gpu.hbm_gbps}, "correctness": correctness,
+                                   "peak": {"tflops": gpu.peak_tflops, "hbm_gbps": gpu.hbm_gbps}, "correctness": correctness, "model_correctness": model_check,
                                    "kernels": kernels,
                                    "model": model}, indent=1))
         print(f"wrote {out}")
