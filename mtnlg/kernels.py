@@ -12,7 +12,11 @@ __all__ = ['ELEMENTWISE_BLOCK', 'ATTENTION_BLOCKS', 'KERNELS', 'softmax_referenc
 import functools, math
 from types import SimpleNamespace
 import torch, torch.nn.functional as F
-import triton, triton.language as tl
+try:
+    import triton, triton.language as tl
+    HAVE_TRITON = True
+except ImportError:          # no triton wheel for this platform (macOS, Windows): `reference` and `compile` still work
+    HAVE_TRITON, triton, tl = False, SimpleNamespace(jit=lambda fn: fn), SimpleNamespace(constexpr=None)
 
 # %% ../nbs/20_kernels.ipynb
 def _interpreted() -> bool:
@@ -21,6 +25,7 @@ def _interpreted() -> bool:
     return isinstance(_bias_gelu_fwd, InterpretedFunction)
 
 def _check_device(*ts):
+    if not HAVE_TRITON: raise ImportError("model.kernels=triton needs `pip install 'triton>=3.3'` (wheels for Linux)")
     if any(t.device.type != "cuda" for t in ts) and not _interpreted():
         raise RuntimeError("Triton kernels need CUDA tensors, or TRITON_INTERPRET=1 set before triton is first imported "
                            "(megatron-core imports it: set it before importing mtnlg) to run on a CPU")

@@ -142,3 +142,18 @@ def test_roofline_counts_the_perf_models_flops_and_finds_the_memory_bound_ops():
         t = [layer_time(m, g, 8, 1, f) for f in FUSIONS]
         assert t[0] > t[1] > t[2], (g, t)
     with pytest.raises(ValueError, match="fusion must be one of none, megatron, flash"): layer_ops(m, fusion="full")
+
+def test_the_model_imports_and_runs_where_triton_is_missing(root):
+    "Triton has Linux wheels only: elsewhere `reference` runs and `triton` says what to install."
+    code = ("import sys; sys.modules['triton'] = None\n"
+            "import dataclasses, torch\nfrom mtnlg.config import load_config\nfrom mtnlg.model import GPT\n"
+            "from mtnlg.topology import init_distributed\ninit_distributed()\n"
+            "m = load_config('scaled_configs/tiny.yaml').model\nt = torch.randint(0, 100, (1, 9))\n"
+            "print(torch.isfinite(GPT(m, init_seed=1)(t[:, :-1], t[:, 1:])).all().item())\n"
+            "try: GPT(dataclasses.replace(m, kernels='triton'))(t[:, :-1], t[:, 1:])\n"
+            "except ImportError as e: print(e)\n")
+    import subprocess, sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["True", "model.kernels=triton needs `pip install 'triton>=3.3'` (wheels for Linux)"], r.stdout
