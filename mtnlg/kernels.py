@@ -446,7 +446,7 @@ KERNELS = {  # name: (reference, triton); the compile variant is compiled(refere
 
 # %% ../nbs/20_kernels.ipynb
 def kernel_inputs(name: str, shape, dtype=torch.float32, device="cpu", seed: int = 0) -> tuple:
-    "Arguments of kernel `name` for `shape`; the float tensors require grad."
+    "Arguments of kernel `name` for `shape` (random, from `seed`), in `dtype` on `device`."
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_()
     if name == "attention": return r(*shape), r(*shape), r(*shape)
@@ -458,8 +458,6 @@ def kernel_inputs(name: str, shape, dtype=torch.float32, device="cpu", seed: int
     if name == "layer_norm": return r(M, N) * 2 + 1, 1 + r(N) / 4, r(N), 1e-5
     if name == "bias_dropout_add": return r(M, N), r(N), r(M, N), 0.1, 1000 + seed
     raise ValueError(f"unknown kernel {name!r}; choose among {', '.join(KERNELS)}")
-
-def _leaves(args): return [a for a in args if isinstance(a, torch.Tensor)]
 
 def _run(fn, args, grad_seed=1):
     "fn(*args) and the gradients of its inputs for a fixed random upstream gradient (fp32 copies of the inputs)."
