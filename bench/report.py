@@ -66,6 +66,35 @@ def rows() -> list[str]:
                f"{g['ratios_of_medians']['cache / recomputed']:.2f}× recomputation, {g['ratios_of_medians']['cache / Hugging Face']:.2f}× HF: "
                f"{rng(t['ours, KV cache'], ',.0f')} vs {rng(t['ours, recomputed'], ',.0f')} vs {rng(t['Hugging Face generate'], ',.0f')} "
                f"tokens/s, {t['ours, KV cache']['runs']} runs; same greedy tokens: {'yes' if g['same_tokens'] else 'NO'} | > 1× |")
+    out += kernel_rows()
+    return out
+
+def kernel_rows() -> list[str]:
+    "Chapter 20 on a GPU (`bench/kernels.py`): the Triton kernels at gpt-1.3b's shapes, and the model end to end."
+    files = sorted(RESULTS.glob("kernels-*.json"))
+    if not files: return []
+    k = json.loads(files[-1].read_text())
+    gpu = k["hardware"]["gpu"].replace("NVIDIA ", "")
+    at = {(r["kernel"], r["variant"]): r for r in k["kernels"] if r["shape"] == "gpt-1.3b" and "error" not in r}
+    parts = []
+    for name, label in (("softmax", "softmax"), ("bias_gelu", "bias+GeLU"), ("bias_dropout_add", "bias+dropout+add"),
+                        ("layer_norm", "LayerNorm"), ("attention", "attention")):
+        t = at[(name, "triton")]["fwd_bwd_s"]
+        eager = at[(name, "eager (SDPA)" if name == "attention" else "eager")]["fwd_bwd_s"]
+        rel = f"{eager['median'] / t['median']:.2f}× eager" + (" SDPA" if name == "attention" else "")
+        if (name, "compile") in at: rel += f", {at[(name, 'compile')]['fwd_bwd_s']['median'] / t['median']:.2f}× compile"
+        busy = at[(name, "triton")].get("fraction_of_peak_gpu_busy")
+        parts.append(f"{label} {rel}" + (f" ({busy:.0%} of HBM peak while busy)" if busy else ""))
+    out = [f"| chapter 20 Triton kernels, fwd+bwd, bf16, gpt-1.3b shapes, 1 {gpu} (`bench/kernels.py`, {k['date']}) | "
+           + "; ".join(parts) + f" (speed-ups: ratios of medians of {t['runs']} runs) | ≥ 1× eager, ≥ 0.9× compile, ≥ 70% of HBM peak |"]
+    m = {(r["config"], r["kernels"]): r for r in k["model"] if "error" not in r}
+    for config in dict.fromkeys(c for c, _ in m):
+        best = max((r for (c, _), r in m.items() if c == config), key=lambda r: r["mfu"])
+        out.append(f"| {config} training step on 1 {gpu}, bf16, per `model.kernels` (`bench/kernels.py`) | MFU "
+                   + " / ".join(f"{r['mfu']:.1%}" for (c, _), r in m.items() if c == config) + " ("
+                   + " / ".join(kk for c, kk in m if c == config) + "): "
+                   + " / ".join(f"{r['tokens_per_s']['median']:,.0f}" for (c, _), r in m.items() if c == config)
+                   + f" tokens/s, medians of {best['tokens_per_s']['runs']} steps; best: {best['kernels']} | — |")
     return out
 
 NOTE = ("Rows naming a `bench/` script are written by `bench/report.py` from `bench/results/*.json` (`--check` fails if "

@@ -31,6 +31,7 @@ class ModelConfig:
     layernorm_epsilon: float = 1e-5
     tp_layers: str = "megatron"          # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
     recompute: str = "none"              # activation recomputation in backward: none | selective (attention core) | full (whole layer)
+    kernels: str = "reference"           # fused kernels (chapter 20): reference (plain PyTorch) | triton | compile (torch.compile)
 
     @property
     def ffn_size(self) -> int: return self.ffn_hidden_size or 4 * self.hidden_size
@@ -225,6 +226,8 @@ def _validate(c: Config):
         raise ConfigError(f"`model.tp_layers` must be megatron or scratch, got {m.tp_layers!r}")
     if m.recompute not in ("none", "selective", "full"):
         raise ConfigError(f"`model.recompute` must be none, selective or full, got {m.recompute!r}")
+    if m.kernels not in ("reference", "triton", "compile"):
+        raise ConfigError(f"`model.kernels` must be reference, triton or compile, got {m.kernels!r}")
     if c.precision not in ("fp32", "bf16"):
         raise ConfigError(f"`precision` must be fp32 or bf16, got {c.precision!r}")
     if s.lr_decay_style not in ("cosine", "linear", "constant"):

@@ -16,7 +16,7 @@ import deepspeed
 from deepspeed.pipe import PipelineModule, LayerSpec, TiedLayerSpec
 from .config import Config, count_parameters, reduce_bucket_elements
 from .topology import Layout, deepspeed_topology, seed_everything, plot_rank_grid
-from .model import Embedding, TransformerBlock, megatron_config, token_losses
+from .model import Embedding, LayerNorm, TransformerBlock, megatron_config, token_losses
 from .pipeline_parallel import gpt_param_name, partition_uniform
 from .data_parallel import make_optimizer
 from .checkpoint import make_shard, tp_dim
@@ -46,7 +46,7 @@ def gpt_layer_specs(cfg: Config) -> list:
     tied = dict(tied_weight_attr=["tokens.weight"])
     return ([TiedLayerSpec("embed", Embedding, m, mp, **tied)]
             + [LayerSpec(TransformerBlock, m, mp) for _ in range(m.num_layers)]
-            + [LayerSpec(nn.LayerNorm, m.hidden_size, eps=m.layernorm_epsilon),
+            + [LayerSpec(LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels),     # model.kernels picks its kernel
                TiedLayerSpec("embed", Embedding, m, mp, forward_fn=lm_head, **tied)])
 
 def check_stages(module: PipelineModule, num_layers: int):

@@ -22,7 +22,7 @@ def test_every_benchmark_reports_median_min_max_of_at_least_5_runs():
         elif isinstance(x, list):
             for v in x: yield from summaries(v)
     for pattern in ("engine-*.json", "dedup.json", "eval.json", "memory-cpu-*.json", "checkpoint-cpu-*.json",
-                    "generate-*.json"):
+                    "generate-*.json", "kernels-*.json"):
         path, data = report.newest(pattern)
         found = list(summaries(data))
         assert found, f"{path.name}: no median/min/max summaries"

@@ -45,6 +45,7 @@ INVALID = {
         ["whole steps of `batch_size_rampup_increment`=48"]),
     "min_lr above lr": (TINY, {"optimizer.min_lr": 1.0}, ["`optimizer.min_lr`=1.0 is above `optimizer.lr`"]),
     "unknown precision": (TINY, {"precision": "fp8"}, ["`precision` must be fp32 or bf16, got 'fp8'"]),
+    "unknown kernels": (TINY, {"model.kernels": "cuda"}, ["`model.kernels` must be reference, triton or compile, got 'cuda'"]),
     "list expected": (TINY, {"data.train_files": "a.jsonl"}, ["`data.train_files` must be a list"]),
 }
 
