@@ -57,12 +57,12 @@ CATALOG = {d.name: d for d in [
             "scrapinghub/article-extraction-benchmark", "MIT (pages: their publishers')", "30, 31",
             "tests/fixtures/html/article-extraction-benchmark"),
     DataSet("crows_pairs", "bias/crows_pairs", "CrowS-Pairs (1508 sentence pairs)", "nyu-mll/crows-pairs",
-            "CC BY-SA 4.0", "70", None),
+            "CC BY-SA 4.0", "70, 72", "tests/fixtures/bias/crows_pairs"),
     DataSet("winogender", "bias/winogender", "WinoGender schemas and occupation statistics",
-            "rudinger/winogender-schemas", "MIT", "70", None),
+            "rudinger/winogender-schemas", "MIT", "70, 72", "tests/fixtures/bias/winogender"),
     DataSet("winobias", "bias/winobias", "WinoBias sentences, occupations, gendered word pairs", "uclanlp/corefBias",
-            "MIT", "70", None),
-    DataSet("bbq", "bias/bbq", "BBQ, 6 of its 11 categories", "nyu-mll/BBQ", "CC BY 4.0", "70", None),
+            "MIT", "70, 72", "tests/fixtures/bias/winobias"),
+    DataSet("bbq", "bias/bbq", "BBQ, 6 of its 11 categories", "nyu-mll/BBQ", "CC BY 4.0", "70, 72", "tests/fixtures/bias/bbq"),
 ]}
 
 # %% ../nbs/03_catalog.ipynb

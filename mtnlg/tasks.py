@@ -6,8 +6,8 @@
 __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice', 'race_doc_to_target', 'winogrande_doc_to_text',
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
            'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'local_task',
-           'hans_config', 'harness_task', 'write_task_yamls', 'available_tasks', 'evaluate_tasks',
-           'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
+           'configurable_task', 'hans_config', 'harness_task', 'write_task_yamls', 'available_tasks', 'evaluate_tasks',
+           'run_task', 'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
 import contextlib, json, math, os, sys, warnings
@@ -158,12 +158,12 @@ def eval_dir(data_dir=None) -> Path:
     "The directory of the tasks' JSONL files: `data_dir` if given, else the data setting's `eval/` (chapter 03)."
     return Path(data_dir) if data_dir else data_path("eval")
 
-def read_task_jsonl(path, spec: TaskSpec) -> list[dict]:
-    "Rows of a task's JSONL file; a missing file, malformed line or missing field raises an error naming the fix."
+def read_task_jsonl(path, spec: TaskSpec, where: str = "eval") -> list[dict]:
+    "Rows of a task's JSONL file (`spec.eval_file` under the data root's `where/`); a missing file, malformed line or missing field raises an error naming the fix."
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{spec.name}: data file {str(path)!r} not found; put the JSONL there, or point --data-dir "
-                                f"(or $MTNLG_DATA) at a data root with eval/{spec.eval_file} (`mtnlg data` lists what is where)"
+                                f"(or $MTNLG_DATA) at a data root with {where}/{spec.eval_file} (`mtnlg data` lists what is where)"
                                 + (f" ({spec.note})" if spec.note else ""))
     rows = []
     with open(path, encoding="utf-8") as f:
@@ -182,8 +182,6 @@ def read_task_jsonl(path, spec: TaskSpec) -> list[dict]:
 # %% ../nbs/61_tasks.ipynb
 def local_task(name: str, data_dir=None, num_fewshot: int = 0):
     "The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`, with `num_fewshot` examples."
-    import datasets
-    from lm_eval.api.task import ConfigurableTask
     spec, d = task_spec(name), eval_dir(data_dir)
     splits = {spec.split: read_task_jsonl(d / spec.eval_file, spec)}
     if spec.fewshot_file: splits["train"] = read_task_jsonl(d / spec.fewshot_file, spec)
@@ -191,13 +189,19 @@ def local_task(name: str, data_dir=None, num_fewshot: int = 0):
     if num_fewshot > pool:
         warnings.warn(f"{spec.name}: {num_fewshot}-shot asked but the few-shot pool in {d} has {pool} examples; using {pool}")
         num_fewshot = pool
-    dataset = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
-    config = {"task": f"{spec.name}_local", "custom_dataset": lambda **_: dataset,
+    config = {"task": f"{spec.name}_local",
               f"{spec.split}_split": spec.split, "training_split": "train" if spec.fewshot_file else None,
               "fewshot_split": "train" if spec.fewshot_file else None, "num_fewshot": num_fewshot,
               "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
               **spec.prompt, "metadata": {"version": 1.0, "data": str(d / spec.eval_file), "num_fewshot": num_fewshot}}
-    import logging
+    return configurable_task(config, splits)
+
+def configurable_task(config: dict, splits: dict[str, list[dict]]):
+    "A harness `ConfigurableTask` from `config` (no dataset path) whose dataset is `splits` (split name -> rows), built offline."
+    import datasets, logging
+    from lm_eval.api.task import ConfigurableTask
+    dataset = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
+    config = {**config, "custom_dataset": lambda **_: dataset}
     level = logging.getLogger("lm_eval").level
     logging.getLogger("lm_eval").setLevel(logging.ERROR)      # quiet the harness's note on custom datasets
     try:
@@ -255,8 +259,6 @@ def available_tasks(data_dir=None) -> tuple[list[str], list[str]]:
 def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str = "local", limit: int | None = None,
                    fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
     "Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online)."
-    from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
     names = list(TASKS) if list(tasks) in (["all"], []) else [task_spec(t).name for t in tasks]
     if source not in ("local", "harness"): raise ValueError(f"unknown source {source!r}; use local or harness")
     out = {"source": source, "data_dir": str(eval_dir(data_dir)), "fewshot_seed": fewshot_seed,
@@ -269,15 +271,20 @@ def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str =
         for shot in map(str, shots):
             k = num_fewshot(spec, shot)
             task = local_task(name, data_dir, k) if source == "local" else harness_task(name, k)
-            with _quiet_datasets():
-                r = simple_evaluate(model=lm, tasks=[task], num_fewshot=None, limit=limit, task_manager=TaskManager(include_defaults=False),
-                                    fewshot_random_seed=fewshot_seed, bootstrap_iters=0, log_samples=log_samples)
-            res = r["results"][task.task_name]
-            acc, n = res["acc,none"], r["n-samples"][task.task_name]["effective"]
+            r = run_task(lm, task, limit, fewshot_seed, log_samples)
+            acc, n = r["results"][task.task_name]["acc,none"], r["n-samples"][task.task_name]["effective"]
             row["acc"][shot], row["stderr"][shot], row["n"] = acc, math.sqrt(acc * (1 - acc) / n), n
             if shot == "few": row["k_used"] = task.config.num_fewshot
             if log_samples: out["samples"][f"{name}/{shot}"] = request_loglikelihoods(r["samples"][task.task_name])
     return out
+
+def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
+    "The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result."
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+    with _quiet_datasets():
+        return simple_evaluate(model=lm, tasks=[task], num_fewshot=None, limit=limit, task_manager=TaskManager(include_defaults=False),
+                               fewshot_random_seed=fewshot_seed, bootstrap_iters=0, log_samples=log_samples)
 
 def request_loglikelihoods(samples: list[dict]) -> list[list[float]]:
     "Per example (in document order), the log-likelihood of each of its requests."
