@@ -27,7 +27,7 @@ def bias_dir(name: str, data_dir=None) -> Path:
 def _need(path: Path, what: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{what}: data file {str(path)!r} not found; point --data-dir (or $MTNLG_DATA) at a data root "
-                                f"with bias/{path.parent.name}/{path.name} (`mtnlg data` lists what is where)")
+                                f"with bias/{what}/{path.name} (`mtnlg data` lists what is where)")
     return path
 
 def _bad(path, line, msg): return ValueError(f"{path}:{line}: {msg}; fix or delete that line")

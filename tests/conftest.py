@@ -6,3 +6,30 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def root(): return ROOT
+
+
+# -- chapter 60's tiny model, shared by the evaluation tests (test_eval.py, test_bias_tasks.py): trained once a session ----
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory) -> Path:
+    "A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/ root."
+    import subprocess
+    run = tmp_path_factory.mktemp("tiny-eval")
+    subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs" / "tiny.yaml"),
+                    "--set", "schedule.train_iters=40", "--run-dir", str(run), "--no-progress"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return run / "checkpoints"
+
+
+@pytest.fixture(scope="session")
+def hf_dir(checkpoint, tmp_path_factory) -> Path:
+    from mtnlg.export_hf import export_hf
+    return export_hf(checkpoint, tmp_path_factory.mktemp("hf"))
+
+
+@pytest.fixture(scope="session")
+def backends(checkpoint, hf_dir):
+    "Our `mtnlg` harness backend and the harness's own `hf` backend on the same weights."
+    from mtnlg.evaluate import MtnlgLM, offline_environment
+    from lm_eval.models.huggingface import HFLM
+    offline_environment()
+    return MtnlgLM(str(checkpoint), batch_size=64), HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=64)

@@ -12,27 +12,7 @@ from mtnlg.evaluate import offline_environment
 offline_environment()          # explicit (importing mtnlg sets nothing): these tests never download
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    "A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/ root."
-    run = tmp_path_factory.mktemp("tiny-eval")
-    subprocess.run([str(BIN / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs" / "tiny.yaml"),
-                    "--set", "schedule.train_iters=40", "--run-dir", str(run), "--no-progress"],
-                   cwd=ROOT, check=True, capture_output=True)
-    return run / "checkpoints"
-
-
-@pytest.fixture(scope="module")
-def hf_dir(checkpoint, tmp_path_factory) -> Path:
-    from mtnlg.export_hf import export_hf
-    return export_hf(checkpoint, tmp_path_factory.mktemp("hf"))
-
-
-@pytest.fixture(scope="module")
-def backends(checkpoint, hf_dir):
-    from mtnlg.evaluate import MtnlgLM
-    from lm_eval.models.huggingface import HFLM
-    return MtnlgLM(str(checkpoint), batch_size=64), HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=64)
+# checkpoint, hf_dir, backends: session fixtures in conftest.py (chapter 72's bias tasks use the same model)
 
 
 def test_export_hf_logits_match(checkpoint, hf_dir):
