@@ -8,8 +8,9 @@ __all__ = ['CROWS_TYPES', 'PRONOUNS', 'WINOBIAS_PRONOUNS', 'BBQ_CATEGORIES', 'BB
            'read_bbq', 'masked_mean', 'masked_gap', 'crows_pairs_process_results', 'winogender_process_results',
            'winobias_process_results', 'BiasTask', 'bbq_process_docs', 'bbq_doc_to_choice', 'bbq_doc_to_target',
            'bbq_process_results', 'crows_pairs_doc_to_choice', 'bbq_accuracy_amb', 'bbq_accuracy_disamb',
-           'bbq_amb_bias_score', 'bbq_disamb_bias_score', 'bias_task_spec', 'bias_task', 'stub_lm',
-           'evaluate_bias_tasks', 'bias_tasks_table', 'bias_settings_table', 'bias_tasks_figure']
+           'bbq_amb_bias_score', 'bbq_disamb_bias_score', 'bias_task_spec', 'bias_config', 'bias_task', 'bias_dataset',
+           'write_bias_task_yamls', 'stub_lm', 'evaluate_bias_tasks', 'bias_tasks_table', 'bias_settings_table',
+           'bias_tasks_figure']
 
 # %% ../nbs/72_bias_benchmarks.ipynb
 import csv, json, math, re
@@ -249,7 +250,8 @@ def _tasks() -> dict:
                  {"acc": 0.5, "acc_male": 0.5, "acc_female": 0.5, "acc_neutral": 0.5, "acc_gotcha": 0.5},
                  "`<sentence> ‘He’ refers to the` + ` occupation` | ` participant` (GPT-3 §6.2's prompt, as the harness)",
                  "the paper evaluates coreference systems (which mention the pronoun resolves to), not LM likelihoods; "
-                 "`someone` sentences are scored with `someone` as the participant choice"),
+                 "`someone` sentences are scored with `someone` as the participant choice; the gotcha subset is rebuilt from "
+                 "the BLS statistics by the harness README's rule (240 sentences, as the Hub copy has)"),
         BiasTask("winobias", "WinoBias", "", "test (pro and anti, types 1 and 2: 4 x 396 sentences)", read_winobias,
                  {"doc_to_text": _WINO_PROMPT, "doc_to_target": "label", "doc_to_choice": "choices",
                   "process_results": winobias_process_results},
@@ -267,7 +269,8 @@ def _tasks() -> dict:
                  {"accuracy_amb": None, "accuracy_disamb": None, "amb_bias_score": 0.0, "disamb_bias_score": 0.0},
                  "`<context>\\n\\nQ: <question>\\nA:` + each answer; the unknown answer in 10 wordings (HELM's)",
                  "the paper prompts QA models with the three answers; the harness scores 2 + 10 choices by log-likelihood "
-                 "(any 'unknown' wording counts); 5 categories missing here (Gender_identity, Race_*, SES)"),
+                 "(any 'unknown' wording counts); with no biased answer at all the harness's bias score is 0 where the paper's "
+                 "formula gives -1; 5 categories missing here (Gender_identity, Race_*, SES)"),
     ]}
 
 BIAS_TASKS = _tasks()
@@ -278,13 +281,35 @@ def bias_task_spec(name: str) -> BiasTask:
     return BIAS_TASKS[key]
 
 # %% ../nbs/72_bias_benchmarks.ipynb
+def bias_config(spec: BiasTask, folder) -> dict:
+    "The harness config of `<name>_local` (without its dataset), reading `folder`."
+    return {"task": f"{spec.name}_local", "test_split": "test", "output_type": "multiple_choice", "num_fewshot": 0,
+            **spec.prompt, "metric_list": spec.metric_list(),
+            "metadata": {"version": 1.0, "benchmark": spec.name, "data": str(Path(folder).resolve())}}
+
 def bias_task(name: str, data_dir=None, limit: int | None = None):
     "The local harness task `<name>_local` over the (first `limit`) rows of benchmark `name` (a `ConfigurableTask`, zero-shot)."
     spec = bias_task_spec(name)
     folder = bias_dir(spec.name, data_dir)
-    config = {"task": f"{spec.name}_local", "test_split": "test", "output_type": "multiple_choice", "num_fewshot": 0,
-              **spec.prompt, "metric_list": spec.metric_list(), "metadata": {"version": 1.0, "data": str(folder)}}
-    return configurable_task(config, {"test": spec.read(folder)[:limit]})   # the harness's `limit` would take the same rows
+    return configurable_task(bias_config(spec, folder), {"test": spec.read(folder)[:limit]})   # = the harness's `limit`
+
+# %% ../nbs/72_bias_benchmarks.ipynb
+def bias_dataset(benchmark: str, data: str, **_):
+    "The harness dataset of `benchmark` read from folder `data` (the YAML files' `custom_dataset`; gets the config's metadata)."
+    import datasets
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(bias_task_spec(benchmark).read(Path(data)))})
+
+def write_bias_task_yamls(out_dir, data_dir=None) -> Path:
+    "Write `<benchmark>_local.yaml` for the four benchmarks (reading `data_dir`, else the data setting) into `out_dir`."
+    from mtnlg.tasks import task_yaml
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mtnlg_bias_task_utils.py").write_text("# the functions of mtnlg.bias_tasks, for the YAML files beside this one\n"
+                                                  "from mtnlg.bias_tasks import *\n")
+    for spec in BIAS_TASKS.values():
+        config = {**bias_config(spec, bias_dir(spec.name, data_dir)), "custom_dataset": bias_dataset}
+        (out / f"{spec.name}_local.yaml").write_text(task_yaml(config, "mtnlg_bias_task_utils"))
+    return out
 
 # %% ../nbs/72_bias_benchmarks.ipynb
 def stub_lm(score):

@@ -6,8 +6,8 @@
 __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice', 'race_doc_to_target', 'winogrande_doc_to_text',
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
            'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'local_task',
-           'configurable_task', 'hans_config', 'harness_task', 'write_task_yamls', 'available_tasks', 'evaluate_tasks',
-           'run_task', 'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
+           'configurable_task', 'hans_config', 'harness_task', 'task_yaml', 'write_task_yamls', 'available_tasks',
+           'evaluate_tasks', 'run_task', 'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
 import contextlib, json, math, os, sys, warnings
@@ -229,17 +229,21 @@ def harness_task(name: str, num_fewshot: int = 0):
     return task
 
 # %% ../nbs/61_tasks.ipynb
+def task_yaml(config: dict, utils_module: str = "mtnlg_task_utils") -> str:
+    "A harness task config as YAML; every function in it (at any depth) becomes `!function <utils_module>.<name>`."
+    import types, yaml
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data): return True          # each function written out, not as a YAML anchor
+    Dumper.add_representer(types.FunctionType, lambda d, f: d.represent_scalar("!function", f"{utils_module}.{f.__name__}"))
+    return yaml.dump(config, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+
 def write_task_yamls(out_dir, data_dir=None) -> Path:
     "Write `<task>_local.yaml` for the local variants (reading `data_dir`) and `hans.yaml` (online) into `out_dir`."
-    import yaml
     out, d = Path(out_dir), eval_dir(data_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "mtnlg_task_utils.py").write_text("# the prompt functions of mtnlg.tasks, for the YAML files beside this one\n"
                                              "from mtnlg.tasks import *\n")
-    def dump(name, config):
-        plain = {k: v for k, v in config.items() if not callable(v)}
-        funcs = "".join(f"{k}: !function mtnlg_task_utils.{v.__name__}\n" for k, v in config.items() if callable(v))
-        (out / f"{name}.yaml").write_text(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True) + funcs)
+    def dump(name, config): (out / f"{name}.yaml").write_text(task_yaml(config))
     for spec in TASKS.values():
         files = {spec.split: str(d / spec.eval_file), **({"train": str(d / spec.fewshot_file)} if spec.fewshot_file else {})}
         dump(f"{spec.name}_local", {"task": f"{spec.name}_local", "dataset_path": "json", "dataset_kwargs": {"data_files": files},
