@@ -17,7 +17,7 @@ import csv, json, math, re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
-from .catalog import data_path, is_full
+from .catalog import REPO, data_path, dataset, is_full
 from .tasks import configurable_task, read_task_jsonl, run_task
 
 # %% ../nbs/72_bias_benchmarks.ipynb
@@ -330,12 +330,18 @@ def evaluate_bias_tasks(lm, tasks=("all",), limit: int | None = None, data_dir=N
         spec, task = BIAS_TASKS[name], bias_task(name, data_dir, limit)   # sliced before the harness maps every row
         r = run_task(lm, task)
         res = r["results"][task.task_name]
+        folder = bias_dir(name, data_dir)
         out["tasks"][name] = {"paper_name": spec.paper_name, "harness": spec.harness, "split": spec.split,
-                              "data": str(bias_dir(name, data_dir)), "full": data_dir is None and is_full(name),
+                              "data": str(folder), "data_kind": _data_kind(name, folder),
                               "n": r["n-samples"][task.task_name]["effective"],
                               "metrics": {m: float(res[f"{m},none"]) for m, _, _ in spec.metrics},
                               "headline": spec.headline}
     return out
+
+def _data_kind(name: str, folder: Path) -> str:
+    "'slice' (the committed one), 'full set' (the data setting's), or 'folder' (one given by hand)."
+    if folder.resolve() == (REPO / dataset(name).fixture).resolve(): return "slice"
+    return "full set" if is_full(name) and folder.resolve() == data_path(name).resolve() else "folder"
 
 def _cell(x) -> str: return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
@@ -344,7 +350,7 @@ def bias_tasks_table(res: dict) -> str:
     lines = ["| benchmark | n | data | metric | ours | unbiased / chance |", "|---|---|---|---|---|---|"]
     for t in res["tasks"].values():
         for m, ideal in t["headline"].items():
-            lines.append(f"| {t['paper_name']} | {t['n']} | {'full set' if t['full'] else 'slice'} | {m} | "
+            lines.append(f"| {t['paper_name']} | {t['n']} | {t['data_kind']} | {m} | "
                          f"{_cell(t['metrics'][m])} | {_cell(ideal)} |")
     return "\n".join(lines)
 
