@@ -59,7 +59,7 @@ CATALOG = {d.name: d for d in [
     DataSet("crows_pairs", "bias/crows_pairs", "CrowS-Pairs (1508 sentence pairs)", "nyu-mll/crows-pairs",
             "CC BY-SA 4.0", "70", None),
     DataSet("winogender", "bias/winogender", "WinoGender schemas and occupation statistics",
-            "rudinger/winogender-schemas", "MIT", "70", None),
+            "rudinger/winogender-schemas", "MIT", "70", "tests/fixtures/bias/winogender"),
     DataSet("winobias", "bias/winobias", "WinoBias sentences, occupations, gendered word pairs", "uclanlp/corefBias",
             "MIT", "70", None),
     DataSet("bbq", "bias/bbq", "BBQ, 6 of its 11 categories", "nyu-mll/BBQ", "CC BY 4.0", "70", None),
