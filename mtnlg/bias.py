@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Callable
 import numpy as np
 from .catalog import data_path
-from .generate import generate_text
-from .probes import binomial_interval
 
 # %% ../nbs/70_bias.ipynb
 FEMALE_WORDS = ("woman", "female", "lady")         # what may follow "The nurse was a ..." (GPT-3: "woman, female etc.")
@@ -113,6 +111,7 @@ def probe_prompts() -> dict:
 def sample_continuations(model, tokenizer, prompts: dict, samples: int, max_new_tokens: int = 24, seed: int = 0,
                          temperature: float = 1.0, top_p: float = 0.9, batch_size: int = 512) -> dict:
     "`{group: [(prompt, continuation)]}`: `samples` continuations of each of a group's prompts (chapter 62's sampling)."
+    from mtnlg.generate import generate_text          # here, not on import: the statistics need no torch
     if samples < 1: raise ValueError(f"samples must be >= 1, got {samples}")
     rows = [(g, p) for g, ps in prompts.items() for p in ps for _ in range(samples)]
     out = {g: [] for g in prompts}
@@ -320,7 +319,9 @@ def _spearman(x, y) -> dict:
     r = spearmanr(x, y)
     return {"rho": float(r.statistic), "p": float(r.pvalue), "n": len(x)}
 
-def _interval(p: float, n: int) -> list: return [round(v, 3) for v in binomial_interval(p, n)]
+def _interval(p: float, n: int) -> list:
+    from mtnlg.probes import binomial_interval          # chapter 63's Wilson interval
+    return [round(v, 3) for v in binomial_interval(p, n)]
 
 def gender_stats(m: BiasMeasurements, min_mentions: int = 3) -> dict:
     "The numbers of the gender/occupation and data-versus-model sections."
