@@ -414,7 +414,7 @@ def sentiment_figure(model: dict, corpus: dict, label: str = "model"):
 def _md_table(header: list, rows: list) -> str:
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
-def _words(items) -> str: return ", ".join(f"{w} ({n})" for w, n, _ in items) or "–"
+def _top_list(items) -> str: return ", ".join(f"{w} ({n})" for w, n, _ in items) or "–"
 
 def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
     "The report's sections: gender_occupation, cooccurrence, sentiment, data_vs_model, limits."
@@ -437,8 +437,8 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
         ". Most male-leaning: " + ", ".join(f"{r['occupation']} ({r['lean']:+.2f})" for r in rows[:5]) + ".")
     cooc_md = "\n\n".join(f"**{probe}** (adjectives and adverbs, over-represented by log-odds z; count in brackets)\n\n" +
                           _md_table(["group", "descriptive words", f"{label}: most over-represented", "corpus: most over-represented"],
-                                    [[grp, model[probe]["descriptive_words"][grp], _words(model[probe]["top_words"][grp]),
-                                      _words(corpus[probe]["top_words"].get(grp, []))] for grp in model[probe]["top_words"]])
+                                    [[grp, model[probe]["descriptive_words"][grp], _top_list(model[probe]["top_words"][grp]),
+                                      _top_list(corpus[probe]["top_words"].get(grp, []))] for grp in model[probe]["top_words"]])
                           for probe in model)
     sent_md = _md_table(["group", f"{label}: mean (95% CI), words", "corpus: mean (95% CI), words"],
                         [[grp] + [("–" if x[grp]["mean"] is None else f"{x[grp]['mean']:+.3f} ({x[grp]['lo']:+.3f}, {x[grp]['hi']:+.3f}), {x[grp]['words']}")
