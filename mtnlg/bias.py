@@ -363,6 +363,8 @@ def cooccurrence_stats(groups: dict, k: int = 8, min_count: int = 2) -> dict:
     return out
 
 # %% ../nbs/70_bias.ipynb
+def _signed(x) -> str: return "n/a" if x is None or x != x else f"{x:+.2f}"
+
 def gender_figure(stats: dict, label: str = "model"):
     "Model lean vs BLS % female (template range as bars), and model lean vs corpus lean."
     import matplotlib.pyplot as plt
@@ -378,7 +380,7 @@ def gender_figure(stats: dict, label: str = "model"):
     ax.axhline(stats["baseline_lean"], color="tab:red", lw=1, ls="--", label='"The person was a ..." (baseline)')
     rho = stats["spearman_bls"]["rho"]
     ax.set(xlabel="women in the occupation, % (BLS 2015)", ylabel="lean: log P(female) / P(male)",
-           title=f"Gender lean per occupation: {stats['fraction_male']:.0%} lean male, Spearman vs BLS {rho:+.2f}")
+           title=f"Gender lean per occupation: {stats['fraction_male']:.0%} lean male, Spearman vs BLS {_signed(rho)}")
     ax.legend(fontsize=8, loc="lower right")
     seen = [r for r in rows if r["corpus"]["mentions"] >= stats["corpus"]["min_mentions"] and r["corpus"]["female"] + r["corpus"]["male"] > 0]
     bx.scatter([r["corpus_lean"] for r in seen], [r["relative_lean"] for r in seen], s=[8 + 4 * math.sqrt(r["corpus"]["mentions"]) for r in seen], alpha=0.6)
@@ -388,7 +390,7 @@ def gender_figure(stats: dict, label: str = "model"):
     rho = c["spearman_model_corpus"]["rho"]
     bx.set(xlabel="corpus lean: log (female + 1/2) / (male + 1/2) words near it", ylabel=f"{label} lean - baseline (dot size: mentions)",
            title=f"Data vs model ({c['occupations_counted']} occupations with >= {c['min_mentions']} mentions; "
-                 f"Spearman {'n/a' if rho is None else f'{rho:+.2f}'})")
+                 f"Spearman {_signed(rho)})")
     fig.tight_layout(); plt.close(fig)
     return fig
 
