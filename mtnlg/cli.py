@@ -315,6 +315,7 @@ def add_bias_arguments(p):
                                     "curated training text if it is here, else the data setting's wikipedia)")
     p.add_argument("--occupations", help="a WinoGender-style occupations-stats.tsv (default: the data setting's winogender)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available; bf16 there)")
+    p.add_argument("--batch-size", type=int, default=256, help="log-likelihood requests per forward pass (default 256)")
     add_data_dir_argument(p)
     def run(args) -> int:
         from mtnlg.evaluate import offline_environment
@@ -327,7 +328,7 @@ def add_bias_arguments(p):
         if args.corpus: corpus_files(args.corpus)
         ckpt = check_checkpoint(args.checkpoint)
         from mtnlg.evaluate import MtnlgLM
-        lm = MtnlgLM(str(ckpt), device=args.device)
+        lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size)
         corpus = [Path(args.corpus)] if args.corpus else training_corpus(lm.cfg)
         m = measure_bias(lm, occupations, corpus, args.samples, args.seed, args.max_new_tokens)
         run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
