@@ -28,8 +28,9 @@ demo: install
 	$(BIN)/mtnlg curate --config scaled_configs/curate-demo.yaml --fresh
 	$(BIN)/mtnlg train --config scaled_configs/tiny-3d.yaml --nproc 8
 	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoints --tasks all --shots 0,1,few --limit 40
+	$(BIN)/mtnlg bias --checkpoint runs/tiny-3d/checkpoints
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
-	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md)"
+	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, bias/bias.md)"
 
 test: install
 	$(BIN)/python -m pytest tests --durations=15
