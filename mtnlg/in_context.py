@@ -9,7 +9,7 @@ __all__ = ['ENTAILMENT', 'WORDINGS', 'ORDERS', 'is_entailment', 'Prompter', 'Giv
            'summary_table', 'shots_figure', 'factors_figure', 'LabelBiasScorer']
 
 # %% ../nbs/71_in_context.ipynb
-import json, math, random
+import math, random
 from dataclasses import dataclass
 from functools import cached_property
 from scipy import stats
@@ -44,7 +44,7 @@ WORDINGS = {             # alternatives to chapter 61's prompt (`None`: the spec
 }
 
 # %% ../nbs/71_in_context.ipynb
-def _key(row) -> str: return json.dumps([row["premise"], row["hypothesis"]])
+def _key(row) -> tuple: return row["premise"], row["hypothesis"]
 
 class Prompter:
     "Task `name` in one wording (`prompt`: keys replacing the spec's prompt config; None: chapter 61's), over `data_dir`."
@@ -61,7 +61,7 @@ class Prompter:
 
     def render(self, row) -> tuple[str, list[str], int]:
         "(question, choices, index of the gold choice) of `row`, as the harness renders them."
-        key = _key(row) + str(row["label"])
+        key = (*_key(row), row["label"])
         if key not in self._rendered:
             t = self.task
             q, choices, gold = t.doc_to_text(row), t.doc_to_choice(row), t.doc_to_target(row)
@@ -196,14 +196,14 @@ def run_condition(scorer, prompter: Prompter, items, cond: Condition, seeds) -> 
     return rows
 
 def summarize(rows: list[dict], level: float = 0.95) -> list[dict]:
-    "Per (task, study, label): mean and t-interval over seeds of accuracy and of the share predicted entailment."
+    "Per (task, study, label): mean and t-interval over seeds (clipped to [0, 1]) of accuracy and of the share predicted entailment."
     groups = {}
     for r in rows: groups.setdefault((r["task"], r["study"], r["label"]), []).append(r)
     out = []
     for (task, study, label), rs in groups.items():
         rs = [r for r in rs if r["n"]]
         if not rs: continue
-        acc, pe = t_interval([r["acc"] for r in rs], level), t_interval([r["p_entailment"] for r in rs], level)
+        acc, pe = ([m, max(lo, 0.0), min(hi, 1.0)] for m, lo, hi in (t_interval([r[key] for r in rs], level) for key in ("acc", "p_entailment")))
         out.append({"task": task, "study": study, "label": label, "k": rs[0]["k"], "seeds": len(rs),
                     "n": min(r["n"] for r in rs), "skipped": max(r["skipped"] for r in rs),
                     "acc": acc[0], "acc_lo": acc[1], "acc_hi": acc[2], "p_ent": pe[0], "p_ent_lo": pe[1], "p_ent_hi": pe[2]})
@@ -221,11 +221,12 @@ def choose_items(scorer, prompter: Prompter, n_items: int, seed: int = 0) -> tup
 
 def context_limit(scorer, prompter: Prompter, items, seeds, k_cap: int) -> tuple[int, dict]:
     "(largest K whose prompts all fit, {K: (prompts that fit, prompts)}) for randomly drawn shots, K = 0 .. `k_cap`."
-    k_cap = min(k_cap, len([r for r in prompter.pool if _key(r) not in {_key(i) for i in items}]))
+    banned = {_key(i) for i in items}
+    k_cap = min(k_cap, sum(_key(r) not in banned for r in prompter.pool))
     lengths, table = {}, {}
     for k in range(k_cap + 1):
-        lengths[k] = [prompt_length(scorer, prompter.requests(select_shots(prompter.pool, k, s, exclude=items), it))
-                      for s in seeds for it in items]
+        shots = [select_shots(prompter.pool, k, s, exclude=items) for s in seeds]
+        lengths[k] = [prompt_length(scorer, prompter.requests(sh, it)) for sh in shots for it in items]
         table[k] = (sum(fits(n, scorer.max_length) for n in lengths[k]), len(lengths[k]))
         if table[k][0] == 0: break                       # nothing fits any more: larger K will not either
     return largest_fitting_k(lengths, scorer.max_length), table
@@ -245,7 +246,8 @@ def conditions(task: str, k_max: int, k: int) -> list[Condition]:
 
 def study_k(k_factor: int, k_max: int, pool, items) -> int:
     "K of the balance, order and wording studies: `k_factor`, capped by the context and by each label's share of the pool."
-    rows = [r for r in pool if _key(r) not in {_key(i) for i in items}]
+    banned = {_key(i) for i in items}
+    rows = [r for r in pool if _key(r) not in banned]
     ent = sum(map(is_entailment, rows))
     return min(k_factor, k_max, ent, len(rows) - ent)
 
@@ -310,7 +312,7 @@ def factors_figure(results: dict, title: str = ""):
             ax.set_xticks(x, [p["label"] for p in pts], rotation=15, ha="right", fontsize=7)
             k = f" at K = {pts[0]['k']}, n = {min(p['n'] for p in pts)} per seed" if pts else ""
             ax.set(ylim=(0, 1.05), title=f"{res['paper_name']}: {study}{k}")
-            if not pts: ax.text(0.5, 0.5, f"no room: the context holds K = {res['k_max']} shots\n(balance needs 1, order 2)",
+            if not pts: ax.text(0.5, 0.5, f"no room: the context holds K = {max(res['k_max'], 0)} shot(s)\n(balance needs 1, order 2)",
                                 ha="center", va="center", transform=ax.transAxes)
             ax.legend(fontsize=6)
     fig.suptitle(title); fig.tight_layout(); plt.close(fig)
