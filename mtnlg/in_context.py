@@ -5,7 +5,7 @@
 # %% auto 0
 __all__ = ['ENTAILMENT', 'WORDINGS', 'ORDERS', 'is_entailment', 'Prompter', 'GivenShots', 'harness_requests', 'select_shots',
            'fits', 'largest_fitting_k', 'prompt_length', 'score', 't_interval', 'Condition', 'run_condition',
-           'summarize', 'choose_items', 'context_limit', 'shot_grid', 'conditions', 'study_k', 'run_study',
+           'summarize_seeds', 'choose_items', 'context_limit', 'shot_grid', 'conditions', 'study_k', 'run_study',
            'summary_table', 'shots_figure', 'factors_figure', 'LabelBiasScorer']
 
 # %% ../nbs/71_in_context.ipynb
@@ -195,7 +195,7 @@ def run_condition(scorer, prompter: Prompter, items, cond: Condition, seeds) -> 
                      "n": n, "skipped": len(items) - n, "shots_entailment": sum(map(is_entailment, shots))})
     return rows
 
-def summarize(rows: list[dict], level: float = 0.95) -> list[dict]:
+def summarize_seeds(rows: list[dict], level: float = 0.95) -> list[dict]:
     "Per (task, study, label): mean and t-interval over seeds (clipped to [0, 1]) of accuracy and of the share predicted entailment."
     groups = {}
     for r in rows: groups.setdefault((r["task"], r["study"], r["label"]), []).append(r)
@@ -264,7 +264,7 @@ def run_study(scorer, task: str, n_items: int, seeds, k_factor: int = 4, k_cap: 
     k_max, table = context_limit(scorer, main, items, seeds, k_cap)
     k = study_k(k_factor, k_max, main.pool, items)
     rows = [r for cond in conditions(task, k_max, k) for r in run_condition(scorer, prompters[cond.wording or next(iter(prompters))], items, cond, seeds)]
-    return {**out, "k_max": k_max, "k_study": k, "fit_table": table, "rows": rows, "summary": summarize(rows)}
+    return {**out, "k_max": k_max, "k_study": k, "fit_table": table, "rows": rows, "summary": summarize_seeds(rows)}
 
 # %% ../nbs/71_in_context.ipynb
 def summary_table(results: dict) -> str:
