@@ -86,9 +86,9 @@ def test_accuracy_from_a_stub_scorer_is_exact(hans):
 def test_a_prompt_longer_than_the_context_is_skipped_and_counted(hans):
     words = sorted(max(len((c + x).split()) for c, x in hans.requests([], it)) for it in hans.items)
     short = Stub({"True": -0.1, "False": -3.0})
-    short.max_length = words[len(words) // 2] - 1                         # about half the zero-shot prompts fit (n <= max_length + 1)
-    too_long = sum(w > short.max_length + 1 for w in words)
-    assert 0 < too_long < len(words)
+    assert words[0] < words[-1], "the fixture's prompts all have one length: nothing to split"
+    short.max_length = max(w for w in words if w < words[-1]) - 1         # only the longest prompts are too long (n > max_length + 1)
+    too_long = words.count(words[-1])
     row = run_condition(short, hans, hans.items, Condition("shots", "0", 0), [0])[0]
     assert (row["skipped"], row["n"]) == (too_long, len(words) - too_long)
 
