@@ -180,8 +180,8 @@ def read_task_jsonl(path, spec: TaskSpec, where: str = "eval") -> list[dict]:
     return rows
 
 # %% ../nbs/61_tasks.ipynb
-def local_task(name: str, data_dir=None, num_fewshot: int = 0):
-    "The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`, with `num_fewshot` examples."
+def local_task(name: str, data_dir=None, num_fewshot: int = 0, prompt: dict | None = None):
+    "The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`, with `num_fewshot` examples; `prompt` replaces keys of the spec's prompt config (another wording, chapter 71)."
     spec, d = task_spec(name), eval_dir(data_dir)
     splits = {spec.split: read_task_jsonl(d / spec.eval_file, spec)}
     if spec.fewshot_file: splits["train"] = read_task_jsonl(d / spec.fewshot_file, spec)
@@ -193,7 +193,7 @@ def local_task(name: str, data_dir=None, num_fewshot: int = 0):
               f"{spec.split}_split": spec.split, "training_split": "train" if spec.fewshot_file else None,
               "fewshot_split": "train" if spec.fewshot_file else None, "num_fewshot": num_fewshot,
               "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-              **spec.prompt, "metadata": {"version": 1.0, "data": str(d / spec.eval_file), "num_fewshot": num_fewshot}}
+              **spec.prompt, **(prompt or {}), "metadata": {"version": 1.0, "data": str(d / spec.eval_file), "num_fewshot": num_fewshot}}
     return configurable_task(config, splits)
 
 def configurable_task(config: dict, splits: dict[str, list[dict]]):
