@@ -10,7 +10,7 @@ __all__ = ['CROWS_TYPES', 'PRONOUNS', 'WINOBIAS_PRONOUNS', 'BBQ_CATEGORIES', 'BB
            'bbq_process_results', 'crows_pairs_doc_to_choice', 'bbq_accuracy_amb', 'bbq_accuracy_disamb',
            'bbq_amb_bias_score', 'bbq_disamb_bias_score', 'bias_task_spec', 'bias_config', 'bias_task', 'bias_dataset',
            'write_bias_task_yamls', 'stub_lm', 'evaluate_bias_tasks', 'bias_tasks_table', 'bias_settings_table',
-           'bias_tasks_figure']
+           'bias_tasks_figure', 'bias_benchmarks_section']
 
 # %% ../nbs/72_bias_benchmarks.ipynb
 import csv, json, math, re
@@ -378,3 +378,13 @@ def bias_tasks_figure(res: dict, title: str = ""):
     fig.suptitle(title or "bias benchmarks (dashed: unbiased / chance)", fontsize=10)
     fig.tight_layout(); plt.close(fig)
     return fig
+
+# %% ../nbs/72_bias_benchmarks.ipynb
+def bias_benchmarks_section(res: dict):
+    "Chapter 70's report section for benchmark results `res` (from `evaluate_bias_tasks`): table, numbers, figure."
+    from mtnlg.bias import Section
+    note = (f"{res['limit']} items per benchmark (`--benchmarks-limit`); " if res.get("limit") else "every item; ")
+    md = (f"Scored as local harness tasks (chapter 72), {note}dashed ticks in the figure are an unbiased model "
+          f"(or chance).\n\n" + bias_tasks_table(res))
+    return Section("Bias benchmarks: CrowS-Pairs, WinoGender, WinoBias, BBQ", md, res,
+                   {"benchmarks": bias_tasks_figure(res)})

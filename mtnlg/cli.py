@@ -305,7 +305,7 @@ def add_generate_arguments(p):
 
 # %% ../nbs/99_cli.ipynb
 def add_bias_arguments(p):
-    "`mtnlg bias --checkpoint DIR [--out DIR] [--samples N] [--seed S] [--max-new-tokens N] [--corpus PATH] [--occupations TSV]` (chapter 70)."
+    "`mtnlg bias --checkpoint DIR [--out DIR] [--samples N] [--seed S] [--max-new-tokens N] [--corpus PATH] [--occupations TSV] [--benchmarks-limit N]` (chapters 70, 72)."
     p.add_argument("--checkpoint", required=True, help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory")
     p.add_argument("--out", help="output directory (default: <run>/bias, beside checkpoints/)")
     p.add_argument("--samples", type=int, default=10, help="continuations sampled per prompt, 28 prompts (GPT-3: 800; default 10)")
@@ -316,6 +316,8 @@ def add_bias_arguments(p):
     p.add_argument("--occupations", help="a WinoGender-style occupations-stats.tsv (default: the data setting's winogender)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available; bf16 there)")
     p.add_argument("--batch-size", type=int, default=256, help="log-likelihood requests per forward pass (default 256)")
+    p.add_argument("--benchmarks-limit", type=int, default=40,
+                   help="items per bias benchmark (CrowS-Pairs, WinoGender, WinoBias, BBQ; chapter 72); 0 skips them, -1 runs all")
     add_data_dir_argument(p)
     def run(args) -> int:
         from mtnlg.evaluate import offline_environment
@@ -324,6 +326,7 @@ def add_bias_arguments(p):
         from mtnlg.bias import read_occupations, corpus_files, training_corpus, measure_bias, bias_sections, write_report
         if args.samples < 1: raise ValueError(f"--samples must be >= 1, got {args.samples}")
         if args.max_new_tokens < 1: raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        if args.benchmarks_limit < -1: raise ValueError(f"--benchmarks-limit must be -1 (all), 0 (skip) or a count, got {args.benchmarks_limit}")
         occupations = read_occupations(args.occupations)        # bad input fails before a model loads
         if args.corpus: corpus_files(args.corpus)
         ckpt = check_checkpoint(args.checkpoint)
@@ -334,6 +337,11 @@ def add_bias_arguments(p):
         run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
         out = Path(args.out) if args.out else run_dir / "bias"
         sections = bias_sections(m)
+        if args.benchmarks_limit:
+            from mtnlg.bias_tasks import evaluate_bias_tasks, bias_benchmarks_section
+            res = evaluate_bias_tasks(lm, limit=None if args.benchmarks_limit < 0 else args.benchmarks_limit)
+            limits = sections.pop("limits")
+            sections = {**sections, "benchmarks": bias_benchmarks_section(res), "limits": limits}
         write_report(sections, out, f"Bias report: {ckpt}", {"checkpoint": str(ckpt.resolve()),
                      "meta": json.loads((ckpt / "meta.json").read_text()), "corpus": [str(c) for c in corpus]})
         g, d = sections["gender_occupation"].data, sections["data_vs_model"].data
@@ -341,6 +349,9 @@ def add_bias_arguments(p):
               f"({g['fraction_male_relative']:.0%} relative to 'The person was a'); mean lean {g['mean_lean']:+.2f}")
         print(f"data vs model: {d['occupations_counted']} occupations counted in {d['corpus']['tokens']:,} corpus tokens; "
               f"same sign {d['learned']}, opposite {d['reversed']}")
+        if "benchmarks" in sections:
+            print("bias benchmarks: " + "; ".join(f"{t['paper_name']} " + ", ".join(f"{k} {t['metrics'][k]:.3f}" for k in t["headline"])
+                                                  for t in sections["benchmarks"].data["tasks"].values()))
         print(f"wrote {out / 'bias.json'}, bias.md, " + ", ".join(f"{f}.png" for s in sections.values() for f in s.figures))
         return 0
     p.set_defaults(func=run)

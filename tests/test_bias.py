@@ -145,16 +145,20 @@ def test_cli_bias_writes_the_report(checkpoint, tmp_path, capsys):
     assert code == 0, out.err
     report = checkpoint.parent / "bias"                       # default: <run>/bias, beside checkpoints/
     doc = json.loads((report / "bias.json").read_text())
-    assert list(doc["sections"]) == ["gender_occupation", "cooccurrence", "sentiment", "data_vs_model", "limits"]
+    assert list(doc["sections"]) == ["gender_occupation", "cooccurrence", "sentiment", "data_vs_model", "benchmarks", "limits"]
+    bench = doc["sections"]["benchmarks"]["tasks"]                # chapter 72's tasks, 40 items each by default
+    assert list(bench) == ["crows_pairs", "winogender", "winobias", "bbq"] and all(0 < b["n"] <= 40 for b in bench.values())
+    assert all(0 <= b["metrics"]["acc_pro"] <= 1 for b in bench.values() if "acc_pro" in b["metrics"])
     g = doc["sections"]["gender_occupation"]
     assert g["occupations"] == 60 and len(g["per_occupation"]) == 60 and 0 <= g["fraction_male"] <= 1
     assert g["fraction_male"] == sum(r["lean"] < 0 for r in g["per_occupation"]) / 60
     assert doc["sections"]["limits"]["settings"]["samples"] == 2 and doc["meta"]["checkpoint"].endswith("step-0000001")
-    for f in ("bias.md", "gender_occupation.png", "sentiment.png"): assert (report / f).stat().st_size > 1000, f
+    for f in ("bias.md", "gender_occupation.png", "sentiment.png", "benchmarks.png"): assert (report / f).stat().st_size > 1000, f
     assert "## Gender and occupation" in (report / "bias.md").read_text() and "lean male" in out.out
     # bad input: one line, exit 2, before a model loads
     for args, msg in ((["--samples", "0"], "--samples must be >= 1"), (["--corpus", str(tmp_path / "none")], "not found"),
-                      (["--occupations", str(tmp_path / "none.tsv")], "occupation list")):
+                      (["--occupations", str(tmp_path / "none.tsv")], "occupation list"),
+                      (["--benchmarks-limit", "-2"], "--benchmarks-limit must be")):
         assert main(["bias", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "x"), *args]) == 2
         assert msg in capsys.readouterr().err
     assert main(["bias", "--checkpoint", str(tmp_path / "no-checkpoint")]) == 2
