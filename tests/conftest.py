@@ -1,4 +1,4 @@
-import os, sys
+import os, re, sys
 from pathlib import Path
 import pytest
 
@@ -33,3 +33,28 @@ def backends(checkpoint, hf_dir):
     from lm_eval.models.huggingface import HFLM
     offline_environment()
     return MtnlgLM(str(checkpoint), batch_size=64), HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=64)
+
+
+# -- `make test` runs on two workers (pytest -n 2 --dist loadgroup): what shares state runs on one worker, in order --------
+SHARED_FIXTURE_FILES = {"test_eval.py", "test_bias_tasks.py"}          # the session fixtures above: built once, on one worker
+
+def notebook_groups(notebooks) -> dict:
+    "Chapters that write or read the same `../runs/<dir>` (a stand-in model one trains and the next reuses) -> one group."
+    dirs = {nb.stem: set(re.findall(r"\.\./runs/([\w-]+)", nb.read_text())) - {"tiny-3d"} for nb in notebooks}  # tiny-3d: make demo's, read only
+    group = {stem: stem for stem in dirs}
+    for a in dirs:
+        for b in dirs:
+            if a < b and dirs[a] & dirs[b]:
+                old, new = group[b], group[a]
+                group = {k: (new if v == old else v) for k, v in group.items()}
+    return group
+
+def pytest_collection_modifyitems(config, items):
+    groups = notebook_groups(sorted((ROOT / "nbs").glob("[0-9]*.ipynb")))
+    for item in items:
+        file = item.path.name
+        if file == "test_notebooks.py" and item.originalname == "test_notebook_runs":
+            stem = item.callspec.id
+            item.add_marker(pytest.mark.xdist_group("notebooks-" + groups.get(stem, stem)))
+        else:                                                          # a file's module fixtures are built once
+            item.add_marker(pytest.mark.xdist_group("shared-fixtures" if file in SHARED_FIXTURE_FILES else file))
