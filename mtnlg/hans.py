@@ -308,14 +308,14 @@ def generate_hans(split: str = "validation", per_subcase: int = PUBLISHED_PER_SU
     return rows
 
 # %% ../nbs/64_hans.ipynb
-def _words(s: str) -> list[str]: return s.lower().split()
+def _lower_split(s: str) -> list[str]: return s.lower().split()
 
 def overlaps_lexically(premise: str, hypothesis: str) -> bool:
     "Every word of the hypothesis occurs in the premise (case-insensitive)."
-    return set(_words(hypothesis)) <= set(_words(premise))
+    return set(_lower_split(hypothesis)) <= set(_lower_split(premise))
 
 def _spans(premise: str, hypothesis: str) -> list[int]:
-    p, h = _words(premise), _words(hypothesis)[:-1]   # the hypothesis without its full stop
+    p, h = _lower_split(premise), _lower_split(hypothesis)[:-1]   # the hypothesis without its full stop
     return [i for i in range(len(p) - len(h) + 1) if p[i:i + len(h)] == h]
 
 def is_subsequence(premise: str, hypothesis: str) -> bool:
@@ -329,7 +329,7 @@ CLAUSE_OPENERS = frozenset([",", "and", "or", "that", "not", "case", "course", "
 
 def is_clause(premise: str, hypothesis: str) -> bool:
     "The hypothesis is a run of the premise that starts where a clause starts and ends where one ends (`,` or the final `.`)."
-    p, n = _words(premise), len(_words(hypothesis)) - 1
+    p, n = _lower_split(premise), len(_lower_split(hypothesis)) - 1
     return any((i == 0 or p[i - 1] in CLAUSE_OPENERS) and p[i + n] in (",", ".") for i in _spans(premise, hypothesis))
 
 # %% ../nbs/64_hans.ipynb
