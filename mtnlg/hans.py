@@ -45,11 +45,11 @@ LABELS = ("entailment", "non-entailment")   # label 0, 1: the Hugging Face `hans
 # %% ../nbs/64_hans.ipynb
 NOUNS_SG = ["professor", "student", "president", "judge", "senator", "secretary", "doctor", "lawyer", "scientist", "banker", "tourist", "manager", "artist", "author", "actor", "athlete"]
 NOUNS_PL = ["professors", "students", "presidents", "judges", "senators", "secretaries", "doctors", "lawyers", "scientists", "bankers", "tourists", "managers", "artists", "authors", "actors", "athletes"]
-NOUNS = ["professor", "student", "president", "judge", "senator", "secretary", "doctor", "lawyer", "scientist", "banker", "tourist", "manager", "artist", "author", "actor", "athlete", "professors", "students", "presidents", "judges", "senators", "secretaries", "doctors", "lawyers", "scientists", "bankers", "tourists", "managers", "artists", "authors", "actors", "athletes"]
+NOUNS = NOUNS_SG + NOUNS_PL
 TRANSITIVE_VERBS = ["recommended", "called", "helped", "supported", "contacted", "believed", "avoided", "advised", "saw", "stopped", "introduced", "mentioned", "encouraged", "thanked", "recognized", "admired"]
 PASSIVE_VERBS = ["recommended", "helped", "supported", "contacted", "believed", "avoided", "advised", "stopped", "introduced", "mentioned", "encouraged", "thanked", "recognized", "admired"]
 INTRANSITIVE_VERBS = ["slept", "danced", "ran", "shouted", "resigned", "waited", "arrived", "performed"]
-VERBS = ["recommended", "called", "helped", "supported", "contacted", "believed", "avoided", "advised", "saw", "stopped", "introduced", "mentioned", "encouraged", "thanked", "recognized", "admired", "slept", "danced", "ran", "shouted", "resigned", "waited", "arrived", "performed"]
+VERBS = TRANSITIVE_VERBS + INTRANSITIVE_VERBS
 NPS_VERBS = ["believed", "knew", "heard"]
 NPZ_VERBS = ["hid", "moved", "presented", "paid", "studied", "stopped"]
 NPZ_VERBS_PLURAL = ["fought"]
