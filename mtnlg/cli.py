@@ -6,7 +6,7 @@
 __all__ = ['COMMANDS', 'describe', 'add_data_dir_argument', 'add_config_arguments', 'config_from_args', 'add_info_arguments',
            'add_train_arguments', 'relaunch', 'add_reshard_arguments', 'add_curate_arguments', 'add_plan_arguments',
            'add_export_hf_arguments', 'add_eval_arguments', 'add_generate_arguments', 'add_bias_arguments',
-           'add_data_arguments', 'main']
+           'add_data_arguments', 'add_hans_arguments', 'main']
 
 # %% ../nbs/99_cli.ipynb
 import argparse, json, os, shutil, signal, subprocess, sys
@@ -367,6 +367,19 @@ def add_data_arguments(p):
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
+def add_hans_arguments(p):
+    "`mtnlg hans --out ROOT [--per-subcase N] [--seed S]` (chapter 64)."
+    p.add_argument("--out", required=True, help="data root to write eval/hans/ under (the root MTNLG_DATA names)")
+    p.add_argument("--per-subcase", type=int, default=1000, help="pairs per sub-case in each split (published: 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    def run(args) -> int:
+        from mtnlg.hans import write_hans
+        out = write_hans(args.out, args.per_subcase, args.seed)
+        print(f"wrote {out}/validation.jsonl, train.jsonl ({30 * args.per_subcase} pairs each) and SOURCES.md")
+        return 0
+    p.set_defaults(func=run)
+
+# %% ../nbs/99_cli.ipynb
 COMMANDS = {  # name: (declares its arguments, one-line help)
     "info": (add_info_arguments, "parameter count and parallel layout of a config"),
     "train": (add_train_arguments, "train a config (one process, or TP x PP x DP processes)"),
@@ -378,6 +391,7 @@ COMMANDS = {  # name: (declares its arguments, one-line help)
     "generate": (add_generate_arguments, "continue prompts from a checkpoint: greedy or sampled (temperature, top-k, top-p, seed)"),
     "bias": (add_bias_arguments, "social-bias analysis of a checkpoint: occupations' gender lean, descriptive words, sentiment, vs the corpus"),
     "data": (add_data_arguments, "list the data sets the book uses: source, licence, where expected, whether present"),
+    "hans": (add_hans_arguments, "generate HANS (30 sub-cases x 1000, validation and train) from its templates under a data root"),
 }
 
 def _parser(command: str | None) -> argparse.ArgumentParser:
@@ -391,7 +405,7 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     "`mtnlg <command> ...`. User errors (bad config, missing file, bad data) print one line and exit 2."
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] not in ("info", "data"):       # commands that import torch and friends: their CPU-irrelevant advice off
+    if argv and argv[0] not in ("info", "data", "hans"):       # commands that import torch and friends: their CPU-irrelevant advice off
         from mtnlg.topology import quiet_libraries
         quiet_libraries()
     args = _parser(argv[0] if argv else None).parse_args(argv)

@@ -123,7 +123,7 @@ TASKS = {t.name: t for t in [
     TaskSpec("hans", "HANS", "hans/validation.jsonl", "validation", "hans/train.jsonl", 4, "the paper (GPT-3 has no HANS)", 0.5,
              (.607, .649, .702), ("premise", "hypothesis", "label"),
              {**_NLI, "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True or False?\nAnswer:", "doc_to_choice": ["True", "False"]},
-             "not in the offline data; tests/fixtures/eval/hans is a synthetic HANS-format fixture",
+             "generated from McCoy et al.'s templates: `mtnlg hans --out ROOT` writes the full set (chapter 64); the fixture is its 10-per-sub-case slice",
              "`<premise> Question: <hypothesis> True or False?` (the paper's Figure 4)"),
     TaskSpec("wic", "WiC", "wic/validation.jsonl", "validation", "wic/train.jsonl", 32, "GPT-3", 0.5, (.486, .513, .585),
              ("sentence1", "sentence2", "start1", "end1", "label"),
@@ -255,7 +255,7 @@ def write_task_yamls(out_dir, data_dir=None) -> Path:
 
 # %% ../nbs/61_tasks.ipynb
 def available_tasks(data_dir=None) -> tuple[list[str], list[str]]:
-    "The tasks whose evaluation file the data directory has, and those it lacks (the offline mirror has no HANS)."
+    "The tasks whose evaluation file the data directory has, and those it lacks (the offline mirror has no HANS: `mtnlg hans` writes it)."
     d = eval_dir(data_dir)
     present = [n for n, t in TASKS.items() if (d / t.eval_file).is_file()]
     return present, [n for n in TASKS if n not in present]

@@ -147,9 +147,9 @@ def test_bad_input_missing_data_file(checkpoint, tmp_path, capsys):
     (tmp_path / "eval").mkdir()
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "wic", "--data-dir", str(tmp_path)], capsys)
     assert code == 2 and "wic/validation.jsonl" in err and "not found" in err and "--data-dir" in err
-    # HANS: not in the full offline sets, a synthetic slice in the fixtures. Both cases, whatever the data setting is:
+    # HANS: not in the full offline sets (`mtnlg hans` generates it), a generated slice in the fixtures. Both cases:
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "hans", "--data-dir", str(tmp_path)], capsys)
-    assert code == 2 and "hans/validation.jsonl" in err and "synthetic HANS-format fixture" in err
+    assert code == 2 and "hans/validation.jsonl" in err and "mtnlg hans --out ROOT" in err
     out = tmp_path / "hans-eval"
     code, err = _run_cli(["eval", "--checkpoint", str(checkpoint), "--tasks", "hans", "--shots", "0", "--limit", "2",
                           "--data-dir", str(DATA_ROOT), "--out", str(out)], capsys)
