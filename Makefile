@@ -32,13 +32,13 @@ demo: install
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
 	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, bias/bias.md)"
 
-# two workers (pytest-xdist); chapters sharing a stand-in model, and each test file, stay on one worker (tests/conftest.py)
+# two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker
 test: install
-	$(BIN)/python -m pytest tests -n 2 --dist loadgroup --durations=15
+	$(BIN)/python -m pytest tests -n 2 --dist loadscope --durations=15
 
 # test + the cases marked slow (e.g. kill -9 and bitwise resume on TP 2 x PP 2 x DP 2)
 test-full: install
-	$(BIN)/python -m pytest tests -m "slow or not slow" -n 2 --dist loadgroup --durations=15
+	$(BIN)/python -m pytest tests -m "slow or not slow" -n 2 --dist loadscope --durations=15
 
 export: install
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

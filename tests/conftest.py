@@ -1,4 +1,4 @@
-import os, re, sys
+import os, sys
 from pathlib import Path
 import pytest
 
@@ -35,26 +35,15 @@ def backends(checkpoint, hf_dir):
     return MtnlgLM(str(checkpoint), batch_size=64), HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=64)
 
 
-# -- `make test` runs on two workers (pytest -n 2 --dist loadgroup): what shares state runs on one worker, in order --------
-SHARED_FIXTURE_FILES = {"test_eval.py", "test_bias_tasks.py"}          # the session fixtures above: built once, on one worker
+# -- `make test` runs on two workers (pytest -n 2 --dist loadscope): a scope (a test file, or a class of chapters in ---------
+# test_notebooks.py) stays on one worker. The longest scopes start first, so neither worker is left with a long one at the
+# end (longest-processing-time first); the rest keep their order.
+LONGEST_FIRST = ["TestChapters_62_generate", "TestChapters_41_train", "test_checkpoint.py", "test_eval.py", "TestChapters_60_evaluate",
+                 "test_engine.py", "test_memory.py", "test_bias_tasks.py", "test_architecture.py", "test_recompute.py"]
 
-def notebook_groups(notebooks) -> dict:
-    "Chapters that write or read the same `../runs/<dir>` (a stand-in model one trains and the next reuses) -> one group."
-    dirs = {nb.stem: set(re.findall(r"\.\./runs/([\w-]+)", nb.read_text())) - {"tiny-3d"} for nb in notebooks}  # tiny-3d: make demo's, read only
-    group = {stem: stem for stem in dirs}
-    for a in dirs:
-        for b in dirs:
-            if a < b and dirs[a] & dirs[b]:
-                old, new = group[b], group[a]
-                group = {k: (new if v == old else v) for k, v in group.items()}
-    return group
+def scope_of(item) -> str: return item.cls.__name__ if item.cls else item.path.name
 
 def pytest_collection_modifyitems(config, items):
-    groups = notebook_groups(sorted((ROOT / "nbs").glob("[0-9]*.ipynb")))
-    for item in items:
-        file = item.path.name
-        if file == "test_notebooks.py" and item.originalname == "test_notebook_runs":
-            stem = item.callspec.id
-            item.add_marker(pytest.mark.xdist_group("notebooks-" + groups.get(stem, stem)))
-        else:                                                          # a file's module fixtures are built once
-            item.add_marker(pytest.mark.xdist_group("shared-fixtures" if file in SHARED_FIXTURE_FILES else file))
+    rank = {s: i for i, s in enumerate(LONGEST_FIRST)}
+    order = sorted(range(len(items)), key=lambda i: (rank.get(scope_of(items[i]), len(rank)), i))
+    items[:] = [items[i] for i in order]

@@ -1,6 +1,10 @@
-"Every chapter runs top to bottom under papermill with its CPU-tiny parameters."
+"""Every chapter runs top to bottom under papermill with its CPU-tiny parameters.
+
+`make test` runs on two workers (`pytest -n 2 --dist loadscope`), which keeps each test class on one worker: chapters
+that share a run directory (one trains a stand-in model there, the next reuses it) form one class and run in order;
+every other chapter is its own class, so the chapters spread over both workers."""
 from pathlib import Path
-import json
+import json, re
 import pytest, papermill as pm
 
 NBS = Path(__file__).resolve().parent.parent / "nbs"
@@ -12,8 +16,35 @@ def test_every_chapter_has_a_parameters_cell():
         tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{nb.name}: needs exactly one cell tagged 'parameters' (has {len(tagged)})"
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(nb, tmp_path):
+def notebook_groups(notebooks) -> dict[str, list[Path]]:
+    "Chapters that write or read the same `../runs/<dir>` -> one group, named after its first chapter, in book order."
+    dirs = {nb: set(re.findall(r"\.\./runs/([\w-]+)", nb.read_text())) - {"tiny-3d"} for nb in notebooks}  # make demo's: read only
+    first = {nb: nb for nb in notebooks}
+    for a in notebooks:
+        for b in notebooks:
+            if a < b and dirs[a] & dirs[b]:
+                old, new = max(first[a], first[b]), min(first[a], first[b])
+                first = {k: (new if v == old else v) for k, v in first.items()}
+    return {g.stem: [nb for nb in notebooks if first[nb] == g] for g in dict.fromkeys(first.values())}
+
+def run_notebook(nb: Path, tmp_path: Path):
     params = {"run_dir": str(tmp_path / "run")} if nb.stem == "41_train" else {}
     pm.execute_notebook(str(nb), str(tmp_path / nb.name), parameters=params, cwd=str(NBS),
                         kernel_name="python3", progress_bar=False)
+
+def chapters_class(members: list[Path]):
+    class Chapters:
+        @pytest.mark.parametrize("nb", members, ids=[p.stem for p in members])
+        def test_notebook_runs(self, nb, tmp_path): run_notebook(nb, tmp_path)
+    return Chapters
+
+for _group, _members in notebook_groups(NOTEBOOKS).items():
+    _cls = chapters_class(_members)
+    _cls.__name__ = _cls.__qualname__ = "TestChapters_" + _group
+    globals()[_cls.__name__] = _cls
+
+def test_chapters_sharing_a_run_directory_form_one_group(tmp_path):
+    nbs = [tmp_path / f"{n}.ipynb" for n in ("10_a", "20_b", "30_c", "40_d")]
+    for nb, text in zip(nbs, ['"../runs/x"', '"../runs/y"', '"../runs/x" "../runs/y"', '"../runs/tiny-3d"']):
+        nb.write_text(text)
+    assert {g: [m.stem for m in ms] for g, ms in notebook_groups(nbs).items()} == {"10_a": ["10_a", "20_b", "30_c"], "40_d": ["40_d"]}
