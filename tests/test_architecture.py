@@ -101,15 +101,16 @@ ALONE = textwrap.dedent('''
     print(json.dumps({k: [str(before[k])[-400:], str(after[k])[-400:]] for k in after if after[k] != before[k]}))
 ''')
 
-def _alone(module: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", ALONE, module, "lm_eval.api.registry", *sorted(third_party_closure(module))],
+def _alone(module: str, third_party) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", ALONE, module, "lm_eval.api.registry", *sorted(third_party)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 def test_every_module_imports_alone_and_changes_nothing_global():
     "Each module in a fresh interpreter: it imports, and the environment, import hooks, warnings filters, log levels,"
     " the harness's model registry and the working directory are as before (its third-party libraries preloaded)."
+    closures = [third_party_closure(m) for m in MODULES]     # here, not in the threads: CPython 3.11's ast.parse is not thread-safe
     with ThreadPoolExecutor(2) as pool:
-        results = dict(zip(MODULES, pool.map(_alone, MODULES)))
+        results = dict(zip(MODULES, pool.map(_alone, MODULES, closures)))
     failed = {m: r.stderr.strip().splitlines()[-1] for m, r in results.items() if r.returncode}
     assert not failed, failed
     import json
