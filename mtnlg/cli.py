@@ -155,11 +155,11 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     p.set_defaults(func=run)
 
 def add_plan_arguments(p: argparse.ArgumentParser):
-    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K]`;
+    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|megatron-lm] [--even-only]`;
     `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
     `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
     config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51)."""
-    from mtnlg.perf import GPUS, RECOMPUTE          # the throughput model itself is plain Python (no GPU needed)
+    from mtnlg.perf import GPUS, RECOMPUTE, SYSTEMS  # the throughput model itself is plain Python (no GPU needed)
     add_config_arguments(p)
     p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts; with --schedule, "
                    "the config's world size, the default)")
@@ -172,6 +172,10 @@ def add_plan_arguments(p: argparse.ArgumentParser):
                    help="recomputation modes to try (default all; with --stages, the one to show, default the config's)")
     p.add_argument("--attention", choices=("flash", "math"), default="flash",
                    help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)")
+    p.add_argument("--system", choices=sorted(SYSTEMS), default="deepspeed",
+                   help="training system whose traits to model: deepspeed (our engine, MT-NLG; default) or megatron-lm "
+                        "(interleaved 1F1B: the ranking also tries virtual stages)")
+    p.add_argument("--even-only", action="store_true", help="rank only uniform layer splits (default: also embeddings counted as layers)")
     p.add_argument("--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout")
     p.add_argument("--schedule", action="store_true", help="plan the config's whole run on its own layout: steps, days, "
                    "allocations, checkpoint size, save time, the Young/Daly save interval (chapter 51)")
@@ -208,7 +212,8 @@ def add_plan_arguments(p: argparse.ArgumentParser):
                                 cfg.parallel.gpus_per_node).fits else 1
         if args.gpus is None: raise ValueError("--gpus is required to rank layouts (or --stages / --schedule for the config's own layout)")
         feasible, infeasible = plan(cfg, args.gpus, args.gpu, args.gpus_per_node, tuple(args.micro_batch or (1, 2, 4)),
-                                    tuple(args.recompute or RECOMPUTE), asm=asm, tp=args.tp, pp=args.pp)
+                                    tuple(args.recompute or RECOMPUTE), asm=asm, tp=args.tp, pp=args.pp,
+                                    system=args.system, uneven=not args.even_only)
         print(format_plan(cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible))
         return 0 if feasible else 1
     p.set_defaults(func=run)

@@ -22,10 +22,10 @@ def test_paper_flops_formula_gives_the_reported_tflops():
     for nodes, _, seconds, tflops in PAPER_ROWS:
         assert abs(F / (nodes * 8 * seconds) / 1e12 - tflops) <= 1
 
-def test_three_paper_rows_within_5_percent_with_one_parameter_set():
+def test_three_paper_rows_within_3_percent_with_one_parameter_set():
     rows = paper_predictions(CFG)
     assert [r["gpus"] for r in rows] == [2240, 2800, 3360]
-    for r in rows: assert abs(r["error"]) <= 0.05, r
+    for r in rows: assert abs(r["error"]) <= 0.03, r
     # the trend is the paper's: each added replica costs per-GPU throughput
     assert rows[0]["predicted_tflops"] > rows[1]["predicted_tflops"] > rows[2]["predicted_tflops"]
     # and the fit is not slack: 10% less efficiency breaks it
@@ -144,3 +144,80 @@ def test_cli_plan_stages_prints_every_stage_and_refuses_an_overflow():
 def test_cli_plan_needs_gpus_to_rank():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml")
     assert r.returncode == 2 and r.stderr.strip() == "mtnlg: --gpus is required to rank layouts (or --stages / --schedule for the config's own layout)"
+
+# --- issue 14, part 3: uneven stages, the interleaved schedule, system traits, published runs ---
+from mtnlg.perf import (SYSTEMS, embedding_weighted_layers, interleaved_bubble, pipeline_time, published_runs,
+                        setup_problems, uniform_layers, validate)
+from mtnlg.pipeline_parallel import bubble_formula
+
+def test_interleaved_bubble_against_a_hand_computation():
+    # p = 4 stages, m = 8 micro-batches, stage time 1: plain 1F1B takes m + p - 1 = 11, idle 3/11
+    assert interleaved_bubble(4, 8, 1) == bubble_formula(4, 8) == pytest.approx(3 / 11)
+    # v = 2 chunks per GPU: fill and drain take (p - 1) chunk steps of 1/2: 8 + 1.5 = 9.5, idle 1.5/9.5 = 3/19
+    assert pipeline_time([1.0] * 4, 8, 2) == pytest.approx(9.5)
+    assert interleaved_bubble(4, 8, 2) == pytest.approx(3 / 19)
+    # relative to the useful time, Narayanan et al.'s (p - 1)/(v m)
+    b = interleaved_bubble(35, 280, 3)
+    assert b / (1 - b) == pytest.approx(34 / (3 * 280))
+
+def test_slowest_stage_sets_the_pace():
+    assert pipeline_time([1.0, 1.0, 3.0, 1.0], 10, 1) == pytest.approx(10 * 3 + 3)
+    # moving a layer from the last stage to the first of the 530B: stage 0 now 4 layers, every micro-batch waits on it
+    L = Setup(Layout(8, 35, 8), 1, "full")
+    even = predict(CFG.model, L, 1920)
+    split = (4,) + (3,) * 33 + (2,)
+    heavy = predict(CFG.model, Setup(Layout(8, 35, 8), 1, "full", 1, split), 1920)
+    assert max(heavy.stage_s) == heavy.stage_s[0] and heavy.stage_s[0] > max(even.stage_s)
+    one_layer = (heavy.stage_s[0] - even.stage_s[0])          # seconds per micro-batch of one more layer
+    assert heavy.iteration_s - even.iteration_s > 0.9 * (240 - 1) * (one_layer - (max(even.stage_s) - even.stage_s[0]))
+    # stage 0 holds the most in flight and now 4 layers' weights: its memory grows
+    assert heavy.memory["total"] > even.memory["total"]
+
+def test_uneven_partition_equals_uniform_when_layers_divide():
+    L = Setup(Layout(8, 35, 8), 1, "full")
+    a = predict(CFG.model, L, 1920)
+    b = predict(CFG.model, Setup(Layout(8, 35, 8), 1, "full", 1, uniform_layers(105, 35)), 1920)
+    assert (a.iteration_s, a.memory["total"], a.stage_s) == (b.iteration_s, b.memory["total"], b.stage_s)
+
+def test_embedding_weighted_split_and_bad_splits():
+    assert embedding_weighted_layers(70, 12) == (5,) + (6,) * 10 + (5,)          # BLOOM-176B's README
+    assert sum(embedding_weighted_layers(105, 35)) == 105
+    m, L = CFG.model, Setup(Layout(8, 35, 8), 1, "full", 1, (3,) * 34 + (4,))
+    assert any("sums to 106" in p for p in setup_problems(m, L, 1920))
+    # interleaving: layers per stage must split into v chunks, and micro-batches must be a multiple of PP
+    assert any("virtual stages do not split" in p for p in setup_problems(m, Setup(Layout(8, 35, 8), 1, "full", 2), 2240))
+    assert any("divisible by PP 35" in p for p in setup_problems(m, Setup(Layout(8, 35, 8), 1, "full", 3), 1920))
+    assert setup_problems(m, Setup(Layout(8, 35, 8), 1, "full", 3), 2240) == []
+    with pytest.raises(ValueError, match="no interleaved schedule"):
+        predict(m, Setup(Layout(8, 35, 8), 1, "full", 3), 2240, system="deepspeed")
+
+def test_traits_change_what_they_name():
+    L3, m = Setup(Layout(8, 35, 8), 1, "full", 3), CFG.model
+    meg = predict(m, L3, 2240, system="megatron-lm")
+    plain = predict(m, Setup(Layout(8, 35, 8), 1, "full"), 2240, system="megatron-lm")
+    assert meg.breakdown["pp comm"] == pytest.approx(3 * plain.breakdown["pp comm"])     # v x the sends
+    assert meg.breakdown["bubble"] < plain.breakdown["bubble"] / 2.5
+    ds = predict(m, Setup(Layout(8, 35, 8), 1, "full"), 2240, system="deepspeed")
+    assert ds.breakdown["pp comm"] == pytest.approx(2 * plain.breakdown["pp comm"])      # 4 blocking transfers, not 2
+    full = replace(SYSTEMS["deepspeed"], pp_scatter_gather=False)
+    assert predict(m, Setup(Layout(8, 35, 8), 1, "full"), 2240, system=full).breakdown["pp comm"] > 4 * ds.breakdown["pp comm"]
+
+def test_published_runs_with_the_mtnlg_parameters():
+    rows = {r["run"]: r for r in validate()}
+    assert len(rows) == 17 and Assumptions().matmul_efficiency == 0.511      # one fitted number, MT-NLG's
+    for name in ("GPT 1.7B, 32 GPUs", "GPT 3.6B, 64 GPUs", "GPT 39.1B, 512 GPUs", "GPT 76.1B, 1024 GPUs",
+                 "GPT 174.6B, 1536 GPUs (PTD-P)"):
+        assert abs(rows[name]["error"]) <= 0.10, (name, rows[name]["error"])
+    # the rest are reported as they are: all low, BLOOM by 10-20%, the 530B and 1T Megatron-LM runs by 15-20%
+    assert all(r["error"] < 0 for r in rows.values())
+    assert -0.20 < rows["BLOOM-176B, 384 GPUs"]["error"] < -0.10
+    assert -0.20 < rows["GPT 1008B, 3072 GPUs"]["error"] < -0.15
+    assert rows["BLOOM-176B, 384 GPUs"]["prediction"].layout.layers_per_stage == (5,) + (6,) * 10 + (5,)
+
+def test_cli_plan_megatron_interleaves():
+    r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--tp", "8", "--pp", "35",
+            "--recompute", "full", "--micro-batch", "1", "--system", "megatron-lm", "--set", "schedule.global_batch_size=2240",
+            "--top", "2", "--show-infeasible", "0")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[2].split()
+    assert first[1:3] == ["8", "35"] and first[6] == "3" and "Megatron-LM" in r.stdout.splitlines()[0]
