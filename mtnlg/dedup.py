@@ -185,8 +185,8 @@ def fuzzy_dedup(sig: np.ndarray, datasets, priority, threshold: float = 0.8, ban
     unknown = sorted(set(datasets) - set(rank))
     if unknown: raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
     if engine == "compiled":
-        i, j = compiled_candidate_pairs(sig, bands, rows, threads=threads)
-        comp, n_edges = compiled_components(sig, i, j, threshold)
+        i, j = compiled_candidate_pairs(sig, bands, rows, threads=threads, sort=False)   # components need no order
+        comp, n_edges = compiled_components(sig, i, j, threshold, threads)
     else:
         i, j = candidate_pairs(sig, bands, rows)
         similar = np.concatenate([estimate_jaccard(sig[i[s:s + 65536]], sig[j[s:s + 65536]]) for s in range(0, len(i), 65536)] or [np.zeros(0)]) >= threshold
@@ -372,8 +372,9 @@ def _band_pairs(keys, b, order, center, n_total, ids):
         s = t
     return out[:m].copy()
 
-def compiled_candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    "`candidate_pairs`, compiled: the same pairs in the same order, bands on `threads` threads."
+def compiled_candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64, threads: int = 1,
+                             sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    "`candidate_pairs`, compiled: the same pairs (in the same order if `sort`), bands on `threads` threads."
     if bands * rows > sig.shape[1]: raise ValueError(f"bands*rows = {bands}*{rows} exceeds the signature length {sig.shape[1]}")
     ids = np.flatnonzero(sig[:, 0] != EMPTY)
     keys = _band_keys_kernel(np.ascontiguousarray(sig[ids]), bands, rows)
@@ -383,34 +384,46 @@ def compiled_candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket:
     with ThreadPoolExecutor(max(1, threads)) as ex:
         orders = list(ex.map(sort_band, range(bands)))       # every band's centers before any band's pairs
         codes = list(ex.map(lambda b: _band_pairs(keys, b, orders[b], center, len(sig), ids), range(bands)))
-    p = np.sort(np.concatenate(codes)) if codes else np.zeros(0, np.int64)
+    p = np.concatenate(codes) if codes else np.zeros(0, np.int64)
+    if sort: p.sort()
     return p // max(1, len(sig)), p % max(1, len(sig))
 
 @njit(cache=True, nogil=True)
-def _components_kernel(sig, i, j, threshold):
-    n, k = sig.shape[0], sig.shape[1]
-    parent, edges = np.arange(n), 0
+def _similar_kernel(sig, i, j, threshold):
+    "Whether each pair's estimated Jaccard reaches `threshold`, computed as `estimate_jaccard` computes it."
+    k, out = sig.shape[1], np.zeros(i.shape[0], np.bool_)
     for p in range(i.shape[0]):
         a, b = i[p], j[p]
         if sig[a, 0] == 0xFFFFFFFF or sig[b, 0] == 0xFFFFFFFF: continue
         same = 0
         for r in range(k): same += sig[a, r] == sig[b, r]
-        if same / k < threshold: continue               # the estimate, as `estimate_jaccard` computes it
-        edges += 1
+        out[p] = same / k >= threshold
+    return out
+
+@njit(cache=True, nogil=True)
+def _union_find(n, i, j):
+    "Component labels of the graph with edges (i, j): union-find, then labels by smallest document, as scipy numbers them."
+    parent = np.arange(n)
+    for p in range(i.shape[0]):
+        a, b = i[p], j[p]
         while parent[a] != a: parent[a] = parent[parent[a]]; a = parent[a]
         while parent[b] != b: parent[b] = parent[parent[b]]; b = parent[b]
-        if a != b: parent[max(a, b)] = min(a, b)       # a root is its component's smallest document
+        if a != b: parent[max(a, b)] = min(a, b)        # a root is its component's smallest document
     comp, label, nxt = np.empty(n, np.int64), np.full(n, -1), 0
     for d in range(n):
         r = d
         while parent[r] != r: r = parent[r]
         if label[r] < 0: label[r] = nxt; nxt += 1
         comp[d] = label[r]
-    return comp, edges
+    return comp
 
-def compiled_components(sig: np.ndarray, i: np.ndarray, j: np.ndarray, threshold: float) -> tuple[np.ndarray, int]:
+def compiled_components(sig: np.ndarray, i: np.ndarray, j: np.ndarray, threshold: float, threads: int = 1) -> tuple[np.ndarray, int]:
     "Component labels (scipy's numbering) of the graph of pairs (i, j) whose estimated Jaccard reaches `threshold`, and its edge count."
-    return _components_kernel(sig, np.asarray(i, np.int64), np.asarray(j, np.int64), float(threshold))
+    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
+    parts = np.array_split(np.arange(len(i)), max(1, threads))
+    with ThreadPoolExecutor(max(1, threads)) as ex:
+        similar = np.concatenate([np.zeros(0, bool)] + list(ex.map(lambda r: _similar_kernel(sig, i[r], j[r], float(threshold)), parts)))
+    return _union_find(len(sig), i[similar], j[similar]), int(similar.sum())
 
 
 # %% ../nbs/32_dedup.ipynb
