@@ -93,9 +93,10 @@ def memory_child(n_docs: int, a) -> dict:
             f"'--threshold', '{a.threshold}']; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'bench')!r}]\n"
             "import dedup, json\n"
             "a = dedup.parse(); docs, _ = dedup.corpus(" + str(n_docs) + "); dedup.ours(docs[:3000], a, 2); gc.collect()\n"
-            "page = resource.getpagesize(); before = int(open('/proc/self/statm').read().split()[1]) * page\n"
+            "kb = lambda key: int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1]) * 1024\n"
+            "open('/proc/self/clear_refs', 'w').write('5'); before = kb('VmRSS')   # 5: reset the peak (VmHWM) to the current RSS\n"
             "sig, res, _, _ = dedup.ours(docs, a, 2)\n"
-            "print(json.dumps({'docs': len(docs), 'rss_before': before, 'peak_rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))")
+            "print(json.dumps({'docs': len(docs), 'rss_before': before, 'peak_rss': kb('VmHWM')}))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if r.returncode: raise RuntimeError(r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -309,22 +309,23 @@ def compiled_signatures(texts, num_perm: int = 128, ngram: int = 5, seed: int = 
     if num_perm != 1 << bits or not 2 <= num_perm <= 1024: raise ValueError(f"num_perm must be a power of two in [2, 1024], got {num_perm}")
     if ngram < 1: raise ValueError(f"ngram must be >= 1, got {ngram}")
     texts = list(texts)
-    if not texts: return np.zeros((0, num_perm), np.uint32)
-    chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
-    if threads <= 1 or len(chunks) == 1: return np.concatenate([_signature_batch(c, num_perm, ngram, seed) for c in chunks])
-    with ThreadPoolExecutor(threads) as ex:
-        return np.concatenate(list(ex.map(lambda c: _signature_batch(c, num_perm, ngram, seed), chunks)))
+    out = np.empty((len(texts), num_perm), np.uint32)
+    def one(s): out[s:s + batch] = _signature_batch(texts[s:s + batch], num_perm, ngram, seed)   # no concatenated copy
+    if threads <= 1: list(map(one, range(0, len(texts), batch)))
+    else:
+        with ThreadPoolExecutor(threads) as ex: list(ex.map(one, range(0, len(texts), batch)))
+    return out
 
 
 # %% ../nbs/32_dedup.ipynb
 @njit(cache=True, nogil=True)
-def _band_keys_kernel(sig, bands, rows):
-    "`band_keys`, one document at a time."
-    keys = np.empty((sig.shape[0], bands), np.uint64)
-    for d in range(sig.shape[0]):
+def _band_keys_kernel(sig, ids, bands, rows):
+    "`band_keys` of the documents `ids`, one document at a time (no copy of their signatures)."
+    keys = np.empty((ids.shape[0], bands), np.uint64)
+    for d in range(ids.shape[0]):
         for b in range(bands):
             acc = np.uint64(0)
-            for r in range(b * rows, (b + 1) * rows): acc = acc * np.uint64(_Q) + np.uint64(sig[d, r])
+            for r in range(b * rows, (b + 1) * rows): acc = acc * np.uint64(_Q) + np.uint64(sig[ids[d], r])
             keys[d, b] = _mix64_jit(acc + np.uint64(1))
     return keys
 
@@ -377,7 +378,7 @@ def compiled_candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket:
     "`candidate_pairs`, compiled: the same pairs (in the same order if `sort`), bands on `threads` threads."
     if bands * rows > sig.shape[1]: raise ValueError(f"bands*rows = {bands}*{rows} exceeds the signature length {sig.shape[1]}")
     ids = np.flatnonzero(sig[:, 0] != EMPTY)
-    keys = _band_keys_kernel(np.ascontiguousarray(sig[ids]), bands, rows)
+    keys = _band_keys_kernel(np.ascontiguousarray(sig), ids, bands, rows)
     center = np.empty((len(ids), bands), np.int64)
     def sort_band(b):
         order = np.argsort(keys[:, b]); _star_centers(keys, b, order, center, max_bucket); return order
