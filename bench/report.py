@@ -41,7 +41,8 @@ def rows() -> list[str]:
     r, q = d["ratios"], d["docs_per_s"]
     out.append(f"| dedup, text to duplicate groups (signatures, LSH, verification, components) vs datasketch and rensa "
                f"(`bench/dedup.py`, {d['date']}, load average {d['load_avg_1min']['median']:.1f}) | "
-               f"{rng(q['ours'], ',.0f')} docs/s on {d['threads']} threads ({rng(q['ours_1_thread'], ',.0f')} on 1): "
+               f"{rng(q['ours'], ',.0f')} docs/s on {d['threads']} threads ({rng(q['ours_1_thread'], ',.0f')} on 1; "
+               f"{d['ours_1_thread_docs_per_cpu_second']['median']:,.0f} per CPU-second): "
                f"{r['ours / datasketch']:.0f}× datasketch, {r['ours / rensa']:.1f}× rensa, {r['ours / numpy_twin']:.1f}× the numpy twin, "
                f"{d['reps']} runs; estimate RMSE ours {d['rmse']['ours']:.3f}, datasketch {d['rmse']['datasketch']:.3f}, "
                f"rensa {d['rmse']['rensa']:.3f}; {d['memory']['gb_per_million_docs_signature_and_index']:.2f} GB signatures + index "
