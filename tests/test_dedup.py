@@ -54,3 +54,11 @@ def test_cased_table_covers_every_code_point():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="power of two"): compiled_signatures(["a b c"], num_perm=100)
     with pytest.raises(ValueError, match="engine must be"): fuzzy_dedup(np.zeros((1, 128), np.uint32), ["a"], ["a"], engine="rust")
+
+def test_curate_config_names_the_engine():
+    from mtnlg.config import ConfigError
+    from mtnlg.curate import load_curate_config
+    cfg = Path(__file__).resolve().parent.parent / "scaled_configs/curate-tiny.yaml"
+    assert load_curate_config(cfg).dedup.engine == "compiled"
+    assert load_curate_config(cfg, {"dedup.engine": "numpy"}).dedup.engine == "numpy"
+    with pytest.raises(ConfigError, match="dedup.engine"): load_curate_config(cfg, {"dedup.engine": "rust"})
