@@ -37,10 +37,16 @@ def rows() -> list[str]:
                + f" (medians of {next(iter(b.values()))['measured_bubble']['runs']} steps; the same 1F1B schedule with the measured "
                + "stage times: " + " / ".join(f"{x['formula_with_measured_stage_times']['median']:.2f}" for x in b.values()) + ") | "
                + " / ".join(f"{x['formula']:.2f}" for x in b.values()) + " ((p−1)/(m+p−1), equal stages) |")
-    _, d = newest("dedup.json")
-    out.append(f"| dedup signatures + LSH vs datasketch (`MinHash.bulk` + LSH insertion session; `bench/dedup.py`, {d['date']}) | "
-               f"{d['speedup']:.1f}× on {d['workers']} processes ({d['speedup_per_process']:.1f}× per process): "
-               f"{rng(d['ours_docs_per_s'], ',.0f')} vs {rng(d['datasketch_docs_per_s'], ',.0f')} docs/s, {d['reps']} runs | ≥ 10× |")
+    _, d = newest("dedup-*-cpu.json")
+    r, q = d["ratios"], d["docs_per_s"]
+    out.append(f"| dedup, text to duplicate groups (signatures, LSH, verification, components) vs datasketch and rensa "
+               f"(`bench/dedup.py`, {d['date']}, load average {d['load_avg_1min']['median']:.1f}) | "
+               f"{rng(q['ours'], ',.0f')} docs/s on {d['threads']} threads ({rng(q['ours_1_thread'], ',.0f')} on 1; "
+               f"{d['ours_1_thread_docs_per_cpu_second']['median']:,.0f} per CPU-second): "
+               f"{r['ours / datasketch']:.0f}× datasketch, {r['ours / rensa']:.1f}× rensa, {r['ours / numpy_twin']:.1f}× the numpy twin, "
+               f"{d['reps']} runs; estimate RMSE ours {d['rmse']['ours']:.3f}, datasketch {d['rmse']['datasketch']:.3f}, "
+               f"rensa {d['rmse']['rensa']:.3f}; {d['memory']['gb_per_million_docs_signature_and_index']:.2f} GB signatures + index "
+               f"per million documents | ≥ 100,000 docs/s on 2 cores |")
     _, v = newest("eval.json")
     out.append(f"| eval log-likelihood requests/s vs lm-eval `hf` backend (`bench/eval.py`, {v['date']}) | "
                f"{v['ratio']:.2f}×: {rng(v['ours_requests_per_s'], ',.0f')} vs {rng(v['hf_requests_per_s'], ',.0f')} requests/s, "

@@ -49,6 +49,7 @@ class DedupSpec:
     rows: int = 8
     threshold: float = 0.8
     ngram: int = 5
+    engine: str = "compiled"          # compiled | numpy: chapter 32's kernels or their numpy twin (the same decisions)
 
 @dataclass
 class DecontaminateSpec:
@@ -126,6 +127,7 @@ def _validate_curate(c: CurateConfig):
     if d.bands * d.rows > d.num_perm: raise ConfigError(f"`dedup.bands * dedup.rows` = {d.bands * d.rows} exceeds `dedup.num_perm` = {d.num_perm}")
     if d.num_perm & (d.num_perm - 1): raise ConfigError(f"`dedup.num_perm` must be a power of two, got {d.num_perm}")
     if not 0 < d.threshold <= 1: raise ConfigError(f"`dedup.threshold` must be in (0, 1], got {d.threshold}")
+    if d.engine not in ("compiled", "numpy"): raise ConfigError(f"`dedup.engine` must be compiled or numpy, got {d.engine!r}")
     if c.tokenize.tokenizer not in ("train-bpe", "gpt2"): raise ConfigError(f"`tokenize.tokenizer` must be train-bpe or gpt2, got {c.tokenize.tokenizer!r}")
     if c.tokenize.tokenizer == "gpt2" and not (c.tokenize.vocab_file and c.tokenize.merges_file):
         raise ConfigError("`tokenize.tokenizer: gpt2` needs `tokenize.vocab_file` and `tokenize.merges_file`")
@@ -219,9 +221,9 @@ def task_quality(man_path, src, dst, model_path, filter, alpha, seed):
         return _run_stage(man_path, passthrough, src, dst)
     return _run_stage(man_path, quality_shard, src, dst, clf, filter, alpha, seed)
 
-def task_signatures(sig_path, src, num_perm, ngram, seed):
+def task_signatures(sig_path, src, num_perm, ngram, seed, engine="compiled"):
     from mtnlg.dedup import signature_shard
-    if not Path(sig_path).is_file(): signature_shard(src, sig_path, num_perm, ngram, seed)
+    if not Path(sig_path).is_file(): signature_shard(src, sig_path, num_perm, ngram, seed, engine)
     return str(sig_path)
 
 def task_dedup(man_path, src, dst, plan_path):
@@ -345,10 +347,10 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
 
         dd = cfg.dedup
         sigs = ex.map(task_signatures, [(stage_file("dedup_signatures", d, s, ".npz"), stage_file("quality", d, s), dd.num_perm,
-                                         dd.ngram, cfg.seed) for d, s in jobs], "dedup signatures", progress)
+                                         dd.ngram, cfg.seed, dd.engine) for d, s in jobs], "dedup signatures", progress)
         plan = out / "dedup_plan.json"
         if not plan.is_file():
-            drops, info = plan_dedup(sigs, list(spec), dd.threshold, dd.bands, dd.rows)
+            drops, info = plan_dedup(sigs, list(spec), dd.threshold, dd.bands, dd.rows, dd.engine)
             plan.write_text(json.dumps({"drops": drops, "summary": info}))
         ms = ex.map(task_dedup, [(man_file("dedup", d, s), stage_file("quality", d, s), stage_file("dedup", d, s), plan)
                                  for d, s in jobs], "dedup", progress)

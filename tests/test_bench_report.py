@@ -21,7 +21,7 @@ def test_every_benchmark_reports_median_min_max_of_at_least_5_runs():
                 for v in x.values(): yield from summaries(v)
         elif isinstance(x, list):
             for v in x: yield from summaries(v)
-    for pattern in ("engine-*.json", "dedup.json", "eval.json", "memory-cpu-*.json", "checkpoint-cpu-*.json",
+    for pattern in ("engine-*.json", "dedup-*-cpu.json", "eval.json", "memory-cpu-*.json", "checkpoint-cpu-*.json",
                     "generate-*.json", "kernels-*.json"):
         path, data = report.newest(pattern)
         found = list(summaries(data))

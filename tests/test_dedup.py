@@ -1,0 +1,64 @@
+"The compiled dedup kernels (chapter 32) against their numpy twin: the same signatures bit for bit, the same clusters."
+import sys
+import numpy as np
+import pytest
+from mtnlg.data import read_jsonl_texts
+from mtnlg.dedup import (EDITS, EMPTY, _cased_table, compiled_candidate_pairs, compiled_signatures, candidate_pairs,
+                         edit_words, fuzzy_dedup, minhash_signatures)
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+TRICKY = ["", "   ", "two words", "ÉCOLE Straße ΑΣ İstanbul", "The KELVIN \u212a sign, a\nnewline", "\ud800 a lone surrogate and more",
+          "école normale supérieure de paris", "ÆØÅ æøå 123 _under_score x", "日本語のテキスト です ね", "emoji 😀 text here ok fine"]
+
+@pytest.fixture(scope="module")
+def corpus():
+    "Wiki passages of ~300 words, every 4th followed by an edited copy, plus exact copies and texts that test the edges."
+    wiki, _ = read_jsonl_texts([FIXTURES / "corpus/wiki_train.jsonl"])
+    words = [w for t in wiki for w in t.split()]
+    rng = np.random.default_rng(0)
+    docs = []
+    for k in range(600):
+        docs.append(" ".join(words[k * 300:(k + 1) * 300]))
+        if k % 4 == 0:
+            kind, amount = EDITS[k // 4 % len(EDITS)]
+            docs.append(" ".join(edit_words(docs[-1].split(), kind, amount, rng, words[:3000])))
+    return TRICKY + docs + docs[:40]
+
+@pytest.mark.parametrize("num_perm,ngram,seed", [(128, 5, 0), (64, 3, 1234)])
+def test_compiled_signatures_are_the_twins(corpus, num_perm, ngram, seed):
+    fast = compiled_signatures(corpus, num_perm, ngram, seed, threads=2, batch=97)
+    twin = minhash_signatures(corpus, num_perm, ngram, seed)
+    assert fast.dtype == twin.dtype == np.uint32 and fast.shape == (len(corpus), num_perm)
+    assert np.array_equal(fast, twin)
+    assert (fast[:2] == EMPTY).all() and (fast[2:] != EMPTY).all()
+
+def test_compiled_clusters_are_the_twins(corpus):
+    sig = compiled_signatures(corpus)
+    datasets = ["web" if k % 3 else "wiki" for k in range(len(corpus))]
+    for t in (0.5, 0.8):
+        a = fuzzy_dedup(sig, datasets, ["wiki", "web"], t, engine="compiled", threads=2)
+        z = fuzzy_dedup(sig, datasets, ["wiki", "web"], t, engine="numpy")
+        for f in ("keep", "duplicate_of", "component"): assert np.array_equal(getattr(a, f), getattr(z, f)), f
+        assert (a.n_candidates, a.n_edges) == (z.n_candidates, z.n_edges)
+        assert 40 <= (~a.keep).sum() < 250                  # the 40 exact copies and some edited ones go
+    fast, twin = compiled_candidate_pairs(sig, 16, 8, max_bucket=1), candidate_pairs(sig, 16, 8, max_bucket=1)   # star buckets
+    assert np.array_equal(fast[0], twin[0]) and np.array_equal(fast[1], twin[1]) and len(fast[0]) > 40
+
+def test_cased_table_covers_every_code_point():
+    table = _cased_table()
+    assert all(chr(c).lower() == chr(c) for c in range(len(table), sys.maxunicode + 1))
+    assert table[ord("É")] == 1 and table[ord("é")] == 0 and table[0x212A] == 1
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="power of two"): compiled_signatures(["a b c"], num_perm=100)
+    with pytest.raises(ValueError, match="engine must be"): fuzzy_dedup(np.zeros((1, 128), np.uint32), ["a"], ["a"], engine="rust")
+
+def test_curate_config_names_the_engine():
+    from mtnlg.config import ConfigError
+    from mtnlg.curate import load_curate_config
+    cfg = Path(__file__).resolve().parent.parent / "scaled_configs/curate-tiny.yaml"
+    assert load_curate_config(cfg).dedup.engine == "compiled"
+    assert load_curate_config(cfg, {"dedup.engine": "numpy"}).dedup.engine == "numpy"
+    with pytest.raises(ConfigError, match="dedup.engine"): load_curate_config(cfg, {"dedup.engine": "rust"})
