@@ -27,10 +27,18 @@ def notebook_groups(notebooks) -> dict[str, list[Path]]:
                 first = {k: (new if v == old else v) for k, v in first.items()}
     return {g.stem: [nb for nb in notebooks if first[nb] == g] for g in dict.fromkeys(first.values())}
 
-def run_notebook(nb: Path, tmp_path: Path):
+BOOK = NBS.parent / "runs" / "book"   # each chapter as executed here: the site (`make docs`) is built from these copies
+
+def run_notebook(nb: Path, tmp_path: Path, keep: Path | None = BOOK):
+    "Execute `nb` under papermill (cwd `nbs/`); when it ran to the end, keep the executed copy as `keep/<name>.ipynb`."
     params = {"run_dir": str(tmp_path / "run")} if nb.stem == "41_train" else {}
-    pm.execute_notebook(str(nb), str(tmp_path / nb.name), parameters=params, cwd=str(NBS),
-                        kernel_name="python3", progress_bar=False)
+    out = tmp_path / nb.name
+    pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(NBS), kernel_name="python3", progress_bar=False)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        tmp = keep / (nb.name + ".part")
+        tmp.write_bytes(out.read_bytes())
+        tmp.replace(keep / nb.name)   # atomic: a failed or interrupted run never leaves a half-written chapter
 
 def chapters_class(members: list[Path]):
     class Chapters:
