@@ -5,12 +5,18 @@ author = "mtnlg developers"
 copyright = "2026 onwards, mtnlg developers"
 html_title = "mtnlg: Megatron-Turing NLG 530B as a book"
 
+import importlib.util
+from pathlib import Path
+
 extensions = [
     "myst_nb",                  # .md pages and executed .ipynb chapters
     "sphinx.ext.autodoc",       # the API reference, from the package's docstrings
-    "sphinx-mathjax-offline",   # MathJax 3 from the PyPI package, copied into _static/: no CDN when building or reading
 ]
-mathjax_path = "mathjax/tex-chtml.js"   # what sphinx-mathjax-offline sets; said here too so it never falls back to a CDN
+# Math: MathJax 3 as the PyPI package `sphinx-mathjax-offline` ships it, copied into the site's _static/mathjax/ and
+# loaded from there: no CDN when building or reading. (Its own extension does the same copy after the build, but is not
+# declared safe for parallel reading; serving its folder as a static path is.)
+html_static_path = [str(Path(importlib.util.find_spec("sphinx-mathjax-offline").origin).parent / "static")]
+mathjax_path = "mathjax/tex-chtml.js"
 
 nb_execution_mode = "off"               # outputs come from the papermill runs of the tests
 nb_merge_streams = True

@@ -21,7 +21,7 @@ PARTS = {"0": "Foundations", "1": "Part 1: 3D parallelism", "2": "Part 2: kernel
          "4": "Part 4: the training recipe", "5": "Part 5: performance", "6": "Part 6: evaluation",
          "7": "Part 7: bias and in-context learning", "9": "Tools"}
 GENERATED = {"genindex.html", "py-modindex.html", "search.html"}   # Sphinx's own pages: a title, no <h1>
-SCREENSHOTS = {"12_pipeline_parallel": "img", "60_evaluate": "img"}   # chapter -> what to scroll to
+SCREENSHOTS = {"12_pipeline_parallel": "img", "61_tasks": "img"}   # chapter -> what to scroll to (its first figure)
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
