@@ -195,9 +195,14 @@ def check_site(site: Path = SITE, chromium: Path = CHROMIUM, pages: list[str] | 
         ctx.route("**/*", route)
         page, current = ctx.new_page(), [""]
         console, failed = [], []
-        page.on("console", lambda m: m.type == "error" and console.append((current[0], m.text)))
+        def on(url: str) -> str:   # the page an event came from (events may arrive after the next page was opened)
+            return url[len(base):] if url.startswith(base) else current[0]
+        def frame_url(r) -> str:
+            try: return r.frame.url
+            except Exception: return ""
+        page.on("console", lambda m: m.type == "error" and console.append((on(m.page.url if m.page else ""), m.text)))
         page.on("pageerror", lambda e: console.append((current[0], str(e))))
-        page.on("response", lambda r: r.status >= 400 and failed.append((current[0], f"{r.status} {r.url}")))
+        page.on("response", lambda r: r.status >= 400 and failed.append((on(frame_url(r.request)), f"{r.status} {r.url}")))
         for rel in pages:
             current[0] = rel
             page.goto(base + rel, wait_until="load")
@@ -234,6 +239,7 @@ def check_site(site: Path = SITE, chromium: Path = CHROMIUM, pages: list[str] | 
             if frag and rel in state and unquote(frag) not in state[rel]["ids"]:
                 problems += [f"{src}: broken link: {rel}#{frag} (no such anchor)" for src in sorted(sources)]
         ctx.close()
+    problems = list(dict.fromkeys(problems))   # a missing image is also a failed request, reported once each
     stats = {"pages": len(pages), "images": sum(len(s["images"]) for s in state.values()),
              "math": sum(len(s["math"]) for s in state.values()), "links": len(linked), "seconds": round(time.time() - t0, 1)}
     return problems, stats
@@ -277,7 +283,7 @@ def main(argv=None):
     ap.add_argument("pages", nargs="*", help="check: only these pages (relative to the site), e.g. chapters/12_pipeline_parallel.html")
     ap.add_argument("--site", type=Path, default=SITE)
     ap.add_argument("--book", type=Path, default=BOOK, help="executed chapters (another folder: nothing is executed)")
-    a = ap.parse_args(argv)
+    a = ap.parse_intermixed_args(argv)
     if a.what == "build": build(a.site, a.book); return 0
     chromium, why = ensure_chromium()
     if chromium is None: print(f"no browser: {why}"); return 2
