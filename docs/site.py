@@ -225,12 +225,13 @@ def check_site(site: Path = SITE, chromium: Path = CHROMIUM, pages: list[str] | 
         problems += [f"{p}: requested from outside the site: {u}" for p, u in outside]
         problems += [f"{p}: failed request: {f}" for p, f in failed]
         # every link between pages: the target exists (HTTP status), and its #fragment is an id on it
+        t_links, fetched = time.time(), 0
         for url, sources in sorted(linked.items()):
             target, frag = url.split("#", 1) if "#" in url else (url, "")
             rel = unquote(urlsplit(target).path.lstrip("/")) or "index.html"
             if rel.endswith("/"): rel += "index.html"
             if rel not in state:
-                status = page.request.get(target).status
+                status, fetched = page.request.get(target).status, fetched + 1
                 if status >= 400:
                     problems += [f"{src}: broken link ({status}): {rel}" for src in sorted(sources)]
                     continue
@@ -241,7 +242,8 @@ def check_site(site: Path = SITE, chromium: Path = CHROMIUM, pages: list[str] | 
         ctx.close()
     problems = list(dict.fromkeys(problems))   # a missing image is also a failed request, reported once each
     stats = {"pages": len(pages), "images": sum(len(s["images"]) for s in state.values()),
-             "math": sum(len(s["math"]) for s in state.values()), "links": len(linked), "seconds": round(time.time() - t0, 1)}
+             "math": sum(len(s["math"]) for s in state.values()), "links": len(linked), "fetched": fetched,
+             "seconds": round(time.time() - t0, 1), "links_seconds": round(time.time() - t_links, 1)}
     return problems, stats
 
 def external_assets(site: Path = SITE) -> list[str]:
