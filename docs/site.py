@@ -123,8 +123,8 @@ def build(site: Path = SITE, book: Path = BOOK) -> Path:
 def ensure_chromium() -> tuple[Path | None, str]:
     "Debian's chromium: installed with apt-get when missing and we are root. (path, '') or (None, why not)."
     if CHROMIUM.exists(): return CHROMIUM, ""
-    if not shutil.which("apt-get"): return None, "no /usr/bin/chromium and no apt-get to install Debian's chromium"
-    if os.geteuid() != 0: return None, "no /usr/bin/chromium, and not root to `apt-get install chromium`"
+    if not shutil.which("apt-get"): return None, f"no {CHROMIUM} and no apt-get to install Debian's chromium"
+    if os.geteuid() != 0: return None, f"no {CHROMIUM}, and not root to `apt-get install chromium`"
     install = ["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", "chromium"]
     for step in ([install], [["apt-get", "-o", "DPkg::Lock::Timeout=600", "update", "-q"], install]):
         for cmd in step: subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -60,3 +60,8 @@ def test_the_check_fails_on_a_deleted_image_and_a_broken_link(built, chromium, t
     problems, _ = site.check_site(copy, chromium, ["chapters/12_pipeline_parallel.html", "chapters/60_evaluate.html"])
     assert f"chapters/12_pipeline_parallel.html: image did not load: {image}" in problems, problems
     assert "chapters/60_evaluate.html: broken link (404): chapters/61_task.html" in problems, problems
+
+def test_without_a_browser_it_says_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(site, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setattr(site.os, "geteuid", lambda: 1000)
+    assert site.ensure_chromium() == (None, f"no {tmp_path / 'no-chromium'}, and not root to `apt-get install chromium`")
