@@ -1,6 +1,6 @@
 """The book as a website: built from the chapters as the tests executed them, checked in a headless Chromium.
 
-    python docs/site.py build          # execute the chapters whose executed copy is missing, then sphinx-build
+    python docs/site.py build          # execute the chapters whose executed copy is missing or stale, then sphinx-build
     python docs/site.py check [PAGE…]  # open every page (or these) in Chromium; print each problem (page: what), exit 1 if any
     python docs/site.py screenshots    # docs/screenshots/*.png of the chapters in SCREENSHOTS
 
@@ -9,9 +9,9 @@ those copies with the pages in `docs/` into `runs/site-src/` and renders them wi
 into `runs/site/`. Math is MathJax 3 from the `sphinx-mathjax-offline` package, served from the site itself.
 """
 from __future__ import annotations
-import argparse, functools, http.server, json, os, re, shutil, socket, subprocess, sys, threading, time
+import argparse, functools, http.server, json, os, re, shutil, subprocess, sys, threading, time
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit, unquote
+from urllib.parse import urlsplit, unquote
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS, DOCS = ROOT / "nbs", ROOT / "docs"
@@ -59,7 +59,7 @@ def execute_missing(book: Path = BOOK) -> list[str]:
     if groups:
         ids = [f"tests/test_notebooks.py::TestChapters_{g}" for g in groups]
         workers = ["-n", "2", "--dist", "loadscope"] if len(groups) > 1 else ["-p", "no:xdist"]
-        print(f"executing {len(groups)} chapter group(s) without an executed copy: {', '.join(groups)}", flush=True)
+        print(f"executing {len(groups)} chapter group(s) without an up-to-date executed copy: {', '.join(groups)}", flush=True)
         subprocess.run([sys.executable, "-m", "pytest", "-q", *workers, *ids], cwd=ROOT, check=True)
     return groups
 
