@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-full install export clean
+.PHONY: demo test test-full install export clean lab docs
 
 install: $(STAMP)
 
@@ -32,13 +32,27 @@ demo: install
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
 	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, bias/bias.md)"
 
-# two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker
+# two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker.
+# Then the book's website (tests/test_site.py, marked `book`), built from the chapters the first run executed
+# (runs/book/), opened page by page in a headless Chromium (Debian's chromium, installed by the test if missing).
 test: install
 	$(BIN)/python -m pytest tests -n 2 --dist loadscope --durations=15
+	$(BIN)/python -m pytest tests -m book --durations=5
 
 # test + the cases marked slow (e.g. kill -9 and bitwise resume on TP 2 x PP 2 x DP 2)
 test-full: install
-	$(BIN)/python -m pytest tests -m "slow or not slow" -n 2 --dist loadscope --durations=15
+	$(BIN)/python -m pytest tests -m "not book" -n 2 --dist loadscope --durations=15
+	$(BIN)/python -m pytest tests -m book --durations=5
+
+# Read the book: JupyterLab on nbs/ with this project's kernel, "mtnlg (.venv)"
+lab: install
+	$(BIN)/python -m ipykernel install --sys-prefix --name mtnlg --display-name "mtnlg (.venv)"
+	$(BIN)/jupyter lab nbs/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# The book as a static website in runs/site/ (open runs/site/index.html): Sphinx + myst-nb, from the chapters as the
+# tests executed them (runs/book/; a chapter without an executed copy is executed first), math by offline MathJax
+docs: install
+	$(BIN)/python docs/site.py build
 
 export: install
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean

@@ -27,10 +27,19 @@ def notebook_groups(notebooks) -> dict[str, list[Path]]:
                 first = {k: (new if v == old else v) for k, v in first.items()}
     return {g.stem: [nb for nb in notebooks if first[nb] == g] for g in dict.fromkeys(first.values())}
 
-def run_notebook(nb: Path, tmp_path: Path):
+BOOK = NBS.parent / "runs" / "book"   # each chapter as executed here: the site (`make docs`) is built from these copies
+
+def run_notebook(nb: Path, tmp_path: Path, keep: Path | None = BOOK):
+    "Execute `nb` under papermill (cwd `nbs/`); when it ran to the end, keep the executed copy as `keep/<name>.ipynb`."
     params = {"run_dir": str(tmp_path / "run")} if nb.stem == "41_train" else {}
-    pm.execute_notebook(str(nb), str(tmp_path / nb.name), parameters=params, cwd=str(NBS),
-                        kernel_name="python3", progress_bar=False)
+    out = tmp_path / nb.name
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(NBS), kernel_name="python3", progress_bar=False)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        tmp = keep / (nb.name + ".part")
+        tmp.write_bytes(out.read_bytes())
+        tmp.replace(keep / nb.name)   # atomic: a failed or interrupted run never leaves a half-written chapter
 
 def chapters_class(members: list[Path]):
     class Chapters:
@@ -48,3 +57,14 @@ def test_chapters_sharing_a_run_directory_form_one_group(tmp_path):
     for nb, text in zip(nbs, ['"../runs/x"', '"../runs/y"', '"../runs/x" "../runs/y"', '"../runs/tiny-3d"']):
         nb.write_text(text)
     assert {g: [m.stem for m in ms] for g, ms in notebook_groups(nbs).items()} == {"10_a": ["10_a", "20_b", "30_c"], "40_d": ["40_d"]}
+
+def test_only_a_chapter_that_ran_to_the_end_is_kept_for_the_site(tmp_path):
+    import nbformat
+    keep = tmp_path / "book"
+    for name, code in (("ok.ipynb", "x = 1 + 1"), ("fails.ipynb", "raise ValueError('no')")):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", metadata={"tags": ["parameters"]}),
+                                                       nbformat.v4.new_code_cell(code)]), tmp_path / name)
+    run_notebook(tmp_path / "ok.ipynb", tmp_path / "run-ok", keep)
+    with pytest.raises(pm.PapermillExecutionError): run_notebook(tmp_path / "fails.ipynb", tmp_path / "run-fails", keep)
+    assert sorted(p.name for p in keep.iterdir()) == ["ok.ipynb"]
+    assert json.loads((keep / "ok.ipynb").read_text())["metadata"]["papermill"]["exception"] is None

@@ -1,0 +1,67 @@
+"""The book's website (`make docs`, docs/site.py) opened page by page in a headless Chromium.
+
+Marked `book`: the site is built from the chapters as tests/test_notebooks.py executed them, so `make test` runs these
+after the main run (`pytest -m book`); a chapter without an executed copy is executed first. Skipped, saying why, only
+where Debian's chromium is missing and cannot be installed."""
+import importlib.util, json, shutil, time
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("docs_site", ROOT / "docs" / "site.py")
+site = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(site)
+
+pytestmark = pytest.mark.book
+
+@pytest.fixture(scope="module")
+def chromium():
+    path, why = site.ensure_chromium()
+    if path is None:
+        print(f"\nbrowser tests skipped: {why}")
+        pytest.skip(why)
+    return path
+
+@pytest.fixture(scope="module")
+def built():
+    t0 = time.time()
+    index = site.build()
+    print(f"\nmake docs: {time.time() - t0:.1f} s")
+    return index.parent
+
+def image_outputs(nb: Path) -> int:
+    cells = json.loads(nb.read_text())["cells"]
+    return sum("image/png" in o.get("data", {}) for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
+
+def test_every_page_in_a_browser(built, chromium):
+    t0 = time.time()
+    problems, stats = site.check_site(built, chromium)
+    print(f"\nbrowser: {stats} in {time.time() - t0:.1f} s")
+    assert not problems, f"{len(problems)} problem(s) in the site:\n" + "\n".join(problems)
+    assert stats["pages"] >= len(site.chapters()) + 2                    # every chapter, the landing page, the API page
+    figures = sum(image_outputs(site.BOOK / nb.name) for nb in site.chapters())
+    assert stats["images"] >= figures + 2, (stats, figures)              # every figure a chapter drew, and the demo's two
+    assert stats["math"] > 50                                            # the chapters' formulas, typeset by MathJax
+
+def test_nothing_is_loaded_from_outside_the_site(built):
+    assert site.external_assets(built) == []
+    html = (built / "chapters" / "12_pipeline_parallel.html").read_text()
+    assert "_static/mathjax/tex-chtml.js" in html and "cdn" not in html.lower()
+    assert (built / "_static" / "mathjax" / "tex-chtml.js").exists()
+
+def test_the_check_fails_on_a_deleted_image_and_a_broken_link(built, chromium, tmp_path):
+    "A copy of the site with chapter 12's first figure deleted and a link on chapter 60 pointed at a missing page."
+    copy = tmp_path / "site"
+    shutil.copytree(built, copy)
+    pipeline, evaluate = copy / "chapters" / "12_pipeline_parallel.html", copy / "chapters" / "60_evaluate.html"
+    image = next(t.split('src="')[1].split('"')[0] for t in pipeline.read_text().split("<img")[1:])
+    (pipeline.parent / image).unlink()
+    evaluate.write_text(evaluate.read_text().replace('<a class="reference internal" href="61_tasks.html">',
+                                                       '<a class="reference internal" href="61_task.html">', 1))
+    problems, _ = site.check_site(copy, chromium, ["chapters/12_pipeline_parallel.html", "chapters/60_evaluate.html"])
+    assert f"chapters/12_pipeline_parallel.html: image did not load: {image}" in problems, problems
+    assert "chapters/60_evaluate.html: broken link (404): chapters/61_task.html" in problems, problems
+
+def test_without_a_browser_it_says_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(site, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setattr(site.os, "geteuid", lambda: 1000)
+    assert site.ensure_chromium() == (None, f"no {tmp_path / 'no-chromium'}, and not root to `apt-get install chromium`")
