@@ -135,10 +135,12 @@ def add_reshard_arguments(p: argparse.ArgumentParser):
 
 # %% ../nbs/99_cli.ipynb
 def add_curate_arguments(p: argparse.ArgumentParser):
-    "`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh]` (chapter 36)."
+    "`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh] [--scheduler-file F]` (chapter 36)."
     add_config_arguments(p)
     p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
     p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
+    p.add_argument("--scheduler-file", help="run on the Dask cluster whose scheduler wrote this file (cluster/curate.sbatch); "
+                   "implies --executor dask, --workers = how many workers to wait for")
     p.add_argument("--output-dir", help="override the config's output_dir")
     p.add_argument("--fresh", action="store_true", help="delete the output directory first (no resume)")
     p.add_argument("--no-progress", action="store_true")
@@ -148,7 +150,7 @@ def add_curate_arguments(p: argparse.ArgumentParser):
         cfg = load_curate_config(args.config, dict(parse_override(o) for o in args.set))
         out = Path(args.output_dir) if args.output_dir else cfg.path(cfg.output_dir)
         if args.fresh and out.exists(): shutil.rmtree(out)
-        s = curate(cfg, out, args.executor, args.workers, progress=not args.no_progress)
+        s = curate(cfg, out, args.executor, args.workers, progress=not args.no_progress, scheduler_file=args.scheduler_file)
         print(format_summary(s))
         print(f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set data.train_files=[]")
         return 0
@@ -158,7 +160,10 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|megatron-lm] [--even-only]`;
     `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
     `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
-    config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51)."""
+    config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51);
+    `mtnlg plan --config CFG --job --nodes N [--tasks-per-node T] [--hosts a,b,...]`: the job's placement — ranks per
+    node, TP groups, the node of each pipeline stage, layers per stage, seconds per iteration (chapter 51; the dry run
+    of cluster/scaled.sbatch)."""
     from mtnlg.perf import GPUS, RECOMPUTE, SYSTEMS  # the throughput model itself is plain Python (no GPU needed)
     add_config_arguments(p)
     p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts; with --schedule, "
@@ -187,6 +192,12 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     p.add_argument("--startup-minutes", type=float, default=10.0, help="with --schedule: start-up time of an allocation (default 10)")
     p.add_argument("--signal-minutes", type=float, default=10.0,
                    help="with --schedule: SIGUSR1 comes this long before the time limit (default 10, as cluster/530b.sbatch)")
+    p.add_argument("--job", action="store_true", help="print where the config's layout runs on --nodes nodes: ranks per "
+                   "node, TP groups, pipeline stages on nodes, layers per stage, seconds per iteration (chapter 51)")
+    p.add_argument("--nodes", type=int, help="with --job: nodes of the allocation")
+    p.add_argument("--tasks-per-node", type=int, help="with --job: ranks per node (default: --gpus-per-node)")
+    p.add_argument("--hosts", help="with --job: the allocation's node names, comma-separated (default node0, node1, ...)")
+    p.add_argument("--full", action="store_true", help="with --job: list every node, group and stage")
     p.add_argument("--top", type=int, default=10, help="how many feasible layouts to show (default 10)")
     p.add_argument("--show-infeasible", type=int, default=8, help="how many infeasible layouts to explain (default 8)")
     def run(args):
@@ -194,6 +205,12 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         from mtnlg.perf import plan, format_plan, format_stages, predict, Assumptions, Setup
         if args.gpus_per_node < 1: raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
         cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
+        if args.job:
+            from mtnlg.run_plan import job_plan, format_job_plan
+            if args.nodes is None: raise ValueError("--job needs --nodes")
+            hosts = args.hosts.split(",") if args.hosts else None
+            print(format_job_plan(job_plan(cfg, args.nodes, args.tasks_per_node or args.gpus_per_node, hosts, args.gpu, asm), args.full))
+            return 0
         if args.schedule:
             from mtnlg.run_plan import run_plan, format_run_plan
             if args.gpus is not None and args.gpus != cfg.parallel.total_gpus:

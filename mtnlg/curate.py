@@ -168,9 +168,15 @@ class LocalExecutor:
         if self.pool is not None: self.pool.shutdown()
 
 class DaskExecutor:
-    "The same interface on a dask.distributed cluster: a LocalCluster, or a dask-jobqueue SLURMCluster."
-    def __init__(self, workers: int, kind: str = "dask", slurm: SlurmSpec | None = None):
+    """The same interface on a dask.distributed cluster: a LocalCluster, a dask-jobqueue SLURMCluster, or one already
+    running whose scheduler wrote `scheduler_file` (`dask scheduler --scheduler-file`: cluster/curate.sbatch starts it
+    inside an allocation); we wait for its `workers` workers and leave it running."""
+    def __init__(self, workers: int, kind: str = "dask", slurm: SlurmSpec | None = None, scheduler_file=None):
         from dask.distributed import Client, LocalCluster
+        if scheduler_file:
+            self.cluster, self.client = None, Client(scheduler_file=str(scheduler_file), timeout=120)
+            self.client.wait_for_workers(workers, timeout=300)
+            return
         if kind == "slurm":
             from dask_jobqueue import SLURMCluster
             s = slurm or SlurmSpec()
@@ -187,10 +193,13 @@ class DaskExecutor:
         bar = tqdm(total=len(futs), desc=desc, disable=not progress, mininterval=0.5)
         for f in as_completed(futs): out[index[f.key]] = f.result(); bar.update()
         bar.close(); return out
-    def close(self): self.client.close(); self.cluster.close()
+    def close(self):
+        self.client.close()
+        if self.cluster is not None: self.cluster.close()
 
-def make_executor(kind: str, workers: int, slurm: SlurmSpec | None = None):
-    return LocalExecutor(workers) if kind == "local" else DaskExecutor(workers, kind, slurm)
+def make_executor(kind: str, workers: int, slurm: SlurmSpec | None = None, scheduler_file=None):
+    if scheduler_file and kind != "dask": raise ValueError(f"a scheduler file is for the dask executor, not {kind!r}")
+    return LocalExecutor(workers) if kind == "local" else DaskExecutor(workers, kind, slurm, scheduler_file)
 
 # %% ../nbs/36_curate.ipynb
 _CACHE = {}
@@ -316,8 +325,8 @@ def summarize(manifests: list[dict]) -> dict:
     return tot
 
 def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
-           progress: bool = True, log=print) -> dict:
-    "Run every stage over every shard; return (and write) the summary."
+           progress: bool = True, log=print, scheduler_file=None) -> dict:
+    "Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write) the summary."
     from mtnlg.dedup import plan_dedup
     from mtnlg.decontaminate import eval_task_texts, build_task_ngrams, frequent_ngrams
     from mtnlg.indexed import merge_indexed, blended_gpt_samples, IndexedTokens
@@ -330,7 +339,7 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
     jobs = [(d, s) for d in spec for s in shards[d]]
     stage_file = lambda stage, d, s, ext=".jsonl": out / stage / d / f"{s.stem}{ext}"
     man_file = lambda stage, d, s: out / "manifests" / stage / d / f"{s.stem}.json"
-    ex = make_executor(executor or cfg.executor, workers or cfg.workers, cfg.slurm)
+    ex = make_executor(executor or ("dask" if scheduler_file else cfg.executor), workers or cfg.workers, cfg.slurm, scheduler_file)
     summary = {"config": cfg.source, "output_dir": str(out), "stages": {}}
     try:
         log(f"{cfg.name}: {len(jobs)} shards in {len(spec)} datasets -> {out}")

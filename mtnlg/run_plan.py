@@ -8,7 +8,7 @@ __all__ = ['OPTIMIZER_BYTES', 'SUMMIT_FS_GBPS', 'SUMMIT_GPUS', 'FS_GBPS_PER_GPU'
            'saved_params_per_rank', 'weight_bytes', 'CheckpointSize', 'checkpoint_size', 'default_fs_gbps',
            'transfer_seconds', 'job_mtbf_hours', 'overhead_fraction', 'young_interval', 'daly_interval',
            'round_interval', 'allocation_end_seconds', 'usable_seconds', 'allocations_needed', 'RunPlan', 'run_plan',
-           'format_run_plan', 'plot_run_plan']
+           'format_run_plan', 'plot_run_plan', 'compress_hosts', 'JobPlan', 'job_plan', 'format_job_plan']
 
 # %% ../nbs/51_run_plan.ipynb
 import math
@@ -317,3 +317,106 @@ def plot_run_plan(p: RunPlan, compare_steps: int | None = 500):
     bx.legend(fontsize=8)
     fig.tight_layout(); plt.close(fig)
     return fig
+
+# %% ../nbs/51_run_plan.ipynb
+from .topology import Layout, check_layout, node_of
+
+def compress_hosts(names: list[str]) -> str:
+    "Slurm's short form of a host list: `n1,n2,n3,n7` -> `n[1-3,7]` (names without a number are listed as they are)."
+    import re
+    out, i = [], 0
+    while i < len(names):
+        m = re.fullmatch(r"(.*?)(\d+)", names[i])
+        if not m: out.append(names[i]); i += 1; continue
+        prefix, runs, j = m.group(1), [], i
+        while j < len(names) and (mj := re.fullmatch(re.escape(prefix) + r"(\d+)", names[j])):
+            n = int(mj.group(1))
+            if runs and n == runs[-1][1] + 1: runs[-1][1] = n
+            else: runs.append([n, n])
+            j += 1
+        if j - i == 1: out.append(names[i])
+        else: out.append(prefix + "[" + ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs) + "]")
+        i = j
+    return ",".join(out)
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 else ", ".join(map(str, ranks))
+
+@dataclass
+class JobPlan:
+    "Where every rank of a config's layout runs: `nodes` x `tasks_per_node` ranks, placed block-wise on `hosts`."
+    name: str
+    layout: Layout
+    tasks_per_node: int
+    hosts: list                          # node names in allocation order (node i holds ranks i*T .. i*T+T-1)
+    num_layers: int
+    global_batch: int
+    step_s: float                        # chapter 50's prediction of one full-batch step
+    gpu: str
+
+    @property
+    def nodes(self) -> int: return len(self.hosts)
+    def host(self, rank: int) -> str: return self.hosts[node_of(rank, self.tasks_per_node)]
+    def hosts_of(self, ranks) -> str: return compress_hosts(list(dict.fromkeys(self.host(r) for r in ranks)))
+    @property
+    def layers_per_stage(self) -> int: return self.num_layers // self.layout.pp
+    def stage_ranks(self, stage: int) -> list[int]:
+        n = self.layout.tp * self.layout.dp                # model axis fastest: a stage is TP x DP consecutive ranks
+        return list(range(stage * n, (stage + 1) * n))
+    def stage_layers(self, stage: int) -> range:
+        return range(stage * self.layers_per_stage + 1, (stage + 1) * self.layers_per_stage + 1)
+
+def job_plan(cfg: Config, nodes: int, tasks_per_node: int | None = None, hosts: list[str] | None = None,
+             gpu: GPU | str = "a100-80gb", asm: Assumptions = Assumptions()) -> JobPlan:
+    "The placement of `cfg`'s layout on `nodes` nodes of `tasks_per_node` ranks (default: the config's GPUs per node)."
+    T = tasks_per_node or cfg.parallel.gpus_per_node
+    layout = Layout.of(cfg)
+    if nodes < 1 or T < 1: raise ValueError(f"nodes and tasks per node must be >= 1, got {nodes} x {T}")
+    if nodes * T != layout.world_size:
+        hint = (f"; for {nodes} nodes set parallel.data_parallel={nodes * T // (layout.tp * layout.pp)}"
+                if nodes * T % (layout.tp * layout.pp) == 0 else "")
+        raise ValueError(f"{nodes} nodes x {T} tasks = {nodes * T} ranks, but {layout} needs {layout.world_size}{hint}")
+    check_layout(cfg, layout.world_size)
+    hosts = list(hosts) if hosts else [f"node{i}" for i in range(nodes)]
+    if len(hosts) != nodes: raise ValueError(f"{len(hosts)} host names for {nodes} nodes: {','.join(hosts)}")
+    gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
+    B = cfg.schedule.global_batch_size
+    return JobPlan(cfg.name, layout, T, hosts, cfg.model.num_layers, B,
+                   step_seconds(cfg, Setup.of(cfg, cfg.model.recompute), B, gpu, asm), gpu.name)
+
+# %% ../nbs/51_run_plan.ipynb
+def _some(lines: list[str], head: int = 3, tail: int = 1) -> list[str]:
+    "All of `lines` if few, else the first `head`, an ellipsis and the last `tail`."
+    if len(lines) <= head + tail + 2: return lines
+    return lines[:head] + [f"  ... ({len(lines) - head - tail} more, the same pattern)"] + lines[-tail:]
+
+def _layers(r: range) -> str: return f"layer {r.start}" if len(r) == 1 else f"layers {r.start}-{r.stop - 1}"
+
+def format_job_plan(j: JobPlan, full: bool = False) -> str:
+    "The job, as its dry run prints it: nodes, ranks per node, TP groups, pipeline stages on nodes, seconds per step."
+    L, T = j.layout, j.tasks_per_node
+    cut = (lambda x, **k: x) if full else _some
+    tp = L.groups("model")
+    inside = sum(len({j.host(r) for r in g}) == 1 for g in tp)
+    out = [f"job {j.name}: {j.nodes} nodes x {T} ranks = {L.world_size} ranks; {L}; "
+           f"srun --distribution=block: rank r on node r // {T}",
+           f"nodes ({compress_hosts(j.hosts)}):"]
+    for n, h in enumerate(j.hosts):
+        ranks = list(range(n * T, (n + 1) * T))
+        stages = sorted({L.coord(r).pipe for r in ranks})
+        out.append(f"  {h}: ranks {_span(ranks)} (pipeline stage{'s' if len(stages) > 1 else ''} {_span(stages)})")
+    out[2:] = cut(out[2:])
+    out.append(f"tensor-parallel groups: {len(tp)} of {L.tp} ranks, {inside} of them inside one node")
+    out += cut([f"  TP group {g}: ranks {_span(ranks)} on {j.hosts_of(ranks)}" for g, ranks in enumerate(tp)])
+    hops = [(a, b) for g in L.groups("pipe") for a, b in zip(g, g[1:])]
+    crossing = sum(j.host(a) != j.host(b) for a, b in hops)
+    out.append(f"pipeline stages: {L.pp} of {j.layers_per_stage} layer{'s' if j.layers_per_stage > 1 else ''} "
+               f"({j.num_layers} in all); {crossing} of {len(hops)} stage-to-stage hops cross nodes")
+    ends = {0: " + embedding", L.pp - 1: " + final norm, tied output head"}
+    if L.pp == 1: ends = {0: " + embedding, final norm, tied output head"}
+    out += cut([f"  stage {s}: {_layers(s_l)}{ends.get(s, '')}; ranks {_span(j.stage_ranks(s))} "
+                f"on {j.hosts_of(j.stage_ranks(s))}" for s in range(L.pp) if (s_l := j.stage_layers(s))], head=4)
+    out.append(f"data-parallel groups: {len(L.groups('data'))} of {L.dp} ranks, e.g. ranks {_span(L.groups('data')[0])}")
+    out.append(f"expected: {_duration(j.step_s)} per iteration at global batch {j.global_batch:,} on {j.gpu} "
+               f"(chapter 50's model; `mtnlg plan --schedule` for the whole run)")
+    return "\n".join(out)

@@ -38,7 +38,7 @@ def backends(checkpoint, hf_dir):
 # -- `make test` runs on two workers (pytest -n 2 --dist loadscope): a scope (a test file, or a class of chapters in ---------
 # test_notebooks.py) stays on one worker. The longest scopes start first, so neither worker is left with a long one at the
 # end (longest-processing-time first); the rest keep their order.
-LONGEST_FIRST = ["TestChapters_62_generate", "TestChapters_41_train", "test_checkpoint.py", "test_eval.py", "TestChapters_60_evaluate",
+LONGEST_FIRST = ["TestChapters_62_generate", "TestChapters_41_train", "test_slurm.py", "test_checkpoint.py", "test_eval.py", "TestChapters_60_evaluate",
                  "test_engine.py", "test_memory.py", "test_bias_tasks.py", "test_architecture.py", "test_recompute.py"]
 
 def scope_of(item) -> str: return item.cls.__name__ if item.cls else item.path.name

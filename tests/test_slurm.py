@@ -1,0 +1,161 @@
+"""Every cluster script, for real (issue 11): `bash -n` and shellcheck on cluster/; the 530B dry run's plan; then a
+two-node Slurm on this machine (cluster/local/up, torn down after): `sbatch --wait cluster/scaled.sbatch` on TP 2 x
+PP 2 x DP 2 (2 nodes x 4 tasks, gloo) trains bit for bit like `mtnlg train --nproc 8` (torchrun); a job sent USR1
+checkpoints, is requeued by Slurm under the same job id, resumes and ends bit for bit like the uninterrupted job;
+cluster/curate.sbatch (Dask inside the allocation) writes what the local process pool writes."""
+import json, os, re, shutil, subprocess, sys, time
+from pathlib import Path
+import pytest
+from test_checkpoint import THREE_D, CURATED, run as run_train, losses, latest, assert_identical
+
+ROOT = Path(__file__).resolve().parent.parent
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+SCRIPTS = sorted(ROOT.glob("cluster/*.sbatch")) + sorted((ROOT / "cluster/local").iterdir())
+CONFIG = "scaled_configs/tiny.yaml"
+# chapter 43's bitwise-resume settings on curated data (no tokenizer training per run); a checkpoint every 2 steps, so
+# the preemption test signals at step 2 with 6 steps to spare
+SETS = {**THREE_D, "checkpoint.save_interval": 2, "data.curated": CURATED, "data.train_files": "[]", "data.valid_files": "[]"}
+ARGS = [a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]
+LOCAL = {"MTNLG_SLURM_DIR": "/tmp/mtnlg-slurm-test", "MTNLG_SLURM_PORT": "6937"}   # not the one a user may have up
+
+def cannot_run_slurm() -> str | None:
+    if os.geteuid() != 0: return "Slurm's daemons need root (cluster/local/up)"
+    if not (shutil.which("sbatch") and shutil.which("slurmctld")) and not shutil.which("apt-get"):
+        return "Slurm is not installed and there is no apt-get to install it"
+    return None
+
+def test_scripts_pass_bash_n_and_shellcheck():
+    for s in SCRIPTS:
+        r = subprocess.run(["bash", "-n", str(s)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{s}: {r.stderr}"
+    if not shutil.which("shellcheck") and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "shellcheck"], capture_output=True)
+    if not shutil.which("shellcheck"): pytest.skip("no shellcheck (apt-get install shellcheck)")
+    r = subprocess.run(["shellcheck", *map(str, SCRIPTS)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+    assert len(SCRIPTS) == 5                      # 530b, curate, scaled, local/up, local/down
+
+def dry_run(script="cluster/530b.sbatch", **env) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MTNLG_DRY_RUN": "1", "MTNLG_BIN": MTNLG, **env})
+
+def test_530b_dry_run_prints_the_job():
+    r = dry_run()
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "280 nodes x 8 ranks = 2240 ranks; TP 8 x PP 35 x DP 8" in out
+    assert "tensor-parallel groups: 280 of 8 ranks, 280 of them inside one node" in out
+    assert "TP group 1: ranks 8-15 on node1" in out
+    assert "stage 0: layers 1-3 + embedding; ranks 0-63 on node[0-7]" in out
+    assert "stage 34: layers 103-105 + final norm, tied output head; ranks 2176-2239 on node[272-279]" in out
+    assert 55 < float(re.search(r"expected: ([\d.]+) s per iteration", out).group(1)) < 65   # the paper: 60.1 s
+    r = dry_run(MTNLG_NODES="420")                  # the paper's 420-node run: DP 12, 44.4 s in its Table
+    assert "3360 ranks; TP 8 x PP 35 x DP 12" in r.stdout, r.stderr
+    assert 40 < float(re.search(r"expected: ([\d.]+) s per iteration", r.stdout).group(1)) < 48
+    r = dry_run(MTNLG_NODES="300")
+    assert r.returncode == 2 and "needs a multiple of 35" in r.stderr
+
+# ---------------------------------------------------------------- the local cluster
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    "The local cluster up for this module (installed first if missing), down afterwards whatever happened."
+    if reason := cannot_run_slurm():
+        print(f"skipping the Slurm tests: {reason}"); pytest.skip(reason)
+    env = {**os.environ, **LOCAL}
+    try:
+        r = subprocess.run([str(ROOT / "cluster/local/up")], env=env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r2 = subprocess.run([str(ROOT / "cluster/local/up")], env=env, capture_output=True, text=True, timeout=120)
+        assert r2.returncode == 0 and "already up" in r2.stdout, r2.stdout + r2.stderr         # idempotent
+        runs = tmp_path_factory.mktemp("runs")
+        yield {**env, "SLURM_CONF": f"{LOCAL['MTNLG_SLURM_DIR']}/slurm.conf", "MTNLG_BIN": MTNLG, "MTNLG_RUNS": str(runs),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    finally:
+        down = subprocess.run([str(ROOT / "cluster/local/down")], env=env, capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0, down.stderr
+        again = subprocess.run([str(ROOT / "cluster/local/down")], env=env, capture_output=True, text=True, timeout=60)
+        assert "nothing to stop" in again.stdout
+
+def sbatch(env, *args, name="run", wait=True) -> tuple[int, str]:
+    "Submit from the repository root; (exit code, job id)."
+    r = subprocess.run(["sbatch", "--parsable", *(["--wait"] if wait else []), f"--output={env['MTNLG_RUNS']}/%j.out", *args],
+                       cwd=ROOT, env={**env, "MTNLG_RUN_NAME": name}, capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout.strip().split(";")[0]
+
+def job(env, job_id) -> dict:
+    r = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True)
+    return dict(re.findall(r"(\w+)=(\S+)", r.stdout))
+
+def wait_until(cond, what, timeout=300):
+    t0 = time.time()
+    while not cond():
+        if time.time() - t0 > timeout: raise TimeoutError(what)
+        time.sleep(0.2)
+
+@pytest.fixture(scope="module")
+def straight(slurm, tmp_path_factory):
+    "The uninterrupted Slurm job: 2 nodes x 4 tasks."
+    rc, job_id = sbatch(slurm, "--nodes=2", "--ntasks-per-node=4", "cluster/scaled.sbatch", CONFIG, *ARGS, name="straight")
+    run_dir = Path(slurm["MTNLG_RUNS"]) / "straight"
+    assert rc == 0, (run_dir / f"logs/slurm-{job_id}.out").read_text()[-3000:]
+    return run_dir, job_id
+
+def test_sbatch_3d_equals_torchrun(slurm, straight, tmp_path):
+    run_dir, job_id = straight
+    log = (run_dir / f"logs/slurm-{job_id}.out").read_text()
+    assert f"=== job {job_id} allocation 0" in log and "2 nodes x 4 ranks on n[1-2]" in log
+    run_train(tmp_path, SETS, "--nproc", "8")              # the same layout under torchrun, on this machine
+    assert len(losses(tmp_path)) == 8
+    assert_identical(tmp_path, run_dir)                   # every step's loss, and the last checkpoint, bit for bit
+
+def test_usr1_checkpoints_requeues_and_resumes_bitwise(slurm, straight):
+    rc, job_id = sbatch(slurm, "--nodes=2", "--ntasks-per-node=4", "cluster/scaled.sbatch", CONFIG, *ARGS, name="preempted", wait=False)
+    assert rc == 0
+    run_dir = Path(slurm["MTNLG_RUNS"]) / "preempted"
+    wait_until(lambda: latest(run_dir) is not None or job(slurm, job_id).get("JobState") not in ("PENDING", "RUNNING"), "first checkpoint")
+    assert latest(run_dir) == "step-0000002", job(slurm, job_id)
+    # what Slurm sends the batch shell ten minutes before the time limit (--signal=B:USR1@600)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=slurm, check=True)
+    wait_until(lambda: job(slurm, job_id).get("Restarts") == "1" and job(slurm, job_id).get("JobState") == "PENDING", "requeue")
+    # Slurm holds a requeued job 120 s (BeginTime); release it now, once the old allocation's credential (revoked in
+    # this second) is a second old
+    time.sleep(1.5)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=slurm, check=True)
+    state = {}
+    def ended():
+        state.update(job(slurm, job_id))
+        return state.get("JobState") not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", None)
+    wait_until(ended, "the requeued job's end")
+    log = (run_dir / f"logs/slurm-{job_id}.out").read_text()
+    assert (state["JobState"], state["ExitCode"], state["Restarts"]) == ("COMPLETED", "0:0", "1"), log[-3000:]
+    assert "batch shell: SIGUSR1, forwarding it to the training ranks" in log
+    stopped = int(re.search(r"SIGUSR1: saved \S+step-(\d+) after step", log).group(1))   # the rank got USR1 itself
+    assert 2 <= stopped < 8
+    assert f"scontrol requeue {job_id}" in log and f"=== job {job_id} allocation 1" in log
+    assert f"resumed from {run_dir}/checkpoints/step-{stopped:07d}" in log
+    assert_identical(straight[0], run_dir)                 # uninterrupted and preempted-requeued-resumed: bit for bit
+
+def _without(d, keys=("seconds", "output_dir", "config")):
+    if isinstance(d, dict): return {k: _without(v, keys) for k, v in d.items() if k not in keys}
+    if isinstance(d, list): return [_without(v, keys) for v in d]
+    return d
+
+def test_curate_sbatch_on_dask_equals_local_pool(slurm, tmp_path):
+    from mtnlg.curate import load_curate_config, curate
+    cfg = "scaled_configs/curate-tiny.yaml"
+    rc, job_id = sbatch(slurm, "--nodes=2", "--ntasks-per-node=2", "cluster/curate.sbatch", cfg, "--output-dir", str(tmp_path / "slurm"), "--fresh")
+    logs = Path(slurm["MTNLG_RUNS"]) / f"logs/curate-{job_id}"
+    assert rc == 0, (logs / "slurm.out").read_text()[-3000:]
+    assert "4 workers" in (logs / "slurm.out").read_text()
+    workers = (logs / "dask-scheduler.log").read_text()
+    assert len(set(re.findall(r"Register worker addr: (\S+)", workers))) == 4             # one per task, on both nodes
+    curate(load_curate_config(ROOT / cfg), tmp_path / "local", "local", 2, progress=False)
+    files = lambda d: sorted(p.relative_to(d) for p in d.rglob("*") if p.is_file())
+    a, b = tmp_path / "local", tmp_path / "slurm"
+    assert files(a) == files(b) and len(files(a)) > 50
+    for f in files(a):
+        if f.suffix == ".json" and (f.parts[0] == "manifests" or f.name == "summary.json"):   # wall times differ
+            assert _without(json.loads((a / f).read_text())) == _without(json.loads((b / f).read_text())), f
+        elif f.name == "megatron_data_path.txt":                                               # absolute paths
+            assert (a / f).read_text().replace(str(a), "OUT") == (b / f).read_text().replace(str(b), "OUT")
+        else: assert (a / f).read_bytes() == (b / f).read_bytes(), f                          # shards, indexes, tokenizer
