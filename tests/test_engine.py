@@ -110,6 +110,21 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
     meta = json.loads((tmp_path / "checkpoints/step-0000006/meta.json").read_text())
     assert meta["layout"] == {"tp": tp, "pp": pp, "dp": dp} and len(meta["shards"]) == tp * pp * dp
 
+def test_balanced_partition_trains_like_one_process(single, tmp_path):
+    """PP 2 with `parallel.partition: balanced`: on tiny the output layer costs 1.3 blocks, so the first stage takes the
+    embedding and both blocks, the last only the final LayerNorm and the output layer — and the run still matches one
+    process (losses within 1e-5 relative, every weight within 1e-5), its checkpoint keyed by GPT names as any other."""
+    from mtnlg.config import load_config
+    from mtnlg.engine import stage_bounds
+    over = {**PARITY, "optimizer.adam_eps": 1e-6, **layout(1, 2, 1), "parallel.partition": "balanced"}
+    assert stage_bounds(load_config(CONFIG, over)) == [0, 3, 5] != stage_bounds(load_config(CONFIG, {**over, "parallel.partition": "uniform"}))
+    r = mtnlg_train(tmp_path, over, nproc=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stages hold layers ['0-2', '3-4']" in r.stdout + r.stderr
+    err = parity_errors(single, tmp_path)
+    print(f"balanced pp2: max relative loss error {err['loss']:.2e}, max |param difference| {err['param']:.2e}")
+    assert err["loss"] <= 1e-5 and err["param"] <= 1e-5, err
+
 @pytest.mark.slow             # TP 2 on chapter 11's layers equals TP 1 in test_parallel_scratch; the engine's TP 2 x PP 2 above
 def test_engine_on_scratch_tp_layers_trains_like_one_process(single, tmp_path):
     "TP 2 x PP 2 through DeepSpeed with chapter 11's from-scratch tensor-parallel layers: the same losses and weights."
