@@ -40,7 +40,9 @@ def time_instructions(spent: dict, keys: dict):
         instruction = getattr(schedule, name)
         orig = PipelineEngine._INSTRUCTION_MAP[instruction]
         def wrapper(self, *a, _orig=orig, _key=key, **k):
-            t0 = time.perf_counter(); r = _orig(self, *a, **k); spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - t0; return r
+            t0, c0 = time.perf_counter(), time.process_time(); r = _orig(self, *a, **k)
+            spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - t0
+            spent[_key + "_cpu"] = spent.get(_key + "_cpu", 0.0) + time.process_time() - c0; return r
         PipelineEngine._INSTRUCTION_MAP[instruction] = wrapper
 
 def overhead(steps: int) -> dict:
@@ -76,7 +78,8 @@ def overhead(steps: int) -> dict:
         for name, fn in (("engine", run_engine), ("plain", run_plain)):
             spent.clear(); c0, t0 = time.process_time(), time.perf_counter(); fn(batches[i])
             t[name].append(time.perf_counter() - t0); cpu[name].append(time.process_time() - c0)
-            if name == "engine": phases.append({**spent, "rest": t[name][-1] - sum(spent.values())})
+            if name == "engine": phases.append({k: v for k, v in spent.items() if not k.endswith("_cpu")})
+            if name == "engine": phases[-1]["rest"] = t[name][-1] - sum(phases[-1].values())
     ntok = s.global_batch_size * seq
     eng, pla = summary([ntok / x for x in t["engine"]]), summary([ntok / x for x in t["plain"]])
     eng_cpu, pla_cpu = summary([ntok / x for x in cpu["engine"]]), summary([ntok / x for x in cpu["plain"]])
@@ -96,7 +99,7 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int, partition: str)
     from mtnlg import engine as E
     from mtnlg.topology import Layout, init_distributed, quiet_libraries
     quiet_libraries()
-    spent = {"busy": 0.0, "step": 0.0}
+    spent = {"busy": 0.0, "step": 0.0, "busy_cpu": 0.0}
     time_instructions(spent, {"ForwardPass": "busy", "BackwardPass": "busy", "OptimizerStep": "step", "ReduceGrads": "step",
                               "ReduceTiedGrads": "step"})
     cfg = load_config(CONFIG, {**FIXED, **BUBBLE_MODEL, "parallel.pipeline_parallel": 2, "parallel.partition": partition,
@@ -109,15 +112,15 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int, partition: str)
         engine.train_batch(iter(E.micro_batches(batch, MB, 0, 1)))          # warm-up
         runs = []
         for _ in range(steps):
-            dist.barrier(); spent.update(busy=0.0, step=0.0); t0 = time.perf_counter()
+            dist.barrier(); spent.update(busy=0.0, step=0.0, busy_cpu=0.0); t0 = time.perf_counter()
             engine.train_batch(iter(E.micro_batches(batch, MB, 0, 1)))
             sched = time.perf_counter() - t0 - spent["step"]             # the pipeline schedule, without the optimizer step
-            runs.append([sched, spent["busy"]])
-        t = torch.tensor(runs)                 # [steps, (schedule time, busy time)] of this stage
+            runs.append([sched, spent["busy"], spent["busy_cpu"]])
+        t = torch.tensor(runs, dtype=torch.float64)   # [steps, (schedule time, busy time, busy CPU time)] of this stage
         both = [torch.zeros_like(t) for _ in range(2)]
         dist.all_gather(both, t)
         per_step = {"measured_bubble": [], "stage0": [], "stage1": [], "with_measured_stage_times": []}
-        per_mb_steps = []
+        per_mb_steps, cpu_steps, cpu_pred = [], [], []
         for k in range(steps):                                              # every step: the slower stage's schedule time
             T = max(b[k, 0].item() for b in both)
             busy = [b[k, 1].item() for b in both]
@@ -127,11 +130,15 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int, partition: str)
             per_step["stage0"].append(1 - busy[0] / T); per_step["stage1"].append(1 - busy[1] / T)
             per_step["with_measured_stage_times"].append(1 - m * sum(per_mb) / (2 * predicted_T))
             per_mb_steps.append(per_mb)
-        results.append({"partition": partition, "stage_bounds": engine.module.parts, "micro_batches": m, "stages": 2, "formula": 1 / (m + 1),
+            cpu = [b[k, 2].item() / m for b in both]       # the same from CPU time: what load from other processes leaves alone
+            cpu_steps.append(cpu); cpu_pred.append(1 - m * sum(cpu) / (2 * ((m - 1) * max(cpu) + sum(cpu))))
+        results.append({"partition": partition, "stage_bounds": [int(x) for x in engine.module.parts], "micro_batches": m, "stages": 2, "formula": 1 / (m + 1),
                         "measured_bubble": summary(per_step["measured_bubble"]),
                         "measured_bubble_per_stage": [summary(per_step["stage0"]), summary(per_step["stage1"])],
                         "stage_time_per_micro_batch_s": [summary([x[i] for x in per_mb_steps]) for i in range(2)],
-                        "formula_with_measured_stage_times": summary(per_step["with_measured_stage_times"])})
+                        "formula_with_measured_stage_times": summary(per_step["with_measured_stage_times"]),
+                        "stage_cpu_time_per_micro_batch_s": [summary([x[i] for x in cpu_steps]) for i in range(2)],
+                        "formula_with_cpu_stage_times": summary(cpu_pred)})
     if dist.get_rank() == 0: Path(out).write_text(json.dumps(results))
 
 def bubble(micro_counts, steps, partition: str) -> list:
@@ -149,26 +156,30 @@ if __name__ == "__main__":
     ap.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--bubble-worker")
     ap.add_argument("--partition", nargs="+", default=["uniform", "balanced"])
+    ap.add_argument("--only", choices=["overhead", "bubble"], help="run one half (default: both)")
     ap.add_argument("--save", action="store_true", help="write bench/results/engine-<date>.json")
     a = ap.parse_args()
     if a.bubble_worker: bubble_worker(a.bubble_worker, a.micro, a.steps, a.partition[0]); sys.exit(0)
     if a.steps < MIN_RUNS: ap.error(f"--steps must be at least {MIN_RUNS}")
     res = {"benchmark": "3D engine: overhead vs a plain loop, PP=2 bubble", "date": datetime.date.today().isoformat(),
            "hardware": hardware()}
-    res["overhead"] = overhead(a.steps)
-    o = res["overhead"]
-    print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
+    if a.only != "bubble": res["overhead"] = overhead(a.steps)
+    o = res.get("overhead")
+    if o: print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
           f"ratio of medians {o['ratio']:.3f} (target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
           f"of CPU time {o['cpu_ratio']:.3f}; load average {os.getloadavg()[0]:.2f}")
-    print("engine step, median ms: " + ", ".join(f"{k} {v:.1f}" for k, v in o["engine_phase_ms"].items()))
-    res["bubble"] = [b for part in a.partition for b in bubble(a.micro, max(MIN_RUNS, a.steps // 4), part)]
+    if o: print("engine step, median ms: " + ", ".join(f"{k} {v:.1f}" for k, v in o["engine_phase_ms"].items()))
+    res["bubble"] = [] if a.only == "overhead" else [b for part in a.partition for b in bubble(a.micro, max(MIN_RUNS, a.steps // 4), part)]
     for b in res["bubble"]:
         t0, t1 = (x["median"] * 1e3 for x in b["stage_time_per_micro_batch_s"])
         print(f"PP=2 {b['partition']:8s} {b['stage_bounds']}, m={b['micro_batches']}: stage times {t0:.1f} | {t1:.1f} ms per micro-batch; "
               f"measured bubble {fmt(b['measured_bubble'], '.3f')} vs (p-1)/(m+p-1) = {b['formula']:.3f}; "
-              f"with the measured stage times {b['formula_with_measured_stage_times']['median']:.3f}")
+              f"with the measured stage times {b['formula_with_measured_stage_times']['median']:.3f}; with their CPU times "
+              f"({' | '.join(format(x['median'] * 1e3, '.1f') for x in b['stage_cpu_time_per_micro_batch_s'])} ms) "
+              f"{b['formula_with_cpu_stage_times']['median']:.3f}")
     res["hardware"]["load_avg_1min_end"] = os.getloadavg()[0]
     if a.save:
+        if a.only: sys.exit("--save writes a whole result: run both halves")
         out = ROOT / "bench" / "results" / f"engine-{datetime.date.today().isoformat()}-cpu.json"
         out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
         print(f"wrote {out}")
