@@ -18,7 +18,7 @@ from deepspeed.pipe import PipelineModule, LayerSpec, TiedLayerSpec
 from .config import Config, count_parameters, reduce_bucket_elements
 from .topology import Layout, deepspeed_topology, seed_everything, plot_rank_grid
 from .model import Embedding, LayerNorm, TransformerBlock, megatron_config, token_losses
-from .pipeline_parallel import gpt_param_name, partition_uniform, partition_balanced, layer_costs
+from .pipeline_parallel import gpt_param_name, partition_uniform, partition_balanced, layer_flops
 from .data_parallel import make_optimizer
 from .checkpoint import make_shard, tp_dim
 
@@ -55,7 +55,7 @@ def stage_bounds(cfg: Config) -> list[int]:
     l+2: output layer), as `parallel.partition` says: chapter 12's `partition_uniform` over the blocks, or its
     `partition_balanced` over every layer's FLOPs."""
     m, p = cfg.model, cfg.parallel.pipeline_parallel
-    if cfg.parallel.partition == "balanced": return partition_balanced(layer_costs(m), p)
+    if cfg.parallel.partition == "balanced": return partition_balanced(layer_flops(m), p)
     blocks = partition_uniform(m.num_layers, p)
     return [0] + [b + 1 for b in blocks[1:-1]] + [m.num_layers + 3]
 
