@@ -3,7 +3,7 @@ relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 
 losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
 bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
 and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
-`make test` runs 1 process through the engine, PP 2 as srun starts it and TP 2 x PP 2 x DP 2 at eps 1e-6, and DP 2 at
+`make test` runs 1 process through the engine, PP 2 as srun starts it (with balanced stages) and TP 2 x PP 2 x DP 2 at eps 1e-6, and DP 2 at
 eps 1e-8; `make test-full` adds TP 2 and DP 2 alone, the other two-axis layouts, the other seven at eps 1e-8 and the
 engine on chapter 11's from-scratch layers."""
 import json, os, subprocess, sys, textwrap
@@ -94,7 +94,8 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
     2 x lr x steps."""
     from mtnlg.config import load_config
     over = {**PARITY, "optimizer.adam_eps": EPS[eps], **layout(tp, pp, dp)}
-    if (tp, pp, dp) == (1, 2, 1):   # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun
+    if (tp, pp, dp) == (1, 2, 1):   # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun; balanced stages
+        over["parallel.partition"] = "balanced"                  # (TP 2 x PP 2 x DP 2 runs the uniform ones)
         r = srun_style(tmp_path, over, tp * pp * dp)
     else:                           # `mtnlg train --nproc N` -> torchrun
         r = mtnlg_train(tmp_path, over, nproc=tp * pp * dp)
@@ -110,6 +111,7 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
     meta = json.loads((tmp_path / "checkpoints/step-0000006/meta.json").read_text())
     assert meta["layout"] == {"tp": tp, "pp": pp, "dp": dp} and len(meta["shards"]) == tp * pp * dp
 
+@pytest.mark.slow             # `make test` runs the balanced partition in the PP 2 srun case above
 def test_balanced_partition_trains_like_one_process(single, tmp_path):
     """PP 2 with `parallel.partition: balanced`: on tiny the output layer costs 1.3 blocks, so the first stage takes the
     embedding and both blocks, the last only the final LayerNorm and the output layer — and the run still matches one
