@@ -1,17 +1,24 @@
 """Benchmark of the 3D engine (chapter 14), both numbers measured in this run:
 
 1. Overhead: tokens/s of the tiny config trained through our engine (DeepSpeed PipelineEngine + ZeRO-1 +
-   megatron-core layers, 1 process) vs a plain PyTorch loop (chapter 41's `train_step`: same GPT, same
-   AdamW, same clipping, same batches). Target: ratio >= 0.9. Single steps alternate between the two so
-   that load from other processes hits both alike; tokens/s of every step is kept and reported as median, min
-   and max; the ratio is that of the medians.
-2. Pipeline bubble: a PP=2 run (2 processes, torchrun) with m micro-batches per step; each stage times its
+   megatron-core layers, 1 process) vs a plain PyTorch loop (chapter 41's `train_step`: the same GPT layers, fp32,
+   the same AdamW (torch's, per tensor) with the same global-norm clipping at 1.0, the same 2 micro-batches of 8 x 128
+   tokens accumulated per step, one `.item()` per micro-batch and one for the norm). Target: ratio >= 0.95. Single
+   steps alternate between the two so that load from other processes hits both alike; tokens/s of every step is kept
+   and reported as median, min and max; the ratio is that of the medians, of wall-clock time and of this process's
+   CPU time (which other processes' load disturbs less). The engine's steps are split into DeepSpeed's instructions
+   (forward, backward, gradient reduction, optimizer step).
+2. Pipeline bubble: a PP=2 run (2 processes, torchrun) of tiny with 4 layers and a 4096-token vocabulary (random
+   tokens; the output layer then costs 2.3 blocks of FLOPs, so whole layers can balance the stages: uniform puts
+   2 blocks | 2 blocks + output layer, balanced 3 blocks | 1 block + output layer), for `parallel.partition`
+   uniform and balanced, with m micro-batches per step; each stage times its
    forward and backward passes; bubble = 1 - busy / schedule time (step minus optimizer step), per step, reported
    as median, min and max over the steps,
    against the 1F1B formula (p-1)/(m+p-1), which assumes equal stages, and against the same schedule with the
    measured stage times t_i: T = (m-1) max t_i + sum t_i (our last stage also holds the output layer and loss).
 
-usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>.json; --steps >= 5)
+usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>-cpu.json; --steps >= 5)
+(about 2 minutes on an idle 2-core machine)
 """
 import argparse, datetime, json, os, platform, statistics, subprocess, sys, time
 from pathlib import Path
@@ -22,6 +29,21 @@ from stats import summary, ratio_of_medians, fmt, hardware, MIN_RUNS
 CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
 MB = 8                                   # micro-batch of the bubble runs: compute well above communication
 FIXED = {"schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None}
+BUBBLE_MODEL = {"model.num_layers": 4, "model.vocab_size": 4096}   # a model whose stages whole layers can balance
+PHASES = ("ForwardPass", "BackwardPass", "ReduceGrads", "ReduceTiedGrads", "OptimizerStep")
+
+def time_instructions(spent: dict, keys: dict):
+    "Time DeepSpeed's pipeline instructions: the engine dispatches them through `_INSTRUCTION_MAP` (class `name` -> key)."
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+    from deepspeed.runtime.pipe import schedule
+    for name, key in keys.items():
+        instruction = getattr(schedule, name)
+        orig = PipelineEngine._INSTRUCTION_MAP[instruction]
+        def wrapper(self, *a, _orig=orig, _key=key, **k):
+            t0, c0 = time.perf_counter(), time.process_time(); r = _orig(self, *a, **k)
+            spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - t0
+            spent[_key + "_cpu"] = spent.get(_key + "_cpu", 0.0) + time.process_time() - c0; return r
+        PipelineEngine._INSTRUCTION_MAP[instruction] = wrapper
 
 def overhead(steps: int) -> dict:
     "tokens/s of the engine (1 process) vs a plain PyTorch loop on the same model, data and optimizer."
@@ -46,40 +68,42 @@ def overhead(steps: int) -> dict:
     sampler = TokenSampler(tokens, seq, seed=0)
     batches = [torch.as_tensor(sampler.random_batch(s.global_batch_size), dtype=torch.long) for _ in range(steps)]
 
+    spent = {}
+    time_instructions(spent, {n: n for n in PHASES})
     def run_engine(b): engine.train_batch(iter(E.micro_batches(b, s.micro_batch_size, 0, 1)))
     def run_plain(b): train_step(model, opt, b, s.micro_batch_size, cfg.optimizer.clip_grad, autocast)
     for b in batches[:2]: run_engine(b); run_plain(b)          # warm-up
-    t_engine, t_plain = [], []
+    t = {"engine": [], "plain": []}; cpu = {"engine": [], "plain": []}; phases = []
     for i in range(steps):                                     # alternate single steps: load from others hits both alike
-        for fn, out in ((run_engine, t_engine), (run_plain, t_plain)):
-            t0 = time.perf_counter(); fn(batches[i]); out.append(time.perf_counter() - t0)
+        for name, fn in (("engine", run_engine), ("plain", run_plain)):
+            spent.clear(); c0, t0 = time.process_time(), time.perf_counter(); fn(batches[i])
+            t[name].append(time.perf_counter() - t0); cpu[name].append(time.process_time() - c0)
+            if name == "engine": phases.append({k: v for k, v in spent.items() if not k.endswith("_cpu")})
+            if name == "engine": phases[-1]["rest"] = t[name][-1] - sum(phases[-1].values())
     ntok = s.global_batch_size * seq
-    eng, pla = summary([ntok / t for t in t_engine]), summary([ntok / t for t in t_plain])
+    eng, pla = summary([ntok / x for x in t["engine"]]), summary([ntok / x for x in t["plain"]])
+    eng_cpu, pla_cpu = summary([ntok / x for x in cpu["engine"]]), summary([ntok / x for x in cpu["plain"]])
     return {"config": "tiny", "global_batch": s.global_batch_size, "micro_batch": s.micro_batch_size, "seq": seq,
-            "steps": steps, "engine_tokens_per_s": eng, "plain_tokens_per_s": pla, "ratio": ratio_of_medians(eng, pla),
-            "ratio_is": "median / median", "target_ratio": 0.9,
-            "pair_ratio": summary([p / e for p, e in zip(t_plain, t_engine)]),
-            "engine_step_s": t_engine, "plain_step_s": t_plain}
+            "torch_threads": torch.get_num_threads(), "steps": steps,
+            "engine_tokens_per_s": eng, "plain_tokens_per_s": pla, "ratio": ratio_of_medians(eng, pla),
+            "ratio_is": "median / median", "target_ratio": 0.95,
+            "pair_ratio": summary([p / e for p, e in zip(t["plain"], t["engine"])]),
+            "cpu_ratio": ratio_of_medians(eng_cpu, pla_cpu),
+            "engine_phase_ms": {k: 1e3 * statistics.median(p.get(k, 0.0) for p in phases) for k in (*PHASES, "rest")},
+            "engine_step_s": t["engine"], "plain_step_s": t["plain"], "engine_cpu_s": cpu["engine"], "plain_cpu_s": cpu["plain"]}
 
-def bubble_worker(out: str, micro_counts: list[int], steps: int):
+def bubble_worker(out: str, micro_counts: list[int], steps: int, partition: str):
     "Runs inside torchrun (2 processes, PP=2): time forward/backward per stage for each micro-batch count."
     import torch, torch.distributed as dist
     from mtnlg.config import load_config
     from mtnlg import engine as E
     from mtnlg.topology import Layout, init_distributed, quiet_libraries
-    from deepspeed.runtime.pipe.engine import PipelineEngine
     quiet_libraries()
-    from deepspeed.runtime.pipe import schedule
-    spent = {"busy": 0.0, "step": 0.0}
-    def timed(instruction, key):            # the engine dispatches instructions through this table
-        orig = PipelineEngine._INSTRUCTION_MAP[instruction]
-        def wrapper(self, *a, **k):
-            t0 = time.perf_counter(); r = orig(self, *a, **k); spent[key] += time.perf_counter() - t0; return r
-        PipelineEngine._INSTRUCTION_MAP[instruction] = wrapper
-    timed(schedule.ForwardPass, "busy"); timed(schedule.BackwardPass, "busy")
-    for ins in (schedule.OptimizerStep, schedule.ReduceGrads, schedule.ReduceTiedGrads): timed(ins, "step")
-    cfg = load_config(CONFIG, {**FIXED, "parallel.pipeline_parallel": 2, "schedule.micro_batch_size": MB,
-                               "schedule.global_batch_size": MB * max(micro_counts)})
+    spent = {"busy": 0.0, "step": 0.0, "busy_cpu": 0.0}
+    time_instructions(spent, {"ForwardPass": "busy", "BackwardPass": "busy", "OptimizerStep": "step", "ReduceGrads": "step",
+                              "ReduceTiedGrads": "step"})
+    cfg = load_config(CONFIG, {**FIXED, **BUBBLE_MODEL, "parallel.pipeline_parallel": 2, "parallel.partition": partition,
+                               "schedule.micro_batch_size": MB, "schedule.global_batch_size": MB * max(micro_counts)})
     engine, _ = E.build_engine(cfg, init_distributed(Layout.of(cfg)))
     results = []
     for m in micro_counts:
@@ -88,15 +112,15 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int):
         engine.train_batch(iter(E.micro_batches(batch, MB, 0, 1)))          # warm-up
         runs = []
         for _ in range(steps):
-            dist.barrier(); spent.update(busy=0.0, step=0.0); t0 = time.perf_counter()
+            dist.barrier(); spent.update(busy=0.0, step=0.0, busy_cpu=0.0); t0 = time.perf_counter()
             engine.train_batch(iter(E.micro_batches(batch, MB, 0, 1)))
             sched = time.perf_counter() - t0 - spent["step"]             # the pipeline schedule, without the optimizer step
-            runs.append([sched, spent["busy"]])
-        t = torch.tensor(runs)                 # [steps, (schedule time, busy time)] of this stage
+            runs.append([sched, spent["busy"], spent["busy_cpu"]])
+        t = torch.tensor(runs, dtype=torch.float64)   # [steps, (schedule time, busy time, busy CPU time)] of this stage
         both = [torch.zeros_like(t) for _ in range(2)]
         dist.all_gather(both, t)
         per_step = {"measured_bubble": [], "stage0": [], "stage1": [], "with_measured_stage_times": []}
-        per_mb_steps = []
+        per_mb_steps, cpu_steps, cpu_pred = [], [], []
         for k in range(steps):                                              # every step: the slower stage's schedule time
             T = max(b[k, 0].item() for b in both)
             busy = [b[k, 1].item() for b in both]
@@ -106,18 +130,22 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int):
             per_step["stage0"].append(1 - busy[0] / T); per_step["stage1"].append(1 - busy[1] / T)
             per_step["with_measured_stage_times"].append(1 - m * sum(per_mb) / (2 * predicted_T))
             per_mb_steps.append(per_mb)
-        results.append({"micro_batches": m, "stages": 2, "formula": 1 / (m + 1),
+            cpu = [b[k, 2].item() / m for b in both]       # the same from CPU time: what load from other processes leaves alone
+            cpu_steps.append(cpu); cpu_pred.append(1 - m * sum(cpu) / (2 * ((m - 1) * max(cpu) + sum(cpu))))
+        results.append({"partition": partition, "stage_bounds": [int(x) for x in engine.module.parts], "micro_batches": m, "stages": 2, "formula": 1 / (m + 1),
                         "measured_bubble": summary(per_step["measured_bubble"]),
                         "measured_bubble_per_stage": [summary(per_step["stage0"]), summary(per_step["stage1"])],
                         "stage_time_per_micro_batch_s": [summary([x[i] for x in per_mb_steps]) for i in range(2)],
-                        "formula_with_measured_stage_times": summary(per_step["with_measured_stage_times"])})
+                        "formula_with_measured_stage_times": summary(per_step["with_measured_stage_times"]),
+                        "stage_cpu_time_per_micro_batch_s": [summary([x[i] for x in cpu_steps]) for i in range(2)],
+                        "formula_with_cpu_stage_times": summary(cpu_pred)})
     if dist.get_rank() == 0: Path(out).write_text(json.dumps(results))
 
-def bubble(micro_counts, steps) -> list:
+def bubble(micro_counts, steps, partition: str) -> list:
     out = ROOT / ".cache" / "bubble.json"; out.parent.mkdir(exist_ok=True)
     from mtnlg.topology import free_port
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()), __file__,
-           "--bubble-worker", str(out), "--micro", *map(str, micro_counts), "--steps", str(steps)]
+           "--bubble-worker", str(out), "--micro", *map(str, micro_counts), "--steps", str(steps), "--partition", partition]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if r.returncode: sys.exit(r.stderr[-3000:])
     return json.loads(out.read_text())
@@ -127,22 +155,31 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--micro", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--bubble-worker")
+    ap.add_argument("--partition", nargs="+", default=["uniform", "balanced"])
+    ap.add_argument("--only", choices=["overhead", "bubble"], help="run one half (default: both)")
     ap.add_argument("--save", action="store_true", help="write bench/results/engine-<date>.json")
     a = ap.parse_args()
-    if a.bubble_worker: bubble_worker(a.bubble_worker, a.micro, a.steps); sys.exit(0)
+    if a.bubble_worker: bubble_worker(a.bubble_worker, a.micro, a.steps, a.partition[0]); sys.exit(0)
     if a.steps < MIN_RUNS: ap.error(f"--steps must be at least {MIN_RUNS}")
     res = {"benchmark": "3D engine: overhead vs a plain loop, PP=2 bubble", "date": datetime.date.today().isoformat(),
            "hardware": hardware()}
-    res["overhead"] = overhead(a.steps)
-    o = res["overhead"]
-    print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
-          f"ratio of medians {o['ratio']:.3f} (target >= 0.9); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}")
-    res["bubble"] = bubble(a.micro, max(MIN_RUNS, a.steps // 3))
+    if a.only != "bubble": res["overhead"] = overhead(a.steps)
+    o = res.get("overhead")
+    if o: print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
+          f"ratio of medians {o['ratio']:.3f} (target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
+          f"of CPU time {o['cpu_ratio']:.3f}; load average {os.getloadavg()[0]:.2f}")
+    if o: print("engine step, median ms: " + ", ".join(f"{k} {v:.1f}" for k, v in o["engine_phase_ms"].items()))
+    res["bubble"] = [] if a.only == "overhead" else [b for part in a.partition for b in bubble(a.micro, max(MIN_RUNS, a.steps // 4), part)]
     for b in res["bubble"]:
-        print(f"PP=2, m={b['micro_batches']}: measured bubble {fmt(b['measured_bubble'], '.3f')} vs (p-1)/(m+p-1) = "
-              f"{b['formula']:.3f}; with the measured, unequal stage times {fmt(b['formula_with_measured_stage_times'], '.3f')}")
+        t0, t1 = (x["median"] * 1e3 for x in b["stage_time_per_micro_batch_s"])
+        print(f"PP=2 {b['partition']:8s} {b['stage_bounds']}, m={b['micro_batches']}: stage times {t0:.1f} | {t1:.1f} ms per micro-batch; "
+              f"measured bubble {fmt(b['measured_bubble'], '.3f')} vs (p-1)/(m+p-1) = {b['formula']:.3f}; "
+              f"with the measured stage times {b['formula_with_measured_stage_times']['median']:.3f}; with their CPU times "
+              f"({' | '.join(format(x['median'] * 1e3, '.1f') for x in b['stage_cpu_time_per_micro_batch_s'])} ms) "
+              f"{b['formula_with_cpu_stage_times']['median']:.3f}")
     res["hardware"]["load_avg_1min_end"] = os.getloadavg()[0]
     if a.save:
-        out = ROOT / "bench" / "results" / f"engine-{datetime.date.today().isoformat()}.json"
+        if a.only: sys.exit("--save writes a whole result: run both halves")
+        out = ROOT / "bench" / "results" / f"engine-{datetime.date.today().isoformat()}-cpu.json"
         out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(res, indent=1))
         print(f"wrote {out}")

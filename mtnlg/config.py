@@ -51,6 +51,7 @@ class ParallelConfig:
     data_parallel: int = 1
     world_size: int | None = None        # if given, must equal TP * PP * DP
     gpus_per_node: int = 8
+    partition: str = "uniform"            # layers over pipeline stages: uniform (equal blocks) | balanced (equal FLOPs, output layer counted)
 
     @property
     def gpus_per_replica(self) -> int: return self.tensor_parallel * self.pipeline_parallel
@@ -228,6 +229,9 @@ def _validate(c: Config):
         raise ConfigError(f"`model.recompute` must be none, selective or full, got {m.recompute!r}")
     if m.kernels not in ("reference", "triton", "compile"):
         raise ConfigError(f"`model.kernels` must be reference, triton or compile, got {m.kernels!r}")
+    if p.partition not in ("uniform", "balanced"):
+        raise ConfigError(f"`parallel.partition` must be uniform (the same number of transformer layers per stage) or "
+                          f"balanced (the same forward FLOPs per stage, embedding and output layer included), got {p.partition!r}")
     if c.precision not in ("fp32", "bf16"):
         raise ConfigError(f"`precision` must be fp32 or bf16, got {c.precision!r}")
     if s.lr_decay_style not in ("cosine", "linear", "constant"):

@@ -129,6 +129,25 @@ def test_bf16_pipeline_resume_is_bitwise(tmp_path):
     assert_identical(straight, stopped)
     assert len(losses(straight)) == 4
 
+@pytest.mark.slow            # three 2-process runs (~1 min on 2 idle cores); test_engine checks the balanced partition's parity
+def test_balanced_partition_checkpoint_resumes_uniform(tmp_path):
+    """A checkpoint of PP 2 with `parallel.partition: balanced` (tiny: stage 0 holds the embedding and both blocks, stage
+    1 only the final LayerNorm and the output layer) is keyed by GPT names, not stage-local ones: resumed with the
+    uniform partition (one block per stage) it continues like the uninterrupted balanced run, to fp32 rounding."""
+    from mtnlg.checkpoint import Checkpoint, OPTIMIZER_STATES
+    sets = {**COMMON, "schedule.train_iters": 4, "schedule.micro_batch_size": 4, "model.seq_length": 32, "parallel.pipeline_parallel": 2,
+            "parallel.partition": "balanced"}
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    run(straight, sets, "--nproc", "2")
+    run(stopped, {**sets, "schedule.train_iters": 2}, "--nproc", "2")
+    run(stopped, {**sets, "parallel.partition": "uniform"}, "--nproc", "2", "--resume", "auto")
+    want, got = losses(straight), losses(stopped)
+    assert [s for s, *_ in got] == [1, 2, 3, 4] and got[:2] == want[:2]
+    assert max(abs(a[1] - b[1]) for a, b in zip(want, got)) <= 1e-6
+    a, b = Checkpoint(straight / "checkpoints"), Checkpoint(stopped / "checkpoints")
+    assert a.names() == b.names()
+    assert max((a.full(n, w) - b.full(n, w)).abs().max().item() for n in a.names() for w in ("model",) + OPTIMIZER_STATES) <= 1e-6
+
 def logits(ckpt) -> torch.Tensor:
     from mtnlg.checkpoint import load_checkpoint
     model, _, cfg = load_checkpoint(ckpt)

@@ -3,7 +3,7 @@ relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 
 losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
 bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
 and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
-`make test` runs 1 process through the engine, PP 2 as srun starts it and TP 2 x PP 2 x DP 2 at eps 1e-6, and DP 2 at
+`make test` runs 1 process through the engine, PP 2 as srun starts it (with balanced stages) and TP 2 x PP 2 x DP 2 at eps 1e-6, and DP 2 at
 eps 1e-8; `make test-full` adds TP 2 and DP 2 alone, the other two-axis layouts, the other seven at eps 1e-8 and the
 engine on chapter 11's from-scratch layers."""
 import json, os, subprocess, sys, textwrap
@@ -94,7 +94,8 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
     2 x lr x steps."""
     from mtnlg.config import load_config
     over = {**PARITY, "optimizer.adam_eps": EPS[eps], **layout(tp, pp, dp)}
-    if (tp, pp, dp) == (1, 2, 1):   # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun
+    if (tp, pp, dp) == (1, 2, 1):   # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun; balanced stages
+        over["parallel.partition"] = "balanced"                  # (TP 2 x PP 2 x DP 2 runs the uniform ones)
         r = srun_style(tmp_path, over, tp * pp * dp)
     else:                           # `mtnlg train --nproc N` -> torchrun
         r = mtnlg_train(tmp_path, over, nproc=tp * pp * dp)
@@ -109,6 +110,22 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
     assert losses(ref_dir)[-1] < losses(ref_dir)[0] - 0.3                       # and the run actually trained
     meta = json.loads((tmp_path / "checkpoints/step-0000006/meta.json").read_text())
     assert meta["layout"] == {"tp": tp, "pp": pp, "dp": dp} and len(meta["shards"]) == tp * pp * dp
+
+@pytest.mark.slow             # `make test` runs the balanced partition in the PP 2 srun case above
+def test_balanced_partition_trains_like_one_process(single, tmp_path):
+    """PP 2 with `parallel.partition: balanced`: on tiny the output layer costs 1.3 blocks, so the first stage takes the
+    embedding and both blocks, the last only the final LayerNorm and the output layer — and the run still matches one
+    process (losses within 1e-5 relative, every weight within 1e-5), its checkpoint keyed by GPT names as any other."""
+    from mtnlg.config import load_config
+    from mtnlg.engine import stage_bounds
+    over = {**PARITY, "optimizer.adam_eps": 1e-6, **layout(1, 2, 1), "parallel.partition": "balanced"}
+    assert stage_bounds(load_config(CONFIG, over)) == [0, 3, 5] != stage_bounds(load_config(CONFIG, {**over, "parallel.partition": "uniform"}))
+    r = mtnlg_train(tmp_path, over, nproc=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stages hold layers ['0-2', '3-4']" in r.stdout + r.stderr
+    err = parity_errors(single, tmp_path)
+    print(f"balanced pp2: max relative loss error {err['loss']:.2e}, max |param difference| {err['param']:.2e}")
+    assert err["loss"] <= 1e-5 and err["param"] <= 1e-5, err
 
 @pytest.mark.slow             # TP 2 on chapter 11's layers equals TP 1 in test_parallel_scratch; the engine's TP 2 x PP 2 above
 def test_engine_on_scratch_tp_layers_trains_like_one_process(single, tmp_path):
