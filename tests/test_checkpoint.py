@@ -94,6 +94,7 @@ def test_crash_during_save_falls_back_to_previous_checkpoint(straight_one, tmp_p
     assert not list((tmp_path / "checkpoints").glob(".step-*"))   # the half-written save was cleaned up
     assert_identical(straight_one, tmp_path)
 
+@pytest.mark.slow            # make test: tests/test_slurm.py sends USR1 to a TP 2 x PP 2 x DP 2 job under Slurm: checkpoint, requeue, bitwise resume
 def test_sigusr1_checkpoints_exits_0_and_resumes(straight_one, tmp_path):
     job = start(tmp_path, ONE)
     wait_for(lambda: latest(tmp_path) == "step-0000008", job)
@@ -119,6 +120,7 @@ def test_kill9_then_resume_is_bitwise_3d(straight_3d, tmp_path):
 BF16 = {**COMMON, "schedule.train_iters": 4, "checkpoint.save_interval": 2, "schedule.micro_batch_size": 4,
         "model.seq_length": 32, "precision": "bf16", "parallel.pipeline_parallel": 2}
 
+@pytest.mark.slow            # make test resumes fp32 runs bitwise (one process; TP 2 x PP 2 x DP 2 under Slurm); bf16's own optimizer here
 def test_bf16_pipeline_resume_is_bitwise(tmp_path):
     """bf16, as the 530B trains: DeepSpeed's BF16_Optimizer keeps its fp32 masters elsewhere than the fp32 ZeRO
     optimizer. Two steps, stop, resume to four: every step's loss and the last checkpoint equal an uninterrupted run."""

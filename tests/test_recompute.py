@@ -70,7 +70,8 @@ def pipelined_keep_all(tmp_path_factory, dp: int):
         _keep_all[dp] = run_dir
     return _keep_all[dp]
 
-@pytest.mark.parametrize("recompute,dp", [("full", 1), pytest.param("selective", 1, marks=pytest.mark.slow),
+# make test: recomputation bitwise on one process and the tensor-parallel RNG replay above; the 3D engine cases are slow
+@pytest.mark.parametrize("recompute,dp", [pytest.param("full", 1, marks=pytest.mark.slow), pytest.param("selective", 1, marks=pytest.mark.slow),
                                           pytest.param("full", 2, marks=pytest.mark.slow),
                                           pytest.param("selective", 2, marks=pytest.mark.slow)])
 def test_recompute_is_bitwise_in_the_3d_engine(tmp_path_factory, tmp_path, recompute, dp):
