@@ -73,6 +73,12 @@ def straight_one(tmp_path_factory):
 def straight_3d(tmp_path_factory):
     d = tmp_path_factory.mktemp("3d") / "straight"; run(d, THREE_D, "--nproc", "8"); return d
 
+def assert_curations_tokenizer(run_dir: Path):
+    "One tokenizer from curation to training to evaluation: the checkpoint's is curation's, byte for byte."
+    assert (run_dir / "checkpoints/latest").is_file()
+    assert (run_dir / "checkpoints/step-0000024/tokenizer.json").read_bytes() == (CURATED / "tokenizer.json").read_bytes()
+
+@pytest.mark.slow            # make test: the kill -9 inside a save below resumes bitwise too (and test_slurm's preempted 3D job)
 def test_kill9_then_resume_is_bitwise_one_process(straight_one, tmp_path):
     job = start(tmp_path, ONE)
     wait_for(lambda: latest(tmp_path) is not None, job)
@@ -80,9 +86,7 @@ def test_kill9_then_resume_is_bitwise_one_process(straight_one, tmp_path):
     assert latest(tmp_path) < "step-0000024"                      # killed before the end
     run(tmp_path, ONE, "--resume", "auto")
     assert_identical(straight_one, tmp_path)
-    # one tokenizer from curation to training to evaluation: the checkpoint's is curation's, byte for byte
-    assert (tmp_path / "checkpoints/latest").is_file()
-    assert (tmp_path / "checkpoints/step-0000024/tokenizer.json").read_bytes() == (CURATED / "tokenizer.json").read_bytes()
+    assert_curations_tokenizer(tmp_path)
 
 def test_crash_during_save_falls_back_to_previous_checkpoint(straight_one, tmp_path):
     job = start(tmp_path, ONE, env={"MTNLG_PAUSE_IN_SAVE": "0:16"})   # rank 0 stops inside step 16's save
@@ -93,6 +97,7 @@ def test_crash_during_save_falls_back_to_previous_checkpoint(straight_one, tmp_p
     assert "resumed from" in r.stdout and "step-0000008" in r.stdout
     assert not list((tmp_path / "checkpoints").glob(".step-*"))   # the half-written save was cleaned up
     assert_identical(straight_one, tmp_path)
+    assert_curations_tokenizer(tmp_path)
 
 @pytest.mark.slow            # make test: tests/test_slurm.py sends USR1 to a TP 2 x PP 2 x DP 2 job under Slurm: checkpoint, requeue, bitwise resume
 def test_sigusr1_checkpoints_exits_0_and_resumes(straight_one, tmp_path):
