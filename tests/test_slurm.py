@@ -82,9 +82,13 @@ def sbatch(env, *args, name="run", wait=True) -> tuple[int, str]:
                        cwd=ROOT, env={**env, "MTNLG_RUN_NAME": name}, capture_output=True, text=True, timeout=600)
     return r.returncode, r.stdout.strip().split(";")[0]
 
-def job(env, job_id) -> dict:
-    r = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True)
-    return dict(re.findall(r"(\w+)=(\S+)", r.stdout))
+def job(env, job_id, tries: int = 60) -> dict:
+    "`scontrol show job` as a dict; retried, since a busy slurmctld can time out (an empty answer is not a job state)."
+    for _ in range(tries):
+        r = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True)
+        if r.returncode == 0 and "JobState=" in r.stdout: return dict(re.findall(r"(\w+)=(\S+)", r.stdout))
+        time.sleep(1)
+    raise RuntimeError(f"scontrol show job {job_id} failed {tries} times: {r.stderr.strip()}")
 
 def wait_until(cond, what, timeout=300):
     t0 = time.time()
