@@ -119,9 +119,23 @@ def plot_rank_grid(layout: Layout, gpus_per_node: int = 4):
     return fig
 
 # %% ../nbs/10_topology.ipynb
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+def _ephemeral_low() -> int:
+    "The lowest port the kernel hands out by itself (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768 by default)."
+    try: return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError): return 32768
+
+def free_port(low: int = 20000) -> int:
+    """A free TCP port for a rendezvous, below the kernel's ephemeral range. A port from `bind(0)` is ephemeral: between
+    returning it and the rendezvous binding it, the kernel can give it to any other socket (a gloo pair of a job running
+    beside this one), and the two jobs then connect to each other and hang."""
+    import random
+    high, rng = _ephemeral_low(), random.SystemRandom()
+    for _ in range(100):
+        port = rng.randrange(low, high) if high > low else 0
+        with socket.socket() as s:
+            try: s.bind(("127.0.0.1", port)); return s.getsockname()[1]
+            except OSError: continue
+    raise OSError(f"no free TCP port between {low} and {high}")
 
 def _plain(x):
     "`x` with named tuples turned into tuples, so the parent can load it without unpickling any class."
