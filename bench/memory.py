@@ -8,9 +8,8 @@ state appears), and reports step 2's peak: every CPU tensor allocation and free 
 time order; each allocation's category from what the engine held it as (parameters, gradients, optimizer state;
 the rest: activations and working buffers).
 
-Two peaks per rank: as allocated, and without DeepSpeed's two gradient-reduction buckets (`reduce_bucket_size`
-elements each; DeepSpeed's 5e8 default would be 2 GB each in fp32 whatever the model, so our engine sizes them to the
-largest stage, `mtnlg.config.reduce_bucket_elements`). The model counts them; both comparisons are printed.
+The engine runs ZeRO-1 without `contiguous_gradients` (chapter 14), so DeepSpeed keeps no gradient-reduction bucket:
+what it flattens to reduce lives only inside the reduction, and the model counts it at that moment.
 
 Each layout and mode is launched --reps times (>= 5); per stage the measured peak and the ratio measured / predicted
 are reported as median, min and max over the launches (the per-rank detail is kept for the first launch).
@@ -30,7 +29,6 @@ BASE = {"model.num_layers": 4, "model.seq_length": 128, "model.hidden_size": 128
         "schedule.lr_warmup_tokens": 0, "optimizer.adam_eps": 1e-6,
         "parallel.tensor_parallel": 2, "parallel.pipeline_parallel": 2}
 MiB = 2**20
-NO_BUCKETS = "without ipg bucket"
 
 def hardware() -> dict:
     import deepspeed
@@ -63,42 +61,38 @@ def measure(overrides: dict) -> tuple[list[dict], float]:
 def _m(x): return f"{x / MiB:8.3f}"
 
 def rank_table(ranks: list[dict]) -> str:
-    "One row per rank (MiB): the peak as allocated, then without the reduction buckets, by category."
+    "One row per rank (MiB): the peak, by category, and where it is."
     head = (f"{'rank':>4} {'stage':>5} {'tp':>2} {'dp':>2} | {'params':>8} {'grads':>8} {'optim':>8} {'act+work':>8} "
-            f"{'peak':>9} | without buckets: {'grads':>8} {'act+work':>8} {'peak':>8}  (at)")
+            f"{'peak':>9}  (at)")
     out = [head]
     for r in ranks:
-        c, nb = r["categories"], r[NO_BUCKETS]
+        c = r["categories"]
         out.append(f"{r['rank']:4d} {r['stage']:5d} {r['tp_rank']:2d} {r['dp_rank']:2d} | {_m(c['parameters'])} "
                    f"{_m(c['gradients'])} {_m(c['optimizer'])} {_m(c['activations and working buffers'])} "
-                   f"{r['peak'] / MiB:9.2f} | {'':16s} {_m(nb['categories']['gradients'])} "
-                   f"{_m(nb['categories']['activations and working buffers'])} {_m(nb['peak'])}  ({nb['at']})")
+                   f"{r['peak'] / MiB:9.2f}  ({r['at']})")
     return "\n".join(out)
 
 def comparison(ranks: list[dict], pred: list[dict] | None) -> tuple[str, list[dict]]:
-    """Per stage: the fullest rank's measured peak as allocated against the model's total (both with DeepSpeed's two
-    reduce buckets, which our engine sizes to the largest stage), and both without the buckets."""
+    "Per stage: the fullest rank's measured peak against the model's total, and the terms of both."
     rows, out = [], []
     for stage in sorted({r["stage"] for r in ranks}):
         mine = [r for r in ranks if r["stage"] == stage]
         worst = max(mine, key=lambda r: r["peak"])
         row = {"stage": stage, "measured": worst["peak"], "measured at": worst["at"],
-               "measured without buckets": max(r[NO_BUCKETS]["peak"] for r in mine),
                "measured categories": worst["categories"]}
         if pred is not None:
             p = pred[stage]
             row |= {"predicted": p["total"], "predicted at": p["peak at"], "ratio": worst["peak"] / p["total"],
-                    "ratio without buckets": row["measured without buckets"] / (p["total"] - p["reduce buckets"]),
                     "predicted terms": {k: v for k, v in p.items() if k not in ("total", "stage", "peak at")}}
         rows.append(row)
     if pred is None:
         out.append("  (mtnlg.perf.stage_memory not found: no prediction to compare with)")
         for r in rows: out.append(f"  stage {r['stage']}: measured {_m(r['measured'])} MiB")
         return "\n".join(out), rows
-    out.append(f"  {'stage':>5} {'predicted':>12} {'measured':>12} {'ratio':>6}   without buckets: {'ratio':>6}   peak at (model / measured)")
+    out.append(f"  {'stage':>5} {'predicted':>12} {'measured':>12} {'ratio':>6}   peak at (model / measured)")
     for r in rows:
         out.append(f"  {r['stage']:5d} {_m(r['predicted'])} MiB {_m(r['measured'])} MiB {r['ratio']:6.3f}   "
-                   f"{'':16s} {r['ratio without buckets']:6.3f}   {r['predicted at']} / {r['measured at']}")
+                   f"{r['predicted at']} / {r['measured at']}")
         m, p = r["measured categories"], r["predicted terms"]
         states = ("weights", "gradients", "optimizer", "reduce buckets", "reserved")
         act = sum(v for k, v in p.items() if k not in states)
@@ -140,13 +134,10 @@ def main():
                 reps.append([{k: v for k, v in r.items() if k not in ("measured categories", "predicted terms")} for r in rows])
             per_stage = []
             for i, row in enumerate(rows):
-                st = {"stage": row["stage"], "measured": summary([r[i]["measured"] for r in reps]),
-                      "measured without buckets": summary([r[i]["measured without buckets"] for r in reps])}
+                st = {"stage": row["stage"], "measured": summary([r[i]["measured"] for r in reps])}
                 if pred is not None:
-                    st |= {"predicted": row["predicted"], "ratio": summary([r[i]["ratio"] for r in reps]),
-                           "ratio without buckets": summary([r[i]["ratio without buckets"] for r in reps])}
-                    print(f"  stage {st['stage']}: measured / predicted {fmt(st['ratio'], '.3f')}; without buckets "
-                          f"{fmt(st['ratio without buckets'], '.3f')}", flush=True)
+                    st |= {"predicted": row["predicted"], "ratio": summary([r[i]["ratio"] for r in reps])}
+                    print(f"  stage {st['stage']}: measured / predicted {fmt(st['ratio'], '.3f')}", flush=True)
                 per_stage.append(st)
             results["runs"].append({"layout": {"tp": 2, "pp": 2, "dp": dp}, "recompute": mode, "seconds": secs,
                                     "ranks of launch 1": first, "stages": per_stage, "stages per launch": reps, "predicted": pred})

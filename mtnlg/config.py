@@ -382,5 +382,6 @@ def stage_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> i
 
 def reduce_bucket_elements(model: ModelConfig, tp: int, pp: int) -> int:
     """DeepSpeed ZeRO's gradient-reduction bucket, in elements: its 5e8 default, or the largest stage's parameter count
-    if smaller. (DeepSpeed allocates two such buckets whatever the model's size: 4 GB in fp32 for a tiny model.)"""
+    if smaller: the most gradients fp32 ZeRO-1 flattens at once to reduce them. (With `contiguous_gradients`, its default,
+    DeepSpeed keeps two such buckets whatever the model's size, 4 GB in fp32 for a tiny model; our engine turns it off.)"""
     return min(500_000_000, max(stage_params_per_rank(model, tp, pp, i) for i in range(pp)))

@@ -106,7 +106,10 @@ def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
         "gradient_accumulation_steps": batch // (s.micro_batch_size * p.data_parallel),   # = pipeline micro-batches
         "gradient_clipping": cfg.optimizer.clip_grad,
         "zero_optimization": {"stage": 1,              # Adam state sharded over data-parallel ranks
-                              "reduce_bucket_size": reduce_bucket_elements(cfg.model, p.tensor_parallel, p.pipeline_parallel)},
+                              "reduce_bucket_size": reduce_bucket_elements(cfg.model, p.tensor_parallel, p.pipeline_parallel),
+                              # no per-parameter backward hooks copying gradients into a bucket as they appear: stage 1
+                              # reduces once, after the flush (DeepSpeed's 2021 stage 1 ignored the flag: PR #1246)
+                              "contiguous_gradients": False},
         "bf16": {"enabled": cfg.precision == "bf16"},   # bf16 weights/activations; fp32 master weights in the optimizer
         "data_types": {"grad_accum_dtype": "fp32"},    # micro-batch gradients accumulate in fp32
         "zero_allow_untested_optimizer": True,          # a plain torch AdamW

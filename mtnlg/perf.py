@@ -204,40 +204,49 @@ class Assumptions:
 def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
                  asm: Assumptions = Assumptions()) -> list[dict]:
     """Memory (bytes) of one GPU of every pipeline stage at its peak, by term, as our engine allocates it. The peak is
-    the larger of two moments: the first backward of the 1F1B schedule (most micro-batches in flight) and the
-    optimizer step (activations gone, ZeRO's flat gradient partitions and Adam's temporaries there)."""
+    the largest of three moments: the first backward of the 1F1B schedule (most micro-batches in flight), the gradient
+    reduction after the flush (fp32: ZeRO flattens a bucket of gradients to reduce it) and the optimizer step
+    (activations gone, ZeRO's flat gradient partition and Adam's temporaries there)."""
     e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, L.dp)
     s, b, h = model.seq_length, L.micro_batch, model.hidden_size
     sbh, logits = s * b * h, s * b * model.padded_vocab_size(L.tp) // L.tp
     m, v, split = global_batch // (L.micro_batch * L.dp), L.virtual_stages, L.stage_layers(model)
     layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention)
-    working = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
-    bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" else 0   # ZeRO's fp32 reduce bucket
+    recomputed = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
+    mlp_grads = 2 * s * b * model.ffn_size // L.tp * e    # GeLU's backward: the gradients of its output and its input
+    bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" else 0   # ZeRO's fp32 reduce bucket, flattened
     stages = []
     for i in range(L.pp):
         first, last = i == 0, i == L.pp - 1
         per_micro_batch = (split[i] * layer(L.recompute)
                            + (sbh * asm.dropout_mask_bytes if first and model.hidden_dropout > 0 else 0)  # embedding dropout
                            + (sbh * e if not last else 0)                 # the stage's output, kept for its backward
-                           + (2 * sbh * e + 2 * s * b * 4 + logits * 4 if last else 0))  # final LayerNorm, fp32 softmax
+                           + (2 * sbh * e + 2 * s * b * 4 if last else 0))  # final LayerNorm
         n = stage_params(model, L, i)
         frozen = s * h * per_param["weights"] if last and L.pp > 1 else 0  # the last stage's unused copy of the positions
         states = {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
         kept_logits = 2 * logits * e if last else 0                  # DeepSpeed's two pipe buffers keep the last logits
-        backward = states | {"reduce buckets": bucket,                  # the first, from the first backward on
-                             "activations": in_flight(i, L.pp, m, v) * per_micro_batch / v, "recompute buffer": working,
+        # on top of what is stored: a layer's backward (its recomputed activations, the MLP's gradients) or, on the last
+        # stage, the loss's backward before it (the fp32 softmax it kept, and the logits' gradient); not both at once
+        working = max(recomputed + mlp_grads, 2 * logits * 4 if last else 0)
+        backward = states | {"reduce buckets": 0,
+                             "activations": in_flight(i, L.pp, m, v) * per_micro_batch / v, "backward working": working,
                              "logits": kept_logits + (logits * 4 if last and e != 4 else 0),   # + their fp32 copy for the loss
                              "optimizer step": 0, "reserved": asm.reserved_gib * GiB}
+        # fp32 ZeRO-1 (no contiguous_gradients, chapter 14): after the flush it flattens the gradients a bucket at a
+        # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in place
+        reduce = states | {"reduce buckets": min(bucket, n * 4), "activations": 0, "backward working": 0,
+                           "logits": kept_logits, "optimizer step": 0, "reserved": asm.reserved_gib * GiB}
         partition = n / L.dp * 4                                        # this rank's fp32 share of the stage
         if precision == "fp32": states_at_step = states | {"gradients": 0}
         else: states_at_step = states
-        step = states_at_step | {"reduce buckets": 2 * bucket,                # a second one appears when gradients are reduced
-                         "activations": 0, "recompute buffer": 0, "logits": kept_logits,
-                         # fp32 ZeRO moves param.grad into the bucket, then into a flat partition and a flat copy of it;
-                         # Adam adds a temporary the size of the partition (bf16: the accumulation buffer stays)
+        step = states_at_step | {"reduce buckets": 0, "activations": 0, "backward working": 0, "logits": kept_logits,
+                         # fp32 ZeRO frees param.grad once it has flattened this rank's partition of it; Adam adds two
+                         # temporaries the size of the partition (bf16: the accumulation buffer stays, one temporary)
                          "optimizer step": partition * (3 if precision == "fp32" else 1),
                          "reserved": asm.reserved_gib * GiB}
-        peak = max((backward, "backward"), (step, "optimizer step"), key=lambda x: sum(x[0].values()))
+        peak = max((backward, "backward"), (reduce, "gradient reduction"), (step, "optimizer step"),
+                   key=lambda x: sum(x[0].values()))
         stages.append(peak[0] | {"total": sum(peak[0].values()), "stage": i, "peak at": peak[1]})
     return stages
 
@@ -267,7 +276,7 @@ def format_stages(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | st
     stages = stage_memory(model, L, global_batch, precision, asm)
     terms = [k for k in stages[0] if k not in ("total", "stage", "peak at")]
     short = {"weights": "weights", "gradients": "grads", "optimizer": "optim", "reduce buckets": "buckets",
-             "activations": "activ", "recompute buffer": "recomp", "logits": "logits", "optimizer step": "step",
+             "activations": "activ", "backward working": "work", "logits": "logits", "optimizer step": "step",
              "reserved": "reserve"}
     lines = [f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU of each stage",
              f"{'stage':>5s} " + " ".join(f"{short[k]:>7s}" for k in terms) + f" {'total':>7s}  peak at         largest term"]

@@ -583,13 +583,11 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         rss_peak = _rss("VmHWM")
     window = f"step {steps}"
     out = mt.peak(window, largest=largest)
-    no_bucket = mt.peak(window, exclude=("gradients:ipg bucket",), largest=largest)
     act = mt.peak(window, exclude=CATEGORY_ORDER, largest=largest)     # activations and working buffers alone
     params = list(engine.module.parameters())
     return {"rank": rank, "stage": c.pipe, "tp_rank": c.model, "dp_rank": c.data, "layout": str(layout),
             "recompute": cfg.model.recompute, "losses": losses,
-            **out, "without ipg bucket": {k: no_bucket[k] for k in ("peak", "at", "at ms", "of which freed unseen", "categories",
-                                                                  "detail", "largest untagged")},
+            **out,
             "activation peak": {k: act[k] for k in ("peak", "at", "at ms", "of which freed unseen", "largest untagged")},
             "scan at step start": mt.scans["step start"],
             "param_numel": sum(p.numel() for p in params), "param_bytes": sum(p.numel() * p.element_size() for p in params),

@@ -246,3 +246,17 @@ def test_launcher_environments():
     e = launcher_env({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "2", "MASTER_ADDR": "h"})
     assert (e["rank"], e["world_size"], e["local_rank"], e["master_addr"]) == (2, 4, 2, "h")
     assert launcher_env({})["launched"] is False and launcher_env({})["world_size"] == 1
+
+def test_rendezvous_ports_are_free_and_never_ones_the_kernel_hands_out(monkeypatch):
+    """`free_port` draws a free port below the kernel's ephemeral range: a socket the OS opens for anything else (a gloo
+    pair of a test running beside this one) can never take it between the draw and the rendezvous binding it."""
+    import socket
+    from mtnlg import topology
+    high = topology._ephemeral_low()
+    ports = [topology.free_port() for _ in range(20)]
+    assert all(20000 <= p < high for p in ports) and len(set(ports)) > 10      # drawn at random, not one fixed port
+    with socket.socket() as taken:                                             # the only port left in range is in use
+        taken.bind(("127.0.0.1", ports[0]))
+        monkeypatch.setattr(topology, "_ephemeral_low", lambda: ports[0] + 1)
+        with pytest.raises(OSError, match=f"no free TCP port between {ports[0]} and {ports[0] + 1}"):
+            topology.free_port(low=ports[0])

@@ -74,14 +74,23 @@ def test_the_last_stage_holds_the_logits():
     assert stages[0]["total"] > stages[17]["total"] > stages[33]["total"]
     assert stages[0]["peak at"] == "backward"
 
-def test_fp32_engine_counts_deepspeeds_reduce_buckets():
+def test_fp32_engine_counts_the_flattened_bucket_only_while_reducing():
+    """ZeRO-1 without `contiguous_gradients` (chapter 14) keeps no reduction bucket: it flattens a bucket of gradients
+    (here the whole stage) only while reducing them after the flush. That moment is the peak once DP shards Adam's
+    state and activations are small; at DP 1 the optimizer step (flat partition + Adam's temporaries) is."""
+    import dataclasses
     from mtnlg.config import reduce_bucket_elements
-    tiny = load_config(ROOT / "scaled_configs/tiny.yaml").model
-    L = Setup(Layout(2, 2, 1), 2, "full")
-    n = max(stage_params_per_rank(tiny, 2, 2, i) for i in range(2))
-    assert reduce_bucket_elements(tiny, 2, 2) == n < 5e8 and reduce_bucket_elements(CFG.model, 8, 35) == 5e8
-    assert all(m["reduce buckets"] == (1 if m["peak at"] == "backward" else 2) * n * 4 for m in stage_memory(tiny, L, 8, "fp32"))
-    assert all(m["reduce buckets"] == 0 for m in stage_memory(tiny, L, 8, "bf16"))     # BF16_Optimizer has none
+    tiny = dataclasses.replace(load_config(ROOT / "scaled_configs/tiny.yaml").model, seq_length=16)   # few activations
+    n = [stage_params_per_rank(tiny, 2, 2, i) for i in range(2)]
+    assert reduce_bucket_elements(tiny, 2, 2) == max(n) < 5e8 and reduce_bucket_elements(CFG.model, 8, 35) == 5e8
+    peaks = {}
+    for dp in (1, 4):
+        stages = stage_memory(tiny, Setup(Layout(2, 2, dp), 1, "full"), 8 * dp, "fp32")
+        peaks[dp] = [m["peak at"] for m in stages]
+        for i, m in enumerate(stages):
+            assert m["reduce buckets"] == (n[i] * 4 if m["peak at"] == "gradient reduction" else 0)
+    assert peaks[1] == ["optimizer step"] * 2 and peaks[4][0] == "gradient reduction"
+    assert all(m["reduce buckets"] == 0 for m in stage_memory(tiny, Setup(Layout(2, 2, 4), 1, "full"), 32, "bf16"))
 
 def test_predict_refuses_impossible_layouts():
     with pytest.raises(ValueError, match="global batch 1920 is not divisible by micro-batch x DP = 1 x 7"):
@@ -100,7 +109,7 @@ def test_plan_2240_a100_has_the_paper_layout_in_the_top_three():
 def test_h200_fits_what_a100_does_not():
     L = Setup(Layout(8, 35, 8), 1, "none")
     a100 = predict(CFG.model, L, 1920, "a100-80gb", asm=PAPER_KERNELS)
-    assert not a100.fits and a100.problems[0].startswith("does not fit: stage 0 needs 113.5 GiB > 80 GiB, over by 33.5 GiB")
+    assert not a100.fits and a100.problems[0].startswith("does not fit: stage 0 needs 113.6 GiB > 80 GiB, over by 33.6 GiB")
     h200 = predict(CFG.model, L, 1920, "h200", asm=PAPER_KERNELS)
     assert h200.fits and h200.iteration_s < a100.iteration_s / 2.5
 
@@ -129,7 +138,7 @@ def test_cli_plan_nothing_fits_exits_1():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--tp", "8", "--pp", "35",
             "--recompute", "none", "--attention", "math")
     assert r.returncode == 1 and "(no layout fits)" in r.stdout
-    assert "does not fit: stage 0 needs 113.5 GiB > 80 GiB, over by 33.5 GiB (activations 92.3 GiB)" in r.stdout
+    assert "does not fit: stage 0 needs 113.6 GiB > 80 GiB, over by 33.6 GiB (activations 92.3 GiB)" in r.stdout
 
 def test_cli_plan_stages_prints_every_stage_and_refuses_an_overflow():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--stages")
@@ -139,7 +148,7 @@ def test_cli_plan_stages_prints_every_stage_and_refuses_an_overflow():
     want = stage_memory(CFG.model, Setup(Layout(8, 35, 8), 1, "full"), 1920)   # the config's own recompute: full
     assert [float(x[10]) for x in rows] == [round(m["total"] / GiB, 2) for m in want]
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--stages", "--recompute", "none", "--attention", "math")
-    assert r.returncode == 1 and "OVER by 33.5 GiB" in r.stdout.splitlines()[2] and r.stdout.rstrip().endswith("does not fit")
+    assert r.returncode == 1 and "OVER by 33.6 GiB" in r.stdout.splitlines()[2] and r.stdout.rstrip().endswith("does not fit")
 
 def test_cli_plan_needs_gpus_to_rank():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml")
