@@ -28,9 +28,9 @@ def rows() -> list[str]:
     out = []
     _, e = newest("engine-*.json")
     o = e["overhead"]
-    cpu = f", {o['cpu_ratio']:.2f}× in CPU time" if "cpu_ratio" in o else ""
+    cpu = f", {o['cpu_ratio']:.3f}× in CPU time" if "cpu_ratio" in o else ""
     out.append(f"| engine tokens/s vs plain PyTorch loop, 1 process (`bench/engine.py`, {e['date']}) | "
-               f"{o['ratio']:.2f}×{cpu}: {rng(o['engine_tokens_per_s'], ',.0f')} vs {rng(o['plain_tokens_per_s'], ',.0f')} tokens/s, "
+               f"{o['ratio']:.3f}×{cpu}: {rng(o['engine_tokens_per_s'], ',.0f')} vs {rng(o['plain_tokens_per_s'], ',.0f')} tokens/s, "
                f"{o['engine_tokens_per_s']['runs']} steps each | ≥ {o.get('target_ratio', 0.9)}× |")
     for part in dict.fromkeys(x.get("partition", "uniform") for x in e["bubble"]):
         b = {x["micro_batches"]: x for x in e["bubble"] if x.get("partition", "uniform") == part}
