@@ -65,7 +65,8 @@ def gpu_correctness() -> list[dict]:
     from mtnlg import kernels as K
     cases = {"softmax": [(2, 3, 37), (1, 1, 1), (1, 4, 1000)], "bias_gelu": [(37, 100), (1, 7), (300, 5000)],
              "bias_dropout_add": [(37, 100), (1, 7), (300, 5000)], "layer_norm": [(37, 100), (1, 7), (300, 20480)],
-             "attention": [(2, 3, 37, 24), (1, 2, 1, 16), (2, 4, 300, 64), (1, 2, 257, 128), (1, 2, 130, 160)]}
+             "attention": [(2, 3, 37, 24), (1, 2, 1, 16), (2, 4, 300, 64), (1, 2, 257, 128), (1, 2, 130, 160)],
+             "linear_cross_entropy": [(37, 24, 100), (1, 8, 7), (300, 64, 6400)]}
     out = []
     for name, shapes in cases.items():
         for shape in shapes:
@@ -237,7 +238,8 @@ def correctness_only():
     import subprocess
     code = ("import torch\nfrom mtnlg import kernels as K\nassert K._interpreted()\n"
             "for name, shape in [('softmax', (2, 3, 37)), ('bias_gelu', (37, 100)), ('bias_dropout_add', (37, 100)),"
-            " ('layer_norm', (37, 100)), ('attention', (2, 3, 37, 24))]:\n"
+            " ('layer_norm', (37, 100)), ('attention', (2, 3, 37, 24)),"
+            " ('linear_cross_entropy', (37, 24, 100))]:\n"
             "    for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):\n"
             "        e = K.kernel_errors(name, shape, dt)\n"
             "        print(f'{name:17s} {str(dt):15s} fwd {e[\"forward\"]:.1e} bwd {e[\"backward\"]:.1e}', 'ok' if max(e.values()) < tol else 'FAIL')\n"

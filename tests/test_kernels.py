@@ -16,7 +16,9 @@ SHAPES = {"softmax": [(2, 3, 37), (1, 1, 1), (1, 2, 70)],
           "bias_gelu": [(37, 100), (1, 7), (3, 2049)],
           "bias_dropout_add": [(37, 100), (1, 7), (3, 2049)],
           "layer_norm": [(37, 100), (1, 7), (3, 5000)],            # 5000 > one 4096 block: the chunked loop
-          "attention": [(2, 3, 37, 24), (1, 2, 1, 16), (1, 1, 33, 64)]}
+          "attention": [(2, 3, 37, 24), (1, 2, 1, 16), (1, 1, 33, 64)],
+          # tokens x hidden x vocabulary; chunks of 16 rows: 37 = 16 + 16 + 5; 5000 > one 4096 block
+          "linear_cross_entropy": [(37, 24, 100), (1, 8, 7), (20, 16, 5000)]}
 CASES = [(n, s, d) for n, shapes in SHAPES.items() for s in shapes for d in TOL]
 
 @pytest.fixture(scope="module")
@@ -157,3 +159,65 @@ def test_the_model_imports_and_runs_where_triton_is_missing(root):
     r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["True", "model.kernels=triton needs `pip install 'triton>=3.3'` (wheels for Linux)"], r.stdout
+
+# ---- the fused linear cross-entropy's PyTorch twin, its vocabulary-parallel form and what it saves
+
+def _errors(ours, truth) -> float:
+    return max(((a.float() - b).abs().max() / b.abs().max().clamp_min(1.0)).item() for a, b in zip(ours, truth))
+
+@pytest.mark.parametrize("chunk", [1, 16, 64])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_chunked_cross_entropy_equals_reference(chunk, dtype):
+    "Any chunk (one row, not dividing the 37 tokens, more than all of them), any upstream gradient per token."
+    h, w, y = K.kernel_inputs("linear_cross_entropy", (37, 24, 100), getattr(torch, dtype))
+    truth = K._run(K.linear_cross_entropy_reference, [h.detach().float(), w.detach().float(), y])
+    ours = K._run(lambda h, w, y: K.linear_cross_entropy(h, w, y, chunk, kernel="torch"), [h, w, y])
+    assert _errors(ours, truth) < TOL[dtype]
+
+def _vocab_parallel(T: int, H: int, V: int, chunk: int) -> dict:
+    "On each of the launch's ranks: the loss and gradients with this rank's half of the vocabulary, and the reference's."
+    import torch.distributed as dist
+    rank, tp = dist.get_rank(), dist.get_world_size()
+    h, w, y = (a.detach() for a in K.kernel_inputs("linear_cross_entropy", (T, H, V)))
+    part = w[rank * V // tp:(rank + 1) * V // tp].clone().requires_grad_()
+    hh = h.clone().requires_grad_()
+    loss = K.linear_cross_entropy(hh, part, y, chunk, group=dist.group.WORLD, kernel="torch")
+    dy = torch.randn(T, generator=torch.Generator().manual_seed(1))
+    dh, dw = torch.autograd.grad(loss, (hh, part), dy)
+    dist.all_reduce(dh)                                               # what copy_to_tp's backward does in the model
+    ref = K._run(K.linear_cross_entropy_reference, [h, w, y])
+    return {"loss": (loss - ref[0]).abs().max().item(), "dh": (dh - ref[1]).abs().max().item(),
+            "dw": (dw - ref[2][rank * V // tp:(rank + 1) * V // tp]).abs().max().item()}
+
+def test_vocab_parallel_cross_entropy_equals_reference():
+    """TP 2 (gloo), a vocabulary of 130 (halves of 65), labels in both halves: the row statistics combined over the
+    group give the reference's losses, input gradient (summed over the group) and each half of the weight gradient."""
+    from mtnlg.topology import launch
+    for r in launch(_vocab_parallel, 2, 37, 24, 130, 16):
+        assert max(r.values()) < 1e-5, r
+
+def test_chunked_cross_entropy_never_holds_the_logits():
+    "Peak memory of one forward and backward (chapter 98's tracker): chunks of 256 rows against 2048 rows of logits."
+    from mtnlg.testing import MemoryTracker
+    def peak(fn, T=2048, H=64, V=8192):
+        g = torch.Generator().manual_seed(0)
+        h, w = torch.randn(T, H, generator=g).requires_grad_(), (torch.randn(V, H, generator=g) / 8).requires_grad_()
+        y = torch.randint(0, V, (T,), generator=g)
+        with MemoryTracker() as mt:
+            with mt.window("loss"): fn(h, w, y).mean().backward()
+        p = mt.peak("loss")
+        return p["peak"] - p["start"]
+    logits = 2048 * 8192 * 4
+    ref, fused = peak(K.linear_cross_entropy_reference), peak(lambda h, w, y: K.linear_cross_entropy(h, w, y, 256, kernel="torch"))
+    assert ref >= 2 * logits                                          # the reference holds the logits and their gradient
+    # one chunk of logits (turned into its gradient in place), dW's fp32 sum and one chunk's share of it, dh, and a
+    # few fp32 numbers per token (log-sum-exp, label logit, loss, its gradient)
+    assert fused <= 256 * 8192 * 4 + 2 * 8192 * 64 * 4 + 2048 * 64 * 4 + 8 * 2048 * 4
+    assert ref > 10 * fused
+
+def test_chunked_cross_entropy_rejects_bad_input():
+    h, w, y = K.kernel_inputs("linear_cross_entropy", (5, 4, 10))
+    with pytest.raises(ValueError, match="kernel must be 'triton' or 'torch', got 'cuda'"): K.linear_cross_entropy(h, w, y, kernel="cuda")
+    with pytest.raises(ValueError, match=r"h must be \[tokens, hidden\] and labels \[tokens\], got \(5, 4\) and \(4,\)"):
+        K.linear_cross_entropy(h, w, y[:4], kernel="torch")
+    with pytest.raises(ValueError, match="chunk must be >= 1, got 0"): K.linear_cross_entropy(h, w, y, 0, kernel="torch")
