@@ -104,9 +104,12 @@ def test_full_recompute_lowers_every_stage_activation_peak(measured):
 
 def test_record_agrees_with_a_scan_of_live_tensors(measured):
     """At the start of the measured step the record and an independent scan of the tensors the garbage collector sees
-    agree: the scan finds what the record holds but for a few blocks (tensors only C++ holds, blocks whose free the
-    profiler could not see), and the record holds all the scan finds but for stray scalars."""
+    agree: the record holds all the scan finds but for stray scalars, and the scan finds what the record holds but for
+    a few blocks whose free the profiler could not see: the activation-sized tensors (seq x micro-batch x hidden, fp32)
+    of megatron-core's asynchronous all-reduces, released on gloo's threads. Measured: up to 3 such blocks on a rank
+    (30 ranks over 3 launches of each mode); a real gap in the record (the 1.3 MiB of a stage's gradients) is 10."""
+    block = RUN["model.seq_length"] * RUN["schedule.micro_batch_size"] * RUN["model.hidden_size"] * 4
     for r in measured["none"] + measured["full"]:
         scan = r["scan at step start"]
         assert scan["scanned, not recorded"] <= 1024, scan
-        assert scan["found by scan"] + scan["not scanned, freed unseen"] >= 0.95 * scan["recorded"], scan
+        assert scan["recorded"] - scan["found by scan"] - scan["not scanned, freed unseen"] <= 6 * block, scan
