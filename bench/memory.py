@@ -14,7 +14,7 @@ what it flattens to reduce lives only inside the reduction, and the model counts
 Each layout and mode is launched --reps times (>= 5); per stage the measured peak and the ratio measured / predicted
 are reported as median, min and max over the launches (the per-rank detail is kept for the first launch).
 
-usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--reps 5] [--out bench/results/memory-cpu-<date>.json]
+usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--loss-chunk 0 64] [--reps 5] [--out bench/results/memory-cpu-<date>.json]
 """
 import argparse, datetime, json, os, platform, sys, time
 from pathlib import Path
@@ -106,6 +106,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modes", nargs="+", default=["none", "selective", "full"])
     ap.add_argument("--dp", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--loss-chunk", nargs="+", type=int, default=[0], help="model.loss_chunk values: 0 keeps the logits; N "
+                    "computes the loss N tokens at a time (chapter 20's linear cross-entropy)")
     ap.add_argument("--reps", type=int, default=MIN_RUNS, help=f"launches of each layout and mode (at least {MIN_RUNS})")
     ap.add_argument("--out", default=str(ROOT / f"bench/results/memory-cpu-{datetime.date.today()}.json"))
     args = ap.parse_args()
@@ -117,30 +119,29 @@ def main():
                "model assumptions": None, "runs": []}
     try: results["model assumptions"] = __import__("dataclasses").asdict(cpu_assumptions())
     except ImportError: pass
-    for dp in args.dp:
-        for mode in args.modes:
-            overrides = {**BASE, "parallel.data_parallel": dp, "model.recompute": mode}
-            pred = predicted(overrides)
-            reps, first, secs = [], None, []
-            for rep in range(args.reps):
-                ranks, seconds = measure(overrides)
-                text, rows = comparison(ranks, pred)
-                secs.append(round(seconds, 1))
-                if first is None:
-                    first = ranks
-                    print(f"\nTP 2 x PP 2 x DP {dp}, recompute {mode}  ({len(ranks)} processes, {seconds:.0f} s)  [MiB], launch 1 of {args.reps}")
-                    print(rank_table(ranks))
-                    print(text, flush=True)
-                reps.append([{k: v for k, v in r.items() if k not in ("measured categories", "predicted terms")} for r in rows])
-            per_stage = []
-            for i, row in enumerate(rows):
-                st = {"stage": row["stage"], "measured": summary([r[i]["measured"] for r in reps])}
-                if pred is not None:
-                    st |= {"predicted": row["predicted"], "ratio": summary([r[i]["ratio"] for r in reps])}
-                    print(f"  stage {st['stage']}: measured / predicted {fmt(st['ratio'], '.3f')}", flush=True)
-                per_stage.append(st)
-            results["runs"].append({"layout": {"tp": 2, "pp": 2, "dp": dp}, "recompute": mode, "seconds": secs,
-                                    "ranks of launch 1": first, "stages": per_stage, "stages per launch": reps, "predicted": pred})
+    for dp, chunk, mode in [(dp, chunk, mode) for dp in args.dp for chunk in args.loss_chunk for mode in args.modes]:
+        overrides = {**BASE, "parallel.data_parallel": dp, "model.recompute": mode, "model.loss_chunk": chunk}
+        pred = predicted(overrides)
+        reps, first, secs = [], None, []
+        for rep in range(args.reps):
+            ranks, seconds = measure(overrides)
+            text, rows = comparison(ranks, pred)
+            secs.append(round(seconds, 1))
+            if first is None:
+                first = ranks
+                print(f"\nTP 2 x PP 2 x DP {dp}, recompute {mode}, loss chunk {chunk}  ({len(ranks)} processes, {seconds:.0f} s)  [MiB], launch 1 of {args.reps}")
+                print(rank_table(ranks))
+                print(text, flush=True)
+            reps.append([{k: v for k, v in r.items() if k not in ("measured categories", "predicted terms")} for r in rows])
+        per_stage = []
+        for i, row in enumerate(rows):
+            st = {"stage": row["stage"], "measured": summary([r[i]["measured"] for r in reps])}
+            if pred is not None:
+                st |= {"predicted": row["predicted"], "ratio": summary([r[i]["ratio"] for r in reps])}
+                print(f"  stage {st['stage']}: measured / predicted {fmt(st['ratio'], '.3f')}", flush=True)
+            per_stage.append(st)
+        results["runs"].append({"layout": {"tp": 2, "pp": 2, "dp": dp}, "recompute": mode, "loss_chunk": chunk, "seconds": secs,
+                                "ranks of launch 1": first, "stages": per_stage, "stages per launch": reps, "predicted": pred})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1, default=str))
     print(f"\nwrote {args.out}")

@@ -58,8 +58,10 @@ def rows() -> list[str]:
     _, m = newest("memory-cpu-*.json")
     ratios = [st["ratio"] for r in m["runs"] for st in r["stages"]]
     dps = sorted({r["layout"]["dp"] for r in m["runs"]}); modes = list(dict.fromkeys(r["recompute"] for r in m["runs"]))
+    chunks = sorted({r.get("loss_chunk", 0) for r in m["runs"]})
+    chunked = f", loss over whole logits and in chunks of {'/'.join(str(c) for c in chunks if c)} tokens" if len(chunks) > 1 else ""
     out.append(f"| memory model vs measurement (CPU): stage peaks of a TP2×PP2 step, DP {'/'.join(map(str, dps))}, "
-               f"{'/'.join(modes)} (`bench/memory.py`, {m['date']}) | measured/predicted, medians per stage "
+               f"{'/'.join(modes)}{chunked} (`bench/memory.py`, {m['date']}) | measured/predicted, medians per stage "
                f"{min(x['median'] for x in ratios):.2f}–{max(x['median'] for x in ratios):.2f}; every launch "
                f"{min(x['min'] for x in ratios):.2f}–{max(x['max'] for x in ratios):.2f} ({m['reps']} launches each) | within 10% |")
     _, c = newest("checkpoint-cpu-*.json")

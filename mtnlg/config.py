@@ -32,6 +32,8 @@ class ModelConfig:
     tp_layers: str = "megatron"          # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
     recompute: str = "none"              # activation recomputation in backward: none | selective (attention core) | full (whole layer)
     kernels: str = "reference"           # fused kernels (chapter 20): reference (plain PyTorch) | triton | compile (torch.compile)
+    loss_chunk: int = 0                  # 0: the paper's output layer, its logits kept for backward; N: chapter 20's linear
+                                         # cross-entropy, N tokens' logits at a time (Triton with kernels=triton, else PyTorch)
 
     @property
     def ffn_size(self) -> int: return self.ffn_hidden_size or 4 * self.hidden_size
@@ -216,7 +218,7 @@ def _validate(c: Config):
                     "optimizer.clip_grad": o.clip_grad, "optimizer.adam_eps": o.adam_eps,
                     "schedule.lr_warmup_tokens": s.lr_warmup_tokens,
                     "schedule.batch_size_rampup_tokens": s.batch_size_rampup_tokens,
-                    "schedule.eval_iters": s.eval_iters}.items():
+                    "schedule.eval_iters": s.eval_iters, "model.loss_chunk": m.loss_chunk}.items():
         if v < 0: raise ConfigError(f"`{name}` must be >= 0, got {v}")
     for name, v in {"model.hidden_dropout": m.hidden_dropout, "model.attention_dropout": m.attention_dropout,
                     "optimizer.adam_beta1": o.adam_beta1, "optimizer.adam_beta2": o.adam_beta2}.items():

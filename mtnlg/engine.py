@@ -15,9 +15,9 @@ import torch, torch.nn as nn
 import torch.distributed as dist
 import deepspeed
 from deepspeed.pipe import PipelineModule, LayerSpec, TiedLayerSpec
-from .config import Config, count_parameters, reduce_bucket_elements
+from .config import Config, ModelConfig, count_parameters, reduce_bucket_elements
 from .topology import Layout, deepspeed_topology, seed_everything, plot_rank_grid
-from .model import Embedding, LayerNorm, TransformerBlock, megatron_config, token_losses
+from .model import Embedding, LayerNorm, TransformerBlock, megatron_config, token_losses, chunked_token_losses
 from .pipeline_parallel import gpt_param_name, partition_uniform, partition_balanced, layer_flops
 from .data_parallel import make_optimizer
 from .checkpoint import make_shard, tp_dim
@@ -33,13 +33,15 @@ def prepare_deepspeed():
     return deepspeed
 
 # %% ../nbs/14_engine_3d.ipynb
-def lm_head(embedding: Embedding, hidden):
-    "Output layer on the last stage: logits for this TP rank's vocabulary slice, from the tied token embedding."
-    return embedding.logits(hidden)
+def lm_head(embedding: Embedding, hidden, chunked: bool = False):
+    """Output layer on the last stage: logits for this TP rank's vocabulary slice, from the tied token embedding; with
+    `model.loss_chunk`, the hidden state and the tied matrix, which the loss multiplies a chunk at a time."""
+    return (hidden, embedding.tokens.weight) if chunked else embedding.logits(hidden)
 
-def pipeline_loss(logits, labels, kind: str = "megatron"):
+def pipeline_loss(outputs, labels, model: ModelConfig):
     "Mean next-token cross-entropy of the micro-batch, computed on vocabulary slices (no rank holds all logits)."
-    return token_losses(logits, labels, kind).mean()
+    if model.loss_chunk: return chunked_token_losses(*outputs, labels, model).mean()
+    return token_losses(outputs, labels, model.tp_layers).mean()
 
 def gpt_layer_specs(cfg: Config) -> list:
     "Our GPT as a flat list: tied embedding, `num_layers` blocks, final LayerNorm, tied output layer."
@@ -48,7 +50,7 @@ def gpt_layer_specs(cfg: Config) -> list:
     return ([TiedLayerSpec("embed", Embedding, m, mp, **tied)]
             + [LayerSpec(TransformerBlock, m, mp) for _ in range(m.num_layers)]
             + [LayerSpec(LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels),     # model.kernels picks its kernel
-               TiedLayerSpec("embed", Embedding, m, mp, forward_fn=lm_head, **tied)])
+               TiedLayerSpec("embed", Embedding, m, mp, forward_fn=partial(lm_head, chunked=m.loss_chunk > 0), **tied)])
 
 def stage_bounds(cfg: Config) -> list[int]:
     """Stage s holds layers [b[s], b[s+1]) of the flat sequence (0: embedding, 1..l: blocks, l+1: final LayerNorm,
@@ -76,7 +78,7 @@ def gpt_pipeline(cfg: Config, layout: Layout) -> PipelineModule:
     "This rank's stage of the GPT; layer i initialised from seed cfg.seed + i, as `GPT(init_seed=cfg.seed)`."
     uniform = cfg.parallel.partition == "uniform"
     module = GPTPipelineModule(layers=gpt_layer_specs(cfg), topology=deepspeed_topology(layout),
-                               loss_fn=partial(pipeline_loss, kind=cfg.model.tp_layers),
+                               loss_fn=partial(pipeline_loss, model=cfg.model),
                                partition_method="type:TransformerBlock" if uniform else stage_bounds(cfg),
                                seed_layers=True, seed_fn=torch.manual_seed, base_seed=cfg.seed)
     check_stages(module, cfg)

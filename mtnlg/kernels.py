@@ -521,7 +521,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if ctx.use_triton: _ce_launch(_ce_grad, z, labels[rows], lse[rows], dloss[rows], z.shape[1], ctx.start)
             else: _grad_torch(z, labels[rows], lse[rows], dloss[rows], ctx.start)
             dh[rows] = z @ weight                                   # this rank's share: copy_to_tp sums them over TP
-            dw += (z.t() @ h[rows]).float()
+            if dw.dtype == z.dtype: dw.addmm_(z.t(), h[rows])       # fp32: straight into the accumulator
+            else: dw += z.t() @ h[rows]                             # bf16: one product, widened as it is added
             del z
         return dh, dw.to(weight.dtype), None, None, None, None
 

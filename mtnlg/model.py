@@ -4,8 +4,8 @@
 
 # %% auto 0
 __all__ = ['tp_layers', 'init_normal', 'megatron_config', 'ParallelAttention', 'ParallelMLP', 'LayerNorm', 'TransformerBlock',
-           'Embedding', 'parallel_lm_logits', 'token_losses', 'seeded_build', 'GPT', 'dense_reference_loss',
-           'recompute_in_backward', 'saved_tensor_bytes']
+           'Embedding', 'parallel_lm_logits', 'token_losses', 'chunked_token_losses', 'seeded_build', 'GPT',
+           'dense_reference_loss', 'recompute_in_backward', 'saved_tensor_bytes']
 
 # %% ../nbs/01_model.ipynb
 import contextlib, math
@@ -139,6 +139,16 @@ def token_losses(logits, labels, kind: str = "megatron"):
     "Per-token cross-entropy (nats) from vocabulary-sliced logits: no rank ever holds all of them."
     return tp_layers(kind).vocab_parallel_cross_entropy(logits.float(), labels)
 
+def chunked_token_losses(hidden, embedding_weight, labels, cfg: ModelConfig):
+    """`token_losses(parallel_lm_logits(hidden, embedding_weight), labels)` without the logits: chapter 20's linear
+    cross-entropy, `cfg.loss_chunk` tokens' logits at a time, combined over the tensor-parallel group."""
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    group = parallel_state.get_tensor_model_parallel_group() if tp > 1 else None
+    x = tp_layers(cfg.tp_layers).copy_to_tp(hidden)          # backward: sum every rank's share of the hidden gradient
+    losses = kernels.linear_cross_entropy(x.flatten(0, 1), embedding_weight, labels.flatten(), cfg.loss_chunk, group,
+                                          "triton" if cfg.kernels == "triton" else "torch")
+    return losses.view(labels.shape)
+
 # %% ../nbs/01_model.ipynb
 def seeded_build(seed: int | None, build):
     "`build()` with the default RNG seeded to `seed`, leaving the caller's stream untouched (`None`: just `build()`)."
@@ -166,7 +176,10 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {tokens.shape[1]} tokens is longer than model.seq_length={self.cfg.seq_length}")
         x = self.embedding(tokens)
         for block in self.blocks: x = block(x)
-        logits = self.embedding.logits(self.final_ln(x))
+        x = self.final_ln(x)
+        if labels is not None and self.cfg.loss_chunk:          # the loss without the logits (chapter 20)
+            return chunked_token_losses(x, self.embedding.tokens.weight, labels, self.cfg)
+        logits = self.embedding.logits(x)
         if labels is None: return logits
         return self.token_losses(logits, labels)               # [batch, seq] losses in nats
 

@@ -6,9 +6,9 @@
 __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'FUSIONS', 'SYSTEMS', 'NARAYANAN', 'JEAN_ZAY', 'uniform_layers',
            'embedding_weighted_layers', 'Setup', 'setup_problems', 'check_setup', 'layer_forward_flops',
            'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes', 'layer_activation_bytes',
-           'stored_activation_bytes', 'in_flight', 'stage_params', 'GPU', 'Assumptions', 'stage_memory',
-           'memory_per_gpu', 'largest_term', 'memory_table', 'format_stages', 'plot_recompute_tradeoff', 'link',
-           'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Op', 'layer_ops', 'ridge_point', 'layer_time',
+           'stored_activation_bytes', 'in_flight', 'stage_params', 'GPU', 'Assumptions', 'output_layer_bytes',
+           'stage_memory', 'memory_per_gpu', 'largest_term', 'memory_table', 'format_stages', 'plot_recompute_tradeoff',
+           'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Op', 'layer_ops', 'ridge_point', 'layer_time',
            'System', 'interleaved_bubble', 'pipeline_time', 'Prediction', 'predict', 'paper_predictions',
            'fit_matmul_efficiency', 'plot_paper_rows', 'PublishedRun', 'gpt', 'best_virtual_stages', 'published_runs',
            'validate', 'plot_validation', 'stage_splits', 'plan', 'format_plan', 'measure_matmul_tflops',
@@ -201,6 +201,19 @@ class Assumptions:
     attention: str = "flash"         # SDPA's FlashAttention kernel on A100/H100 (no s x s tensors kept); "math": they are kept
     dropout_mask_bytes: int = 1      # bool masks on a GPU (PyTorch's CPU dropout keeps masks as wide as the activations)
 
+def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict:
+    """What the last stage's output layer and loss hold for a micro-batch of `tokens` (bytes): `buffers`, DeepSpeed's two
+    output pipe buffers (the logits; with `model.loss_chunk`, the final LayerNorm's output); `for the loss`, kept from
+    the loss's forward to its backward; `backward`, the loss's backward working set."""
+    V, h = model.padded_vocab_size(tp) // tp, model.hidden_size
+    if not model.loss_chunk:          # the logits, their fp32 copy; backward: the fp32 softmax and the logits' gradient
+        return {"buffers": 2 * tokens * V * e, "for the loss": tokens * V * 4 if e != 4 else 0, "backward": 2 * tokens * V * 4}
+    copy = 4 if e != 4 and model.kernels != "triton" else 0     # the PyTorch twin widens a chunk to fp32
+    chunk = min(model.loss_chunk, tokens) * V * (e + copy)
+    weight_grad = V * h * (4 + (e if e != 4 else 0))         # its fp32 accumulator (bf16: + one chunk's product)
+    return {"buffers": 2 * tokens * h * e, "for the loss": tokens * 4,            # a log-sum-exp per token
+            "backward": chunk + tokens * h * e + weight_grad}                     # + the hidden state's gradient
+
 def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
                  asm: Assumptions = Assumptions()) -> list[dict]:
     """Memory (bytes) of one GPU of every pipeline stage at its peak, by term, as our engine allocates it. The peak is
@@ -209,7 +222,7 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
     (activations gone, ZeRO's flat gradient partition and Adam's temporaries there)."""
     e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, L.dp)
     s, b, h = model.seq_length, L.micro_batch, model.hidden_size
-    sbh, logits = s * b * h, s * b * model.padded_vocab_size(L.tp) // L.tp
+    sbh = s * b * h
     m, v, split = global_batch // (L.micro_batch * L.dp), L.virtual_stages, L.stage_layers(model)
     layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention)
     recomputed = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
@@ -225,13 +238,14 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
         n = stage_params(model, L, i)
         frozen = s * h * per_param["weights"] if last and L.pp > 1 else 0  # the last stage's unused copy of the positions
         states = {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
-        kept_logits = 2 * logits * e if last else 0                  # DeepSpeed's two pipe buffers keep the last logits
+        out = output_layer_bytes(model, s * b, L.tp, e) if last else {"buffers": 0, "for the loss": 0, "backward": 0}
+        kept_logits = out["buffers"]                                 # DeepSpeed's two pipe buffers keep the last logits
         # on top of what is stored: a layer's backward (its recomputed activations, the MLP's gradients) or, on the last
         # stage, the loss's backward before it (the fp32 softmax it kept, and the logits' gradient); not both at once
-        working = max(recomputed + mlp_grads, 2 * logits * 4 if last else 0)
+        working = max(recomputed + mlp_grads, out["backward"])
         backward = states | {"reduce buckets": 0,
                              "activations": in_flight(i, L.pp, m, v) * per_micro_batch / v, "backward working": working,
-                             "logits": kept_logits + (logits * 4 if last and e != 4 else 0),   # + their fp32 copy for the loss
+                             "logits": kept_logits + out["for the loss"],   # + their fp32 copy for the loss
                              "optimizer step": 0, "reserved": asm.reserved_gib * GiB}
         # fp32 ZeRO-1 (no contiguous_gradients, chapter 14): after the flush it flattens the gradients a bucket at a
         # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in place

@@ -3,7 +3,8 @@ relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 
 losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
 bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
 and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
-`make test` runs 1 process through the engine, PP 2 as srun starts it (with balanced stages) and TP 2 x PP 2 x DP 2 at eps 1e-6, and DP 2 at
+`make test` runs 1 process through the engine, PP 2 as srun starts it (with balanced stages) and TP 2 x PP 2 x DP 2 at eps 1e-6
+(its loss through chapter 20's chunked linear cross-entropy: the single run's keeps its logits), and DP 2 at
 eps 1e-8; `make test-full` adds TP 2 and DP 2 alone, the other two-axis layouts, the other seven at eps 1e-8 and the
 engine on chapter 11's from-scratch layers."""
 import json, os, subprocess, sys, textwrap
@@ -98,6 +99,8 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
         over["parallel.partition"] = "balanced"                  # (TP 2 x PP 2 x DP 2 runs the uniform ones)
         r = srun_style(tmp_path, over, tp * pp * dp)
     else:                           # `mtnlg train --nproc N` -> torchrun
+        if (tp, pp, dp) == (2, 2, 2):                            # and the loss without logits, 16 tokens at a time
+            over["model.loss_chunk"] = 16                       # (chapter 20), against the single run's logits
         r = mtnlg_train(tmp_path, over, nproc=tp * pp * dp)
     assert r.returncode == 0, r.stderr[-3000:]
     ref_dir, cfg = singles(eps), load_config(CONFIG, over)

@@ -57,14 +57,14 @@ def test_dropout_mask_is_the_seeds_and_exact(interpreter):
     assert got["equal"] and got["grad equal"] and got["same seed"] and not got["other seed"], got
     assert abs(got["kept"] - 0.75) < 0.03, got                        # 3700 draws: 4 standard deviations
 
-def _model_run(kernels: str, recompute: str = "none", dropout: float = 0.0, dtype: str = "float32"):
+def _model_run(kernels: str, recompute: str = "none", dropout: float = 0.0, dtype: str = "float32", loss_chunk: int = 0):
     "The tiny GPT (2 layers, seq 32): loss and every gradient for one batch."
     from mtnlg.model import GPT
     from mtnlg.topology import init_distributed, seed_everything
     init_distributed()
     cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "scaled_configs", "tiny.yaml"),
                       {"model.kernels": kernels, "model.recompute": recompute, "model.hidden_dropout": dropout,
-                       "model.attention_dropout": dropout, "model.seq_length": 32})
+                       "model.attention_dropout": dropout, "model.seq_length": 32, "model.loss_chunk": loss_chunk})
     seed_everything(3)
     model = GPT(cfg.model, init_seed=1).to(getattr(torch, dtype)).train()   # bf16: as DeepSpeed's bf16 engine casts it
     tokens = torch.randint(0, cfg.model.vocab_size, (2, 33), generator=torch.Generator().manual_seed(0))
@@ -72,18 +72,19 @@ def _model_run(kernels: str, recompute: str = "none", dropout: float = 0.0, dtyp
     loss.backward()
     return loss.detach().float(), {n: p.grad.float() for n, p in model.named_parameters()}
 
-def _model_errors(kernels: str, dtype: str = "float32") -> tuple[float, float]:
-    "(|loss - reference loss|, largest gradient error relative to that tensor's largest reference magnitude)."
+def _model_errors(kernels: str, dtype: str = "float32", loss_chunk: int = 0) -> tuple[float, float]:
+    """(|loss - reference loss|, largest gradient error relative to that tensor's largest reference magnitude); the
+    reference keeps its logits, `loss_chunk` > 0 computes the loss without them (64 tokens: 4 chunks of 16)."""
     ref_loss, ref = _model_run("reference", dtype="float32")
-    loss, grads = _model_run(kernels, dtype=dtype)
+    loss, grads = _model_run(kernels, dtype=dtype, loss_chunk=loss_chunk)
     return abs(loss - ref_loss).item(), max(((g - ref[n]).abs().max() / ref[n].abs().max()).item() for n, g in grads.items())
 
 def test_model_with_triton_kernels_equals_reference(interpreter):
-    loss, grad = interpreter.submit(_model_errors, "triton").result()
+    loss, grad = interpreter.submit(_model_errors, "triton", "float32", 16).result()
     assert loss < 1e-5 and grad < 1e-4, (loss, grad)                # fp32: summation order and erf's last bit
 
 def test_model_with_triton_kernels_in_bf16(interpreter):
-    loss, grad = interpreter.submit(_model_errors, "triton", "bfloat16").result()
+    loss, grad = interpreter.submit(_model_errors, "triton", "bfloat16", 16).result()
     ref_loss, ref_grad = _model_errors("reference", "bfloat16")      # PyTorch's own bf16 model, for scale
     assert loss < 2e-2 and grad < max(0.1, 2 * ref_grad), (loss, grad, ref_loss, ref_grad)
 
@@ -114,6 +115,11 @@ def test_compile_variant_equals_reference(name):
         return
     e = K.kernel_errors(name, shape, torch.float32, "compile")
     assert e["forward"] < 1e-5 and e["backward"] < 1e-5, e
+
+def test_model_loss_without_logits_equals_reference():
+    "model.loss_chunk with the PyTorch twin (kernels=reference): the loss and every gradient of the model that keeps its logits."
+    loss, grad = _model_errors("reference", loss_chunk=16)
+    assert loss < 1e-6 and grad < 1e-5, (loss, grad)
 
 def test_model_with_compiled_kernels_equals_reference():
     loss, grad = _model_errors("compile")

@@ -1,7 +1,7 @@
 """Chapter 98's memory measurement (`mtnlg.testing.MemoryTracker`, `measure_stage_memory`): exact to the byte on a
 workload whose answer is known; on a real TP 2 x PP 2 DeepSpeed step (4 processes, gloo), the parameter and
-optimizer bytes of every rank are what the configuration says, and full recomputation lowers every stage's
-activation peak."""
+optimizer bytes of every rank are what the configuration says, full recomputation lowers every stage's activation
+peak, the loss without logits (chapter 20) lowers the last stage's, and chapter 50's model predicts every peak."""
 from pathlib import Path
 import pytest, torch
 from mtnlg.testing import MemoryTracker, memory_exactness_check, ACTIVATIONS
@@ -40,12 +40,16 @@ RUN = {"model.num_layers": 4, "model.seq_length": 128, "model.hidden_size": 128,
        "schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None,
        "parallel.tensor_parallel": 2, "parallel.pipeline_parallel": 2, "parallel.data_parallel": 1}
 
+# the same step three ways: no recomputation, full recomputation, and no recomputation with the loss computed 64 tokens
+# at a time without logits (chapter 20's linear cross-entropy, `model.loss_chunk`)
+MODES = {"none": {"model.recompute": "none"}, "full": {"model.recompute": "full"},
+         "chunked loss": {"model.recompute": "none", "model.loss_chunk": 64}}
+
 @pytest.fixture(scope="module")
 def measured():
     from mtnlg import testing
     from mtnlg.topology import launch
-    return {mode: launch(testing.measure_stage_memory, 4, CONFIG, {**RUN, "model.recompute": mode})
-            for mode in ("none", "full")}
+    return {name: launch(testing.measure_stage_memory, 4, CONFIG, {**RUN, **over}) for name, over in MODES.items()}
 
 def test_parameter_and_optimizer_bytes(measured):
     """fp32 parameters: 4 bytes per parameter of the rank's stage (`stage_params_per_rank`), plus, on the last stage,
@@ -54,7 +58,7 @@ def test_parameter_and_optimizer_bytes(measured):
     from mtnlg.config import load_config, stage_params_per_rank
     cfg = load_config(CONFIG, RUN)
     m, p = cfg.model, cfg.parallel
-    for r in measured["none"] + measured["full"]:
+    for r in sum(measured.values(), []):
         n = stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, r["stage"])
         last = r["stage"] == p.pipeline_parallel - 1 and p.pipeline_parallel > 1
         frozen = m.seq_length * m.hidden_size if last else 0
@@ -72,7 +76,7 @@ def test_gradients_and_deepspeed_buffers(measured):
     `reduce_bucket_size` elements, one filled by per-parameter hooks in the backward pass."""
     from mtnlg.config import load_config, reduce_bucket_elements
     cfg = load_config(CONFIG, RUN)
-    for r in measured["none"] + measured["full"]:
+    for r in sum(measured.values(), []):
         assert "gradients:ipg bucket" not in r["detail"]
         assert 4 * r["trainable_numel"] <= r["categories"]["gradients"] <= 4 * r["trainable_numel"] + 64 * 1024
         # what the reduction flattens at once is capped by the bucket, sized to the largest stage (5e8 would be 2 GB)
@@ -85,11 +89,11 @@ def test_the_model_predicts_every_stage_peak_within_10_percent(measured):
     from mtnlg.topology import Layout
     cpu = Assumptions(reserved_gib=0.0, attention="math", dropout_mask_bytes=4)
     for mode, ranks in measured.items():
-        cfg = load_config(CONFIG, {**RUN, "model.recompute": mode})
-        predicted = stage_memory(cfg.model, Setup(Layout.of(cfg), 2, mode), 8, "fp32", cpu)
+        cfg = load_config(CONFIG, {**RUN, **MODES[mode]})
+        predicted = stage_memory(cfg.model, Setup(Layout.of(cfg), 2, cfg.model.recompute), 8, "fp32", cpu)
         for stage in (0, 1):
             got = max(r["peak"] for r in ranks if r["stage"] == stage)
-            print(f"recompute {mode}, stage {stage}: predicted {predicted[stage]['total'] / MiB:.2f} MiB, "
+            print(f"{mode}, stage {stage}: predicted {predicted[stage]['total'] / MiB:.2f} MiB, "
                   f"measured {got / MiB:.2f} MiB, ratio {got / predicted[stage]['total']:.3f}")
             assert abs(got / predicted[stage]["total"] - 1) <= 0.10, (mode, stage)
 
@@ -102,6 +106,15 @@ def test_full_recompute_lowers_every_stage_activation_peak(measured):
               f"full {[round(x / MiB, 2) for x in full[s]]} MiB")
         assert max(full[s]) < min(none[s])
 
+def test_the_loss_without_logits_lowers_only_the_last_stage(measured):
+    """The chunked loss removes the last stage's logits (2 x 1 MiB in DeepSpeed's pipe buffers, 2 MiB in the loss's
+    backward), and adds a chunk, the hidden state's gradient and the output matrix's gradient (0.9 MiB): the model says
+    2.9 MiB less. The first stage holds no logits and must not move beyond the peaks' jitter (~0.5 MiB)."""
+    peak = lambda name, stage: max(r["peak"] for r in measured[name] if r["stage"] == stage)
+    print({name: [round(peak(name, s) / MiB, 2) for s in (0, 1)] for name in ("none", "chunked loss")})
+    assert peak("none", 1) - peak("chunked loss", 1) > 1.5 * MiB
+    assert abs(peak("none", 0) - peak("chunked loss", 0)) < 0.5 * MiB
+
 def test_record_agrees_with_a_scan_of_live_tensors(measured):
     """At the start of the measured step the record and an independent scan of the tensors the garbage collector sees
     agree: the record holds all the scan finds but for stray scalars, and the scan finds what the record holds but for
@@ -109,7 +122,7 @@ def test_record_agrees_with_a_scan_of_live_tensors(measured):
     of megatron-core's asynchronous all-reduces, released on gloo's threads. Measured: up to 3 such blocks on a rank
     (30 ranks over 3 launches of each mode); a real gap in the record (the 1.3 MiB of a stage's gradients) is 10."""
     block = RUN["model.seq_length"] * RUN["schedule.micro_batch_size"] * RUN["model.hidden_size"] * 4
-    for r in measured["none"] + measured["full"]:
+    for r in sum(measured.values(), []):
         scan = r["scan at step start"]
         assert scan["scanned, not recorded"] <= 1024, scan
         assert scan["recorded"] - scan["found by scan"] - scan["not scanned, freed unseen"] <= 6 * block, scan
