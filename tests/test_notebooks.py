@@ -27,6 +27,7 @@ def notebook_groups(notebooks) -> dict[str, list[Path]]:
                 first = {k: (new if v == old else v) for k, v in first.items()}
     return {g.stem: [nb for nb in notebooks if first[nb] == g] for g in dict.fromkeys(first.values())}
 
+KERNEL_NEVER_STARTED = "Kernel died before replying to kernel_info"
 BOOK = NBS.parent / "runs" / "book"   # each chapter as executed here: the site (`make docs`) is built from these copies
 
 def run_notebook(nb: Path, tmp_path: Path, keep: Path | None = BOOK):
@@ -34,7 +35,15 @@ def run_notebook(nb: Path, tmp_path: Path, keep: Path | None = BOOK):
     params = {"run_dir": str(tmp_path / "run")} if nb.stem == "41_train" else {}
     out = tmp_path / nb.name
     tmp_path.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(NBS), kernel_name="python3", progress_bar=False)
+    for attempt in (1, 2):
+        try:
+            pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(NBS), kernel_name="python3", progress_bar=False)
+            break
+        except RuntimeError as e:
+            # the kernel never started: jupyter_client picks free ephemeral ports and the kernel binds them a moment
+            # later, and another process's outgoing connection can take one in between (seen once: "Address already in
+            # use" while the other worker ran gloo ranks). No cell ran, so the chapter is started once more.
+            if attempt == 2 or KERNEL_NEVER_STARTED not in str(e): raise
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
         tmp = keep / (nb.name + ".part")
@@ -68,3 +77,17 @@ def test_only_a_chapter_that_ran_to_the_end_is_kept_for_the_site(tmp_path):
     with pytest.raises(pm.PapermillExecutionError): run_notebook(tmp_path / "fails.ipynb", tmp_path / "run-fails", keep)
     assert sorted(p.name for p in keep.iterdir()) == ["ok.ipynb"]
     assert json.loads((keep / "ok.ipynb").read_text())["metadata"]["papermill"]["exception"] is None
+
+def test_a_kernel_that_never_started_is_started_once_more_and_only_that(tmp_path, monkeypatch):
+    calls = []
+    def execute(nb, out, **kw):
+        calls.append(nb)
+        if len(calls) == 1: raise RuntimeError(KERNEL_NEVER_STARTED)
+        Path(out).write_text("{}")
+    monkeypatch.setattr(pm, "execute_notebook", execute)
+    run_notebook(tmp_path / "a.ipynb", tmp_path / "run", keep=None)
+    assert len(calls) == 2
+    def broken(nb, out, **kw): calls.append(nb); raise RuntimeError("something else")
+    monkeypatch.setattr(pm, "execute_notebook", broken)
+    with pytest.raises(RuntimeError, match="something else"): run_notebook(tmp_path / "a.ipynb", tmp_path / "run", keep=None)
+    assert len(calls) == 3                                   # any other error: no second try
