@@ -239,13 +239,13 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
         frozen = s * h * per_param["weights"] if last and L.pp > 1 else 0  # the last stage's unused copy of the positions
         states = {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
         out = output_layer_bytes(model, s * b, L.tp, e) if last else {"buffers": 0, "for the loss": 0, "backward": 0}
-        kept_logits = out["buffers"]                                 # DeepSpeed's two pipe buffers keep the last logits
+        kept_logits = out["buffers"]          # DeepSpeed's two pipe buffers keep the last logits (chunked loss: the LN output)
         # on top of what is stored: a layer's backward (its recomputed activations, the MLP's gradients) or, on the last
         # stage, the loss's backward before it (the fp32 softmax it kept, and the logits' gradient); not both at once
         working = max(recomputed + mlp_grads, out["backward"])
         backward = states | {"reduce buckets": 0,
                              "activations": in_flight(i, L.pp, m, v) * per_micro_batch / v, "backward working": working,
-                             "logits": kept_logits + out["for the loss"],   # + their fp32 copy for the loss
+                             "logits": kept_logits + out["for the loss"],   # + what the loss keeps (their fp32 copy)
                              "optimizer step": 0, "reserved": asm.reserved_gib * GiB}
         # fp32 ZeRO-1 (no contiguous_gradients, chapter 14): after the flush it flattens the gradients a bucket at a
         # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in place

@@ -116,10 +116,25 @@ def test_compile_variant_equals_reference(name):
     e = K.kernel_errors(name, shape, torch.float32, "compile")
     assert e["forward"] < 1e-5 and e["backward"] < 1e-5, e
 
+def _saved_bytes(loss_chunk: int) -> tuple[int, int]:
+    "(bytes autograd saves for the tiny GPT's backward, one [tokens, padded vocabulary] fp32 tensor's bytes)."
+    from mtnlg.model import GPT, saved_tensor_bytes
+    from mtnlg.topology import init_distributed
+    init_distributed()
+    cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "scaled_configs", "tiny.yaml"),
+                      {"model.seq_length": 32, "model.loss_chunk": loss_chunk})
+    model = GPT(cfg.model, init_seed=1)
+    tokens = torch.randint(0, cfg.model.vocab_size, (2, 33), generator=torch.Generator().manual_seed(0))
+    _, saved = saved_tensor_bytes(lambda: model(tokens[:, :-1], tokens[:, 1:]).mean(), exclude=list(model.parameters()))
+    return saved, 2 * 32 * cfg.model.padded_vocab_size() * 4
+
 def test_model_loss_without_logits_equals_reference():
-    "model.loss_chunk with the PyTorch twin (kernels=reference): the loss and every gradient of the model that keeps its logits."
+    """model.loss_chunk with the PyTorch twin (kernels=reference): the loss and every gradient of the model that keeps
+    its logits, and backward keeps no logits (the reference's loss saves their fp32 softmax)."""
     loss, grad = _model_errors("reference", loss_chunk=16)
     assert loss < 1e-6 and grad < 1e-5, (loss, grad)
+    (kept, logits), (chunked, _) = _saved_bytes(0), _saved_bytes(16)
+    assert kept - chunked >= logits - 16 * 64, (kept, chunked, logits)   # less what it keeps per token (log-sum-exp)
 
 def test_model_with_compiled_kernels_equals_reference():
     loss, grad = _model_errors("compile")
