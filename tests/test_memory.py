@@ -109,11 +109,12 @@ def test_full_recompute_lowers_every_stage_activation_peak(measured):
 def test_the_loss_without_logits_lowers_only_the_last_stage(measured):
     """The chunked loss removes the last stage's logits (2 x 1 MiB in DeepSpeed's pipe buffers, 2 MiB in the loss's
     backward), and adds a chunk, the hidden state's gradient and the output matrix's gradient (0.9 MiB): the model says
-    2.9 MiB less. The first stage holds no logits and must not move beyond the peaks' jitter (~0.5 MiB)."""
+    2.9 MiB less. The first stage holds no logits and must not move beyond the peaks' jitter (measured 0.5 MiB once: 4 blocks)."""
     peak = lambda name, stage: max(r["peak"] for r in measured[name] if r["stage"] == stage)
     print({name: [round(peak(name, s) / MiB, 2) for s in (0, 1)] for name in ("none", "chunked loss")})
     assert peak("none", 1) - peak("chunked loss", 1) > 1.5 * MiB
-    assert abs(peak("none", 0) - peak("chunked loss", 0)) < 0.5 * MiB
+    block = RUN["model.seq_length"] * RUN["schedule.micro_batch_size"] * RUN["model.hidden_size"] * 4   # 128 KiB
+    assert abs(peak("none", 0) - peak("chunked loss", 0)) <= 6 * block    # unseen frees: up to 6 blocks (see below)
 
 def test_record_agrees_with_a_scan_of_live_tensors(measured):
     """At the start of the measured step the record and an independent scan of the tensors the garbage collector sees
