@@ -4,8 +4,8 @@
 
 # %% auto 0
 __all__ = ['Step', 'partition_uniform', 'layer_flops', 'partition_balanced', 'gpipe_schedule', 'one_f_one_b_schedule',
-           'peak_activations', 'simulate', 'bubble_fraction', 'bubble_formula', 'plot_timeline', 'gpt_param_name',
-           'GPTStage', 'run_schedule']
+           'peak_activations', 'deepspeed_schedule', 'simulate', 'bubble_fraction', 'bubble_formula', 'plot_timeline',
+           'gpt_param_name', 'GPTStage', 'run_schedule']
 
 # %% ../nbs/12_pipeline_parallel.ipynb
 import time
@@ -75,9 +75,30 @@ def peak_activations(steps: list[Step]) -> int:
     return peak
 
 # %% ../nbs/12_pipeline_parallel.ipynb
-def simulate(schedule: list[list[Step]], t_forward: float = 1.0, t_backward: float = 2.0) -> dict:
-    "Start and end time of every (stage, step) when each step waits for its stage and its dependency."
+def deepspeed_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
+    """The forward/backward order of DeepSpeed's `TrainSchedule` on every stage, read off its instructions (whose
+    `buffer_id` is a pipe buffer, reused: micro-batches run in order, so the k-th forward is micro-batch k)."""
+    from deepspeed.runtime.pipe.schedule import TrainSchedule, ForwardPass, BackwardPass
+    out = []
+    for s in range(num_stages):
+        steps, count = [], {"F": 0, "B": 0}
+        for cmds in TrainSchedule(micro_batches=num_micro, stages=num_stages, stage_id=s).steps():
+            for c in cmds:
+                if isinstance(c, (ForwardPass, BackwardPass)):
+                    kind = "F" if isinstance(c, ForwardPass) else "B"
+                    steps.append(Step(kind, count[kind])); count[kind] += 1
+        out.append(steps)
+    return out
+
+# %% ../nbs/12_pipeline_parallel.ipynb
+def simulate(schedule: list[list[Step]], t_forward: float | list[float] = 1.0,
+             t_backward: float | list[float] = 2.0) -> dict:
+    """Start and end time of every (stage, step) when each step waits for its stage and its dependency.
+    `t_forward`, `t_backward`: one time for every stage, or a list with one per stage."""
     p = len(schedule)
+    t_f = list(t_forward) if isinstance(t_forward, (list, tuple)) else [t_forward] * p
+    t_b = list(t_backward) if isinstance(t_backward, (list, tuple)) else [t_backward] * p
+    if len(t_f) != p or len(t_b) != p: raise ValueError(f"{p} stages need {p} forward and backward times, got {len(t_f)} and {len(t_b)}")
     end, timeline, pos, free = {}, {}, [0] * p, [0.0] * p
     while any(pos[s] < len(schedule[s]) for s in range(p)):
         progressed = False
@@ -89,7 +110,7 @@ def simulate(schedule: list[list[Step]], t_forward: float = 1.0, t_backward: flo
             if dep is not None and dep not in end: continue
             if st.kind == "B" and (s, "F", st.micro) not in end: continue    # a backward needs its own forward
             start = max(free[s], end[dep] if dep else 0.0)
-            free[s] = end[(s, st.kind, st.micro)] = start + (t_forward if st.kind == "F" else t_backward)
+            free[s] = end[(s, st.kind, st.micro)] = start + (t_f[s] if st.kind == "F" else t_b[s])
             timeline[(s, st)] = (start, free[s])
             pos[s] += 1; progressed = True
         if not progressed: raise RuntimeError(f"schedule deadlocks: stages wait at steps {pos}")

@@ -182,6 +182,23 @@ def test_slowest_stage_sets_the_pace():
     # stage 0 holds the most in flight and now 4 layers' weights: its memory grows
     assert heavy.memory["total"] > even.memory["total"]
 
+def test_pipeline_time_against_deepspeeds_schedule_simulated():
+    """Random stage times (forward, backward per stage), DeepSpeed's TrainSchedule run by chapter 12's simulator: the
+    closed form is exact when the last stage is the slowest and never below the simulation otherwise."""
+    import random
+    from mtnlg.pipeline_parallel import simulate, deepspeed_schedule
+    rng, looser = random.Random(0), 0
+    for _ in range(150):
+        p, m = rng.randint(2, 7), rng.randint(1, 24)
+        f = [rng.uniform(0.5, 1.5) for _ in range(p)]
+        b = [x * rng.uniform(2, 3) for x in f]
+        stage = [x + y for x, y in zip(f, b)]
+        sim = max(end for _, end in simulate(deepspeed_schedule(p, m), f, b).values())
+        formula = pipeline_time(stage, m)
+        if max(stage) == stage[-1]: assert formula == pytest.approx(sim, rel=1e-12), (p, m, stage)
+        else: assert formula >= sim * (1 - 1e-12), (p, m, stage); looser += formula > sim * 1.001
+    assert looser > 10           # the bound is not always tight: the case is exercised
+
 def test_uneven_partition_equals_uniform_when_layers_divide():
     L = Setup(Layout(8, 35, 8), 1, "full")
     a = predict(CFG.model, L, 1920)
