@@ -518,10 +518,17 @@ def paper_predictions(cfg: Config, asm: Assumptions = Assumptions()) -> list[dic
                      "predicted_tflops": pr.hw_tflops, "bubble": bubble_formula(35, pr.micro_batches), "prediction": pr})
     return rows
 
-def fit_matmul_efficiency(cfg: Config, asm: Assumptions = Assumptions()) -> float:
-    "The matmul efficiency (to 0.001) that minimises the largest |relative error| over the paper's rows."
-    def worst(e): return max(abs(r["error"]) for r in paper_predictions(cfg, replace(asm, matmul_efficiency=e)))
-    return min((e / 1000 for e in range(300, 801)), key=worst)
+def fit_matmul_efficiency(cfg: Config, asm: Assumptions = Assumptions(), paper: bool = True, runs: list | None = None) -> float:
+    """The matmul efficiency (to 0.001) that minimises the largest |relative error| over the paper's rows (iteration
+    time; `paper=False` leaves them out) and the published runs `runs` (TFLOP/s; `validate` below)."""
+    def worst(e):
+        a = replace(asm, matmul_efficiency=e)
+        errors = [r["error"] for r in paper_predictions(cfg, a)] if paper else []
+        if runs: errors += [r["error"] for r in validate(runs, a)]
+        return max(map(abs, errors))
+    if not paper and not runs: raise ValueError("nothing to fit: give the paper's rows, published runs, or both")
+    coarse = min((e / 100 for e in range(30, 81)), key=worst)     # the worst error falls, then rises: refine around
+    return min((round(coarse + d / 1000, 3) for d in range(-10, 11)), key=worst)
 
 # %% ../nbs/50_perf_model.ipynb
 def plot_paper_rows(rows: list[dict]):
@@ -619,20 +626,20 @@ def validate(runs: list[PublishedRun] | None = None, asm: Assumptions = Assumpti
     return rows
 
 # %% ../nbs/50_perf_model.ipynb
-def plot_validation(mt_rows: list[dict], rows: list[dict]):
+def plot_validation(mt_rows: list[dict], rows: list[dict], title: str = "one parameter set, fitted to MT-NLG"):
     "Predicted vs reported TFLOP/s per GPU, one point per run, with the ±10% band."
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 5))
     lo, hi = 100, 180
     ax.fill_between([lo, hi], [0.9 * lo, 0.9 * hi], [1.1 * lo, 1.1 * hi], color="0.9", label="±10%")
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-    groups = {"MT-NLG (DeepSpeed, fitted)": mt_rows,
+    groups = {"MT-NLG (DeepSpeed)": mt_rows,
               "Megatron-LM (Narayanan et al. 2021)": [r for r in rows if r["system"] == "megatron-lm"],
               "BLOOM (Megatron-DeepSpeed)": [r for r in rows if r["system"] == "deepspeed"]}
     for (label, g), mk in zip(groups.items(), "osD"):
         ax.plot([r["reported"] for r in g], [r["predicted"] for r in g], mk, label=label, ms=7, alpha=0.8)
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="reported TFLOP/s per GPU", ylabel="predicted TFLOP/s per GPU",
-           title="one parameter set, every published run")
+           title=title)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout(); plt.close(fig)
     return fig

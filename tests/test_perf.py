@@ -240,6 +240,19 @@ def test_published_runs_with_the_mtnlg_parameters():
     assert -0.20 < rows["GPT 1008B, 3072 GPUs"]["error"] < -0.15
     assert rows["BLOOM-176B, 384 GPUs"]["prediction"].layout.layers_per_stage == (5,) + (6,) * 10 + (5,)
 
+def test_one_number_fitted_to_the_other_runs_carries_to_all_of_them_but_mtnlg():
+    from mtnlg.perf import fit_matmul_efficiency, published_runs
+    others = published_runs()
+    e = fit_matmul_efficiency(CFG, paper=False, runs=others)
+    a = replace(Assumptions(), matmul_efficiency=e)
+    assert 0.58 < e < 0.62
+    assert all(abs(r["error"]) <= 0.10 for r in validate(others, a))
+    assert all(r["error"] < -0.10 for r in paper_predictions(CFG, a))        # MT-NLG's iterations predicted >10% short
+    assert fit_matmul_efficiency(CFG) == Assumptions().matmul_efficiency      # the coarse-to-fine search finds 0.511 again
+    both = replace(Assumptions(), matmul_efficiency=fit_matmul_efficiency(CFG, runs=others))
+    assert max(abs(r["error"]) for r in validate(others, both) + paper_predictions(CFG, both)) > 0.10
+    with pytest.raises(ValueError, match="nothing to fit"): fit_matmul_efficiency(CFG, paper=False)
+
 def test_cli_plan_megatron_interleaves():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--tp", "8", "--pp", "35",
             "--recompute", "full", "--micro-batch", "1", "--system", "megatron-lm", "--set", "schedule.global_batch_size=2240",
