@@ -9,6 +9,9 @@ and MFU of gpt-125m and gpt-1.3b, one GPU, bf16 weights, forward + backward + fu
 On a GPU every timing is the median, min and max of --repeats runs (>= 5; each run times several calls between CUDA
 events); ratios are of medians against eager PyTorch measured in the same run; achieved GB/s counts the bytes a kernel
 must move (inputs read once, outputs written once) against the device's peak HBM bandwidth from `mtnlg.perf.GPUS`.
+Where forward+backward's wall time exceeds its GPU-busy time (the profiler's kernel time), each row also says why:
+`fwd_bwd_host_s`, the host time to issue one call (near the wall time: launch-bound), and `fwd_bwd_host_ops`, the
+host-side ops of a call by self CPU time (a synchronisation or copy in there: the call waits for the GPU).
 With --save it writes bench/results/kernels-<date>-<device>.json. Without a GPU it checks correctness only (Triton's
 interpreter, tiny shapes) and says that nothing was timed. Needs torch, triton and megatron-core (no DeepSpeed).
 """
@@ -92,6 +95,36 @@ def device_seconds(fn, calls: int = 5) -> float:
     return sum(e.self_device_time_total for e in prof.key_averages()) / calls / 1e6
 
 
+def _sync():
+    import torch
+    if torch.cuda.is_available(): torch.cuda.synchronize()
+
+
+def host_seconds(fn, calls: int = 10) -> float:
+    """Seconds per call the host spends issuing `fn`: the device drained first, then `calls` calls with no wait between
+    them. Near the wall time when a kernel is launch-bound; far below it when something inside `fn` waits for the device."""
+    fn(); _sync()
+    t0 = time.perf_counter()
+    for _ in range(calls): fn()
+    t = (time.perf_counter() - t0) / calls
+    _sync()
+    return t
+
+
+def host_ops(fn, top: int = 8, calls: int = 5) -> list[dict]:
+    """The host-side work of one call by self CPU time: PyTorch ops and CUDA runtime/driver calls (a launch, a
+    synchronisation, an allocation), microseconds per call. Python time between them (a Triton launcher's) is the rest of
+    `host_seconds`."""
+    import torch
+    from torch.profiler import profile, ProfilerActivity
+    fn(); _sync()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])) as prof:
+        for _ in range(calls): fn()
+        _sync()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    return [{"op": e.key, "self_cpu_us": e.self_cpu_time_total / calls, "calls": e.count / calls} for e in events]
+
+
 def model_correctness() -> dict:
     """The tiny GPT on the GPU, fp32: each kernel choice's loss and gradients against `reference` (dropout off), and with
     dropout on whether selective and full recomputation reproduce `none` bit for bit for each choice."""
@@ -151,6 +184,9 @@ def kernel_bench(args, gpu) -> list[dict]:
                     print(f"{label:9s} {name:17s} {variant:13s} FAILED: {rows[-1]['error']}"); continue
                 row = {"shape": label, "kernel": name, "variant": variant, "dims": list(shape),
                        "forward_s": summary(t_f), "fwd_bwd_s": summary(t_fb), "fwd_bwd_gpu_busy_s": device_seconds(fwd_bwd)}
+                try:          # where a wall time above the GPU-busy time goes: issuing work, or waiting inside the call
+                    row["fwd_bwd_host_s"], row["fwd_bwd_host_ops"] = host_seconds(fwd_bwd), host_ops(fwd_bwd)
+                except Exception as e: row["host_error"] = f"{type(e).__name__}: {e}"[:300]
                 if name == "attention":
                     b, h, s, d = shape
                     flops = 4 * b * h * s * s * d / 2                         # causal: half the scores
@@ -175,6 +211,7 @@ def kernel_bench(args, gpu) -> list[dict]:
                           f"{rate} = {r['fraction_of_peak']:.0%} of peak"
                           + (f" ({r['fraction_of_peak_gpu_busy']:.0%} over GPU-busy time {r['fwd_bwd_gpu_busy_s'] * 1e6:.0f} us)  "
                              if "fraction_of_peak_gpu_busy" in r else f" (GPU-busy {r['fwd_bwd_gpu_busy_s'] * 1e6:.0f} us)  ")
+                          + (f"host {r['fwd_bwd_host_s'] * 1e6:.0f} us  " if "fwd_bwd_host_s" in r else "")
                           + f"x{r['speedup_vs_' + base['variant']]['fwd_bwd_s']:.2f} vs {base['variant']}")
     return rows
 

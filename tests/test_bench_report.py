@@ -28,3 +28,15 @@ def test_every_benchmark_reports_median_min_max_of_at_least_5_runs():
         assert found, f"{path.name}: no median/min/max summaries"
         assert all(s["runs"] >= 5 and s["min"] <= s["median"] <= s["max"] for s in found), path.name
         assert "shared" in data["hardware"]["shared_machine"], path.name
+
+def test_kernel_bench_host_diagnostics_see_a_wait_inside_a_call():
+    """bench/kernels.py's host_seconds and host_ops (what a launch-bound Triton kernel is measured with), on this CPU: a
+    call that sleeps 20 ms is 20 ms of host time, and the profile names the ops of a call."""
+    import time, torch
+    sys.path.insert(0, str(ROOT / "bench"))
+    import kernels as bench
+    x = torch.randn(64, 64, requires_grad=True)
+    def call(): time.sleep(0.02); torch.autograd.grad((x @ x).sum(), [x])
+    assert 0.02 <= bench.host_seconds(call, calls=3) < 0.5
+    ops = bench.host_ops(call, top=20, calls=2)
+    assert "aten::mm" in {o["op"] for o in ops} and all(o["self_cpu_us"] >= 0 and o["calls"] > 0 for o in ops)
