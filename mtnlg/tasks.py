@@ -282,11 +282,27 @@ def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str =
             if log_samples: out["samples"][f"{name}/{shot}"] = request_loglikelihoods(r["samples"][task.task_name])
     return out
 
+_ENV_INFO: dict = {}
+
+@contextlib.contextmanager
+def _environment_once():
+    """Inside the block, torch's `collect_env.get_pretty_env_info` answers from a per-process cache. The harness writes
+    it into every result (`add_env_info`): `pip list` and a dozen other subprocesses, ~0.7 s a call, more than scoring
+    a task of 12 examples; it cannot change within one process. The original is back after the block."""
+    import torch.utils.collect_env as collect_env
+    original = collect_env.get_pretty_env_info
+    def cached():
+        if "info" not in _ENV_INFO: _ENV_INFO["info"] = original()
+        return _ENV_INFO["info"]
+    collect_env.get_pretty_env_info = cached
+    try: yield
+    finally: collect_env.get_pretty_env_info = original
+
 def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
     "The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result."
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
-    with _quiet_datasets():
+    with _quiet_datasets(), _environment_once():
         return simple_evaluate(model=lm, tasks=[task], num_fewshot=None, limit=limit, task_manager=TaskManager(include_defaults=False),
                                fewshot_random_seed=fewshot_seed, bootstrap_iters=0, log_samples=log_samples)
 

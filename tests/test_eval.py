@@ -41,6 +41,18 @@ def test_crosscheck_with_hf_backend(backends, shots):
     assert ours.boundary_fixes == 0
 
 
+def test_every_result_records_the_environment_collected_once(backends):
+    """run_task: each harness result still carries torch's environment report, the same one a direct call gives, collected
+    once per process (not `pip list` per task); torch's function is itself again afterwards."""
+    import torch.utils.collect_env as collect_env
+    from mtnlg.tasks import local_task, run_task, _ENV_INFO
+    original = collect_env.get_pretty_env_info
+    _ENV_INFO.clear()
+    first, second = (run_task(backends[0], local_task("wic", FIXTURES), limit=2) for _ in range(2))
+    assert collect_env.get_pretty_env_info is original
+    assert first["pretty_env_info"] == second["pretty_env_info"] == _ENV_INFO["info"] == original()
+    assert "PyTorch version" in first["pretty_env_info"]
+
 def test_loglikelihood_rolling_and_generation_match_hf(backends):
     from lm_eval.api.instance import Instance
     ours, hf = backends
