@@ -4,8 +4,8 @@
 
 # %% auto 0
 __all__ = ['prepare_deepspeed', 'lm_head', 'pipeline_loss', 'gpt_layer_specs', 'stage_bounds', 'GPTPipelineModule',
-           'check_stages', 'gpt_pipeline', 'gpt_name', 'deepspeed_config', 'build_engine', 'micro_batches',
-           'DeepSpeedBackend']
+           'check_stages', 'gpt_pipeline', 'gpt_name', 'deepspeed_config', 'skip_lone_reduction', 'build_engine',
+           'micro_batches', 'DeepSpeedBackend']
 
 # %% ../nbs/14_engine_3d.ipynb
 import contextlib, io, os
@@ -121,14 +121,30 @@ def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
     }
 
 # %% ../nbs/14_engine_3d.ipynb
-def build_engine(cfg: Config, layout: Layout, batch_size: int | None = None):
-    "This rank's stage + AdamW, wrapped by DeepSpeed's PipelineEngine with ZeRO-1. Returns (engine, client optimizer)."
+def skip_lone_reduction(engine) -> bool:
+    """With one data-parallel rank, skip ZeRO-1's flatten / all-reduce-with-itself / copy-back of fp32 gradients, an
+    identity. Returns whether the engine's optimizer was changed (not for DeepSpeed's bf16 optimizer, nor at DP > 1)."""
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+    zero = engine.optimizer
+    if not isinstance(zero, DeepSpeedZeroOptimizer) or dist.get_world_size(zero.dp_process_group) > 1: return False
+    reduce = zero.buffered_reduce_fallback
+    def buffered_reduce_fallback(rank, grads, communication_data_type, *args, **kwargs):
+        if all(g.dtype == communication_data_type for g in grads): return      # summed over one rank, divided by 1
+        return reduce(rank, grads, communication_data_type, *args, **kwargs)
+    zero.buffered_reduce_fallback = buffered_reduce_fallback
+    return True
+
+# %% ../nbs/14_engine_3d.ipynb
+def build_engine(cfg: Config, layout: Layout, batch_size: int | None = None, skip_identity_reduction: bool = True):
+    """This rank's stage + AdamW, wrapped by DeepSpeed's PipelineEngine with ZeRO-1 (its reduction over a lone
+    data-parallel rank skipped, unless asked not to). Returns (engine, client optimizer)."""
     prepare_deepspeed()
     module = gpt_pipeline(cfg, layout)
     seed_everything(cfg.seed)        # the training-time RNG streams, after the seeded build
     optimizer = make_optimizer(module, cfg)
     with contextlib.redirect_stdout(io.StringIO()):     # DeepSpeed prints its config and memory reports while it builds
         engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=deepspeed_config(cfg, batch_size))
+    if skip_identity_reduction: skip_lone_reduction(engine)
     return engine, optimizer
 
 def micro_batches(batch: torch.Tensor, micro: int, dp_rank: int, dp: int) -> list:

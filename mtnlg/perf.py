@@ -227,7 +227,8 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
     layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention)
     recomputed = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
     mlp_grads = 2 * s * b * model.ffn_size // L.tp * e    # GeLU's backward: the gradients of its output and its input
-    bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" else 0   # ZeRO's fp32 reduce bucket, flattened
+    # ZeRO's fp32 reduce bucket, flattened; over one data-parallel rank our engine skips that identity (chapter 14)
+    bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" and L.dp > 1 else 0
     stages = []
     for i in range(L.pp):
         first, last = i == 0, i == L.pp - 1

@@ -263,3 +263,33 @@ def test_rendezvous_ports_are_free_and_never_ones_the_kernel_hands_out(monkeypat
         monkeypatch.setattr(topology, "_ephemeral_low", lambda: ports[0] + 1)
         with pytest.raises(OSError, match=f"no free TCP port between {ports[0]} and {ports[0] + 1}"):
             topology.free_port(low=ports[0])
+
+# ---- one DeepSpeed cost skipped: the fp32 gradient reduction over a single data-parallel rank
+
+def test_skipping_the_lone_reduction_changes_no_bit(monkeypatch):
+    "One process, fp32: three steps with and without `skip_lone_reduction` give the same losses and weights, bit for bit."
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+    from mtnlg.config import load_config
+    from mtnlg import engine as E
+    from mtnlg.topology import Layout, init_distributed, quiet_libraries
+    quiet_libraries()
+    reductions = []
+    original = DeepSpeedZeroOptimizer.buffered_reduce_fallback
+    monkeypatch.setattr(DeepSpeedZeroOptimizer, "buffered_reduce_fallback",
+                        lambda self, *a, **k: (reductions.append(1), original(self, *a, **k))[1])
+    cfg = load_config(CONFIG, {"schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None,
+                               "model.seq_length": 32})
+    layout = init_distributed(Layout.of(cfg))
+    torch.manual_seed(0)
+    batches = [torch.randint(0, cfg.model.vocab_size, (16, 33)) for _ in range(3)]
+    def train(skip):
+        engine, _ = E.build_engine(cfg, layout, skip_identity_reduction=skip)
+        before = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
+        losses = [engine.train_batch(iter(E.micro_batches(b, 8, 0, 1))).item() for b in batches]
+        after = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
+        assert all(not torch.equal(before[n], after[n]) for n in after)     # every weight moved
+        return losses, after, len(reductions)
+    skipped, plain = train(True), train(False)
+    assert skipped[2] == 0 and plain[2] == 3                     # DeepSpeed's reduction ran only without the skip
+    assert skipped[0] == plain[0]
+    assert skipped[1].keys() == plain[1].keys() and all(torch.equal(skipped[1][n], plain[1][n]) for n in plain[1])
