@@ -9,6 +9,7 @@ __all__ = ['tp_layers', 'init_normal', 'megatron_config', 'ParallelAttention', '
 
 # %% ../nbs/01_model.ipynb
 import contextlib, math
+from functools import partial
 from types import SimpleNamespace
 import torch, torch.nn as nn, torch.nn.functional as F, torch.utils.checkpoint
 from .config import Config, ModelConfig, load_config, count_parameters
@@ -20,13 +21,18 @@ from megatron.core import tensor_parallel as megatron_tp
 
 # %% ../nbs/01_model.ipynb
 def tp_layers(kind: str = "megatron") -> SimpleNamespace:
-    "The tensor-parallel building blocks `kind` names: megatron-core's or chapter 11's (same signatures)."
-    if kind == "megatron": lib, copy = megatron_tp, megatron_tp.copy_to_tensor_model_parallel_region
-    elif kind == "scratch": lib, copy = scratch_tp, scratch_tp.copy_to_tp
+    """The tensor-parallel building blocks `kind` names: megatron-core's or chapter 11's (same signatures). megatron-core's
+    are handed this process's TP group, as it asks callers to do (it falls back to its global one, with a warning)."""
+    if kind == "megatron":
+        group = parallel_state.get_tensor_model_parallel_group() if parallel_state.model_parallel_is_initialized() else None
+        bind = lambda f, arg: partial(f, **{arg: group}) if group is not None else f
+        lib, copy = megatron_tp, bind(megatron_tp.copy_to_tensor_model_parallel_region, "group")
+        layers = {n: bind(getattr(lib, n), "tp_group") for n in ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding")}
+    elif kind == "scratch":
+        lib, copy = scratch_tp, scratch_tp.copy_to_tp
+        layers = {n: getattr(lib, n) for n in ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding")}
     else: raise ValueError(f"tp_layers must be 'megatron' or 'scratch', got {kind!r}")
-    return SimpleNamespace(ColumnParallelLinear=lib.ColumnParallelLinear, RowParallelLinear=lib.RowParallelLinear,
-                           VocabParallelEmbedding=lib.VocabParallelEmbedding,
-                           vocab_parallel_cross_entropy=lib.vocab_parallel_cross_entropy, copy_to_tp=copy)
+    return SimpleNamespace(**layers, vocab_parallel_cross_entropy=lib.vocab_parallel_cross_entropy, copy_to_tp=copy)
 
 # %% ../nbs/01_model.ipynb
 def init_normal(std: float):

@@ -68,8 +68,8 @@ def toy_dense(weights, tokens, labels):
 def toy_parallel(weights, tokens, labels, impl: str):
     "The toy model on `impl`'s layers ('scratch' or 'megatron'); loss and gradients gathered to full size."
     from megatron.core import ModelParallelConfig, parallel_state as ps
-    from megatron.core import tensor_parallel as mtp
-    lib, copy = (tp, tp.copy_to_tp) if impl == "scratch" else (mtp, mtp.copy_to_tensor_model_parallel_region)
+    from .model import tp_layers
+    lib = tp_layers(impl)
     config = ModelParallelConfig(tensor_model_parallel_size=ps.get_tensor_model_parallel_world_size(), use_cpu_initialization=True)
     copy_in = lambda full: (lambda t: t.copy_(full))
     vocab, hidden = weights["embedding"].shape
@@ -81,7 +81,7 @@ def toy_parallel(weights, tokens, labels, impl: str):
                                 input_is_parallel=True, skip_bias_add=False)
     with torch.no_grad():                          # biases start at zero in both libraries: set them
         fc1.bias.copy_(tp.shard(weights["fc1.bias"], 0)); fc2.bias.copy_(weights["fc2.bias"])
-    loss = _toy_forward(emb, lambda x: fc1(x)[0], lambda x: fc2(x)[0], lambda x: F.linear(copy(x), emb.weight),
+    loss = _toy_forward(emb, lambda x: fc1(x)[0], lambda x: fc2(x)[0], lambda x: F.linear(lib.copy_to_tp(x), emb.weight),
                         lib.vocab_parallel_cross_entropy, tokens, labels)
     loss.backward()
     params = {"embedding": emb.weight, "fc1.weight": fc1.weight, "fc1.bias": fc1.bias, "fc2.weight": fc2.weight, "fc2.bias": fc2.bias}
