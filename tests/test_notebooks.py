@@ -16,6 +16,14 @@ def test_every_chapter_has_a_parameters_cell():
         tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{nb.name}: needs exactly one cell tagged 'parameters' (has {len(tagged)})"
 
+def test_every_chapter_is_a_valid_notebook():
+    "nbformat 4.5: every cell carries an id (a missing one is a warning now, an error in nbformat's next major version)."
+    import nbformat
+    for nb in NOTEBOOKS:
+        cells = json.loads(nb.read_text())["cells"]
+        assert all("id" in c for c in cells), f"{nb.name}: cells without an id (write them with nbformat, or run nbformat's normalize)"
+        nbformat.validate(nbformat.reads(nb.read_text(), as_version=4))
+
 def notebook_groups(notebooks) -> dict[str, list[Path]]:
     "Chapters that write or read the same `../runs/<dir>` -> one group, named after its first chapter, in book order."
     dirs = {nb: set(re.findall(r"\.\./runs/([\w-]+)", nb.read_text())) - {"tiny-3d"} for nb in notebooks}  # make demo's: read only
