@@ -7,7 +7,8 @@
    steps alternate between the two so that load from other processes hits both alike; tokens/s of every step is kept
    and reported as median, min and max; the ratio is that of the medians, of wall-clock time and of this process's
    CPU time (which other processes' load disturbs less). The engine's steps are split into DeepSpeed's instructions
-   (forward, backward, gradient reduction, optimizer step).
+   (forward, backward, gradient reduction, optimizer step), the plain loop's into forward (model hooks), backward,
+   clipping and the AdamW step (wrappers around `clip_grad_norm_` and `step`), medians over the steps.
 2. Pipeline bubble: a PP=2 run (2 processes, torchrun) of tiny with 4 layers and a 4096-token vocabulary (random
    tokens; the output layer then costs 2.3 blocks of FLOPs, so whole layers can balance the stages: uniform puts
    2 blocks | 2 blocks + output layer, balanced 3 blocks | 1 block + output layer), for `parallel.partition`
@@ -45,6 +46,29 @@ def time_instructions(spent: dict, keys: dict):
             spent[_key + "_cpu"] = spent.get(_key + "_cpu", 0.0) + time.process_time() - c0; return r
         PipelineEngine._INSTRUCTION_MAP[instruction] = wrapper
 
+PLAIN_PHASES = ("forward", "backward", "clip", "AdamW step", "rest")
+
+def time_plain_phases(model, optimizer) -> dict:
+    "Seconds of the plain loop's step spent in the model's forward, in forward + backward, clipping and the AdamW step."
+    import torch
+    spent, clock = {}, {}
+    add = lambda key, dt: spent.__setitem__(key, spent.get(key, 0.0) + dt)
+    def pre(module, args):
+        clock["forward"] = time.perf_counter()
+        if "first" not in clock: clock["first"] = clock["forward"]
+    model.register_forward_pre_hook(pre)
+    model.register_forward_hook(lambda module, args, out: add("forward", time.perf_counter() - clock["forward"]))
+    clip = torch.nn.utils.clip_grad_norm_
+    def timed_clip(*a, **k):
+        t0 = time.perf_counter(); add("forward and backward", t0 - clock.pop("first"))
+        r = clip(*a, **k); float(r); add("clip", time.perf_counter() - t0); return r
+    torch.nn.utils.clip_grad_norm_ = timed_clip        # train_step looks it up at call time
+    step = optimizer.step
+    def timed_step(*a, **k):
+        t0 = time.perf_counter(); r = step(*a, **k); add("AdamW step", time.perf_counter() - t0); return r
+    optimizer.step = timed_step
+    return spent
+
 def overhead(steps: int) -> dict:
     "tokens/s of the engine (1 process) vs a plain PyTorch loop on the same model, data and optimizer."
     import numpy as np, torch
@@ -70,16 +94,21 @@ def overhead(steps: int) -> dict:
 
     spent = {}
     time_instructions(spent, {n: n for n in PHASES})
+    plain_spent = time_plain_phases(model, opt)
     def run_engine(b): engine.train_batch(iter(E.micro_batches(b, s.micro_batch_size, 0, 1)))
     def run_plain(b): train_step(model, opt, b, s.micro_batch_size, cfg.optimizer.clip_grad, autocast)
     for b in batches[:2]: run_engine(b); run_plain(b)          # warm-up
-    t = {"engine": [], "plain": []}; cpu = {"engine": [], "plain": []}; phases = []
+    t = {"engine": [], "plain": []}; cpu = {"engine": [], "plain": []}; phases = []; plain_phases = []
     for i in range(steps):                                     # alternate single steps: load from others hits both alike
         for name, fn in (("engine", run_engine), ("plain", run_plain)):
-            spent.clear(); c0, t0 = time.process_time(), time.perf_counter(); fn(batches[i])
+            spent.clear(); plain_spent.clear(); c0, t0 = time.process_time(), time.perf_counter(); fn(batches[i])
             t[name].append(time.perf_counter() - t0); cpu[name].append(time.process_time() - c0)
             if name == "engine": phases.append({k: v for k, v in spent.items() if not k.endswith("_cpu")})
             if name == "engine": phases[-1]["rest"] = t[name][-1] - sum(phases[-1].values())
+            if name == "plain":
+                split = dict(plain_spent)
+                split["backward"] = split.pop("forward and backward") - split["forward"]
+                plain_phases.append(split | {"rest": t[name][-1] - sum(split.values())})
     ntok = s.global_batch_size * seq
     eng, pla = summary([ntok / x for x in t["engine"]]), summary([ntok / x for x in t["plain"]])
     eng_cpu, pla_cpu = summary([ntok / x for x in cpu["engine"]]), summary([ntok / x for x in cpu["plain"]])
@@ -90,6 +119,7 @@ def overhead(steps: int) -> dict:
             "pair_ratio": summary([p / e for p, e in zip(t["plain"], t["engine"])]),
             "cpu_ratio": ratio_of_medians(eng_cpu, pla_cpu),
             "engine_phase_ms": {k: 1e3 * statistics.median(p.get(k, 0.0) for p in phases) for k in (*PHASES, "rest")},
+            "plain_phase_ms": {k: 1e3 * statistics.median(p[k] for p in plain_phases) for k in PLAIN_PHASES},
             "engine_step_s": t["engine"], "plain_step_s": t["plain"], "engine_cpu_s": cpu["engine"], "plain_cpu_s": cpu["plain"]}
 
 def bubble_worker(out: str, micro_counts: list[int], steps: int, partition: str):
@@ -169,6 +199,7 @@ if __name__ == "__main__":
           f"ratio of medians {o['ratio']:.3f} (target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
           f"of CPU time {o['cpu_ratio']:.3f}; load average {os.getloadavg()[0]:.2f}")
     if o: print("engine step, median ms: " + ", ".join(f"{k} {v:.1f}" for k, v in o["engine_phase_ms"].items()))
+    if o: print("plain step, median ms:  " + ", ".join(f"{k} {v:.1f}" for k, v in o["plain_phase_ms"].items()))
     res["bubble"] = [] if a.only == "overhead" else [b for part in a.partition for b in bubble(a.micro, max(MIN_RUNS, a.steps // 4), part)]
     for b in res["bubble"]:
         t0, t1 = (x["median"] * 1e3 for x in b["stage_time_per_micro_batch_s"])
