@@ -40,3 +40,33 @@ def test_kernel_bench_host_diagnostics_see_a_wait_inside_a_call():
     assert 0.02 <= bench.host_seconds(call, calls=3) < 0.5
     ops = bench.host_ops(call, top=20, calls=2)
     assert "aten::mm" in {o["op"] for o in ops} and all(o["self_cpu_us"] >= 0 and o["calls"] > 0 for o in ops)
+
+def test_engine_bench_splits_the_plain_step_into_its_phases():
+    """bench/engine.py's split of the plain loop's step (chapter 41's `train_step`): a forward that sleeps 20 ms and a
+    backward of about 30 ms are found as such, and clipping and the AdamW step are timed once each."""
+    import contextlib, time, torch
+    sys.path.insert(0, str(ROOT / "bench"))
+    import engine as bench
+    from mtnlg.train import train_step
+    class Slow(torch.nn.Module):
+        def __init__(self): super().__init__(); self.w = torch.nn.Parameter(torch.ones(3))
+        def forward(self, x, y):
+            time.sleep(0.02)
+            return SlowBackward.apply((self.w * x.float()).sum(-1, keepdim=True).expand(-1, y.shape[1]))
+    class SlowBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, z): return z.clone()
+        @staticmethod
+        def backward(ctx, g): time.sleep(0.03); return g
+    model = Slow(); opt = torch.optim.AdamW(model.parameters())
+    clip = torch.nn.utils.clip_grad_norm_
+    try:
+        spent = bench.time_plain_phases(model, opt)
+        t0 = time.perf_counter()
+        train_step(model, opt, torch.ones(2, 4, dtype=torch.long), 2, 1.0, contextlib.nullcontext)   # one micro-batch
+        total = time.perf_counter() - t0
+    finally: torch.nn.utils.clip_grad_norm_ = clip
+    backward = spent["forward and backward"] - spent["forward"]
+    assert 0.02 <= spent["forward"] < 0.1 and 0.03 <= backward < 0.1
+    assert 0 < spent["clip"] < 0.05 and 0 < spent["AdamW step"] < 0.05
+    assert spent["forward and backward"] + spent["clip"] + spent["AdamW step"] <= total
