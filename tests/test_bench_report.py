@@ -43,7 +43,8 @@ def test_kernel_bench_host_diagnostics_see_a_wait_inside_a_call():
 
 def test_engine_bench_splits_the_plain_step_into_its_phases():
     """bench/engine.py's split of the plain loop's step (chapter 41's `train_step`): a forward that sleeps 20 ms and a
-    backward of about 30 ms are found as such, and clipping and the AdamW step are timed once each."""
+    backward that sleeps 100 ms are found as such (neither counted in the other, with 80 ms of slack for a loaded
+    machine), and clipping and the AdamW step are timed once each."""
     import contextlib, time, torch
     sys.path.insert(0, str(ROOT / "bench"))
     import engine as bench
@@ -57,7 +58,7 @@ def test_engine_bench_splits_the_plain_step_into_its_phases():
         @staticmethod
         def forward(ctx, z): return z.clone()
         @staticmethod
-        def backward(ctx, g): time.sleep(0.03); return g
+        def backward(ctx, g): time.sleep(0.1); return g
     model = Slow(); opt = torch.optim.AdamW(model.parameters())
     clip = torch.nn.utils.clip_grad_norm_
     try:
@@ -67,6 +68,6 @@ def test_engine_bench_splits_the_plain_step_into_its_phases():
         total = time.perf_counter() - t0
     finally: torch.nn.utils.clip_grad_norm_ = clip
     backward = spent["forward and backward"] - spent["forward"]
-    assert 0.02 <= spent["forward"] < 0.1 and 0.03 <= backward < 0.1
-    assert 0 < spent["clip"] < 0.05 and 0 < spent["AdamW step"] < 0.05
+    assert 0.02 <= spent["forward"] < 0.1 <= backward < 0.5
+    assert 0 < spent["clip"] < 0.1 and 0 < spent["AdamW step"] < 0.1
     assert spent["forward and backward"] + spent["clip"] + spent["AdamW step"] <= total
