@@ -21,7 +21,7 @@
 usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>-cpu.json; --steps >= 5)
 (about 2 minutes on an idle 2-core machine)
 """
-import argparse, datetime, json, os, platform, statistics, subprocess, sys, time
+import argparse, contextlib, datetime, json, os, platform, statistics, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,26 +48,30 @@ def time_instructions(spent: dict, keys: dict):
 
 PLAIN_PHASES = ("forward", "backward", "clip", "AdamW step", "rest")
 
-def time_plain_phases(model, optimizer) -> dict:
-    "Seconds of the plain loop's step spent in the model's forward, in forward + backward, clipping and the AdamW step."
+@contextlib.contextmanager
+def time_plain_phases(model, optimizer):
+    """Inside: a dict of the seconds the plain loop's steps spend in the model's forward, in forward + backward (up to
+    clipping), clipping and the AdamW step. Hooks and wrappers are removed on exit."""
     import torch
     spent, clock = {}, {}
     add = lambda key, dt: spent.__setitem__(key, spent.get(key, 0.0) + dt)
     def pre(module, args):
         clock["forward"] = time.perf_counter()
-        if "first" not in clock: clock["first"] = clock["forward"]
-    model.register_forward_pre_hook(pre)
-    model.register_forward_hook(lambda module, args, out: add("forward", time.perf_counter() - clock["forward"]))
-    clip = torch.nn.utils.clip_grad_norm_
+        clock.setdefault("first", clock["forward"])
+    clip, step = torch.nn.utils.clip_grad_norm_, optimizer.step
     def timed_clip(*a, **k):
         t0 = time.perf_counter(); add("forward and backward", t0 - clock.pop("first"))
         r = clip(*a, **k); float(r); add("clip", time.perf_counter() - t0); return r
-    torch.nn.utils.clip_grad_norm_ = timed_clip        # train_step looks it up at call time
-    step = optimizer.step
     def timed_step(*a, **k):
         t0 = time.perf_counter(); r = step(*a, **k); add("AdamW step", time.perf_counter() - t0); return r
-    optimizer.step = timed_step
-    return spent
+    hooks = [model.register_forward_pre_hook(pre),
+             model.register_forward_hook(lambda module, args, out: add("forward", time.perf_counter() - clock["forward"]))]
+    torch.nn.utils.clip_grad_norm_, optimizer.step = timed_clip, timed_step      # train_step looks both up at call time
+    try: yield spent
+    finally:
+        for h in hooks: h.remove()
+        torch.nn.utils.clip_grad_norm_ = clip
+        del optimizer.step                                                      # the class's method again
 
 def overhead(steps: int) -> dict:
     "tokens/s of the engine (1 process) vs a plain PyTorch loop on the same model, data and optimizer."
@@ -94,21 +98,21 @@ def overhead(steps: int) -> dict:
 
     spent = {}
     time_instructions(spent, {n: n for n in PHASES})
-    plain_spent = time_plain_phases(model, opt)
     def run_engine(b): engine.train_batch(iter(E.micro_batches(b, s.micro_batch_size, 0, 1)))
     def run_plain(b): train_step(model, opt, b, s.micro_batch_size, cfg.optimizer.clip_grad, autocast)
     for b in batches[:2]: run_engine(b); run_plain(b)          # warm-up
     t = {"engine": [], "plain": []}; cpu = {"engine": [], "plain": []}; phases = []; plain_phases = []
-    for i in range(steps):                                     # alternate single steps: load from others hits both alike
-        for name, fn in (("engine", run_engine), ("plain", run_plain)):
-            spent.clear(); plain_spent.clear(); c0, t0 = time.process_time(), time.perf_counter(); fn(batches[i])
-            t[name].append(time.perf_counter() - t0); cpu[name].append(time.process_time() - c0)
-            if name == "engine": phases.append({k: v for k, v in spent.items() if not k.endswith("_cpu")})
-            if name == "engine": phases[-1]["rest"] = t[name][-1] - sum(phases[-1].values())
-            if name == "plain":
-                split = dict(plain_spent)
-                split["backward"] = split.pop("forward and backward") - split["forward"]
-                plain_phases.append(split | {"rest": t[name][-1] - sum(split.values())})
+    with time_plain_phases(model, opt) as plain_spent:
+        for i in range(steps):                                 # alternate single steps: load from others hits both alike
+            for name, fn in (("engine", run_engine), ("plain", run_plain)):
+                spent.clear(); plain_spent.clear(); c0, t0 = time.process_time(), time.perf_counter(); fn(batches[i])
+                t[name].append(time.perf_counter() - t0); cpu[name].append(time.process_time() - c0)
+                if name == "engine": phases.append({k: v for k, v in spent.items() if not k.endswith("_cpu")})
+                if name == "engine": phases[-1]["rest"] = t[name][-1] - sum(phases[-1].values())
+                if name == "plain":
+                    split = dict(plain_spent)
+                    split["backward"] = split.pop("forward and backward") - split["forward"]
+                    plain_phases.append(split | {"rest": t[name][-1] - sum(split.values())})
     ntok = s.global_batch_size * seq
     eng, pla = summary([ntok / x for x in t["engine"]]), summary([ntok / x for x in t["plain"]])
     eng_cpu, pla_cpu = summary([ntok / x for x in cpu["engine"]]), summary([ntok / x for x in cpu["plain"]])

@@ -127,6 +127,7 @@ def skip_lone_reduction(engine) -> bool:
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
     zero = engine.optimizer
     if not isinstance(zero, DeepSpeedZeroOptimizer) or dist.get_world_size(zero.dp_process_group) > 1: return False
+    if getattr(zero, "sequence_parallel_size", 1) != 1: return False     # it would divide by 1 / sp: not an identity
     reduce = zero.buffered_reduce_fallback
     def buffered_reduce_fallback(rank, grads, communication_data_type, *args, **kwargs):
         if all(g.dtype == communication_data_type for g in grads): return      # summed over one rank, divided by 1

@@ -61,12 +61,12 @@ def test_engine_bench_splits_the_plain_step_into_its_phases():
         def backward(ctx, g): time.sleep(0.1); return g
     model = Slow(); opt = torch.optim.AdamW(model.parameters())
     clip = torch.nn.utils.clip_grad_norm_
-    try:
-        spent = bench.time_plain_phases(model, opt)
+    with bench.time_plain_phases(model, opt) as spent:
         t0 = time.perf_counter()
         train_step(model, opt, torch.ones(2, 4, dtype=torch.long), 2, 1.0, contextlib.nullcontext)   # one micro-batch
         total = time.perf_counter() - t0
-    finally: torch.nn.utils.clip_grad_norm_ = clip
+    assert torch.nn.utils.clip_grad_norm_ is clip and "step" not in vars(opt)   # everything put back
+    assert not model._forward_hooks and not model._forward_pre_hooks
     backward = spent["forward and backward"] - spent["forward"]
     assert 0.02 <= spent["forward"] < 0.1 <= backward < 0.5
     assert 0 < spent["clip"] < 0.1 and 0 < spent["AdamW step"] < 0.1
