@@ -9,9 +9,11 @@
    CPU time (which other processes' load disturbs less). The engine's steps are split into DeepSpeed's instructions
    (forward, backward, gradient reduction, optimizer step), the plain loop's into forward (model hooks), backward,
    clipping and the AdamW step (wrappers around `clip_grad_norm_` and `step`), medians over the steps.
-2. Pipeline bubble: a PP=2 run (2 processes, torchrun) of tiny with 4 layers and a 4096-token vocabulary (random
-   tokens; the output layer then costs 2.3 blocks of FLOPs, so whole layers can balance the stages: uniform puts
-   2 blocks | 2 blocks + output layer, balanced 3 blocks | 1 block + output layer), for `parallel.partition`
+2. Pipeline bubble: a PP=2 run (2 processes, torchrun) of tiny with 4 layers, hidden size 256 and a 6656-token
+   vocabulary (random tokens; the output layer then costs exactly 2 blocks of FLOPs, so whole layers can balance the
+   stages: uniform puts 2 blocks | 2 blocks + output layer, balanced 3 blocks | 1 block + output layer; hidden 256
+   rather than tiny's 128 keeps the blocking gloo sends of the activations and their gradients, which grow as h while
+   the compute grows as h^2, a small part of a stage's time), for `parallel.partition`
    uniform and balanced, with m micro-batches per step; each stage times its
    forward and backward passes; bubble = 1 - busy / schedule time (step minus optimizer step), per step, reported
    as median, min and max over the steps,
@@ -19,7 +21,7 @@
    measured stage times t_i: T = (m-1) max t_i + sum t_i (our last stage also holds the output layer and loss).
 
 usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>-cpu.json; --steps >= 5)
-(about 2 minutes on an idle 2-core machine)
+(about 3 minutes on an idle 2-core machine)
 """
 import argparse, contextlib, datetime, json, os, platform, statistics, subprocess, sys, time
 from pathlib import Path
@@ -30,7 +32,7 @@ from stats import summary, ratio_of_medians, fmt, hardware, MIN_RUNS
 CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
 MB = 8                                   # micro-batch of the bubble runs: compute well above communication
 FIXED = {"schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None}
-BUBBLE_MODEL = {"model.num_layers": 4, "model.vocab_size": 4096}   # a model whose stages whole layers can balance
+BUBBLE_MODEL = {"model.num_layers": 4, "model.hidden_size": 256, "model.vocab_size": 6656}   # stages whole layers balance
 PHASES = ("ForwardPass", "BackwardPass", "ReduceGrads", "ReduceTiedGrads", "OptimizerStep")
 
 def time_instructions(spent: dict, keys: dict):
@@ -166,7 +168,7 @@ def bubble_worker(out: str, micro_counts: list[int], steps: int, partition: str)
             per_mb_steps.append(per_mb)
             cpu = [b[k, 2].item() / m for b in both]       # the same from CPU time: what load from other processes leaves alone
             cpu_steps.append(cpu); cpu_pred.append(1 - m * sum(cpu) / (2 * ((m - 1) * max(cpu) + sum(cpu))))
-        results.append({"partition": partition, "stage_bounds": [int(x) for x in engine.module.parts], "micro_batches": m, "stages": 2, "formula": 1 / (m + 1),
+        results.append({"partition": partition, "model": BUBBLE_MODEL, "stage_bounds": [int(x) for x in engine.module.parts], "micro_batches": m, "stages": 2, "formula": 1 / (m + 1),
                         "measured_bubble": summary(per_step["measured_bubble"]),
                         "measured_bubble_per_stage": [summary(per_step["stage0"]), summary(per_step["stage1"])],
                         "stage_time_per_micro_batch_s": [summary([x[i] for x in per_mb_steps]) for i in range(2)],
