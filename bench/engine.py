@@ -6,7 +6,8 @@
    tokens accumulated per step, one `.item()` per micro-batch and one for the norm). Target: ratio >= 0.95. Single
    steps alternate between the two so that load from other processes hits both alike; tokens/s of every step is kept
    and reported as median, min and max; the ratio is that of the medians, of wall-clock time and of this process's
-   CPU time (which other processes' load disturbs less). The engine's steps are split into DeepSpeed's instructions
+   CPU time (which other processes' load disturbs less), with a 95% bootstrap interval over the alternated pairs of
+   steps (`stats.ratio_interval`). The engine's steps are split into DeepSpeed's instructions
    (forward, backward, gradient reduction, optimizer step), the plain loop's into forward (model hooks), backward,
    clipping and the AdamW step (wrappers around `clip_grad_norm_` and `step`), medians over the steps.
 2. Pipeline bubble: a PP=2 run (2 processes, torchrun) of tiny with 4 layers, hidden size 256 and a 6656-token
@@ -28,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from stats import summary, ratio_of_medians, fmt, hardware, MIN_RUNS
+from stats import summary, ratio_of_medians, ratio_interval, fmt, hardware, MIN_RUNS
 CONFIG = str(ROOT / "scaled_configs/tiny.yaml")
 MB = 8                                   # micro-batch of the bubble runs: compute well above communication
 FIXED = {"schedule.batch_size_rampup_start": None, "schedule.batch_size_rampup_increment": None}
@@ -121,6 +122,7 @@ def overhead(steps: int) -> dict:
     return {"config": "tiny", "global_batch": s.global_batch_size, "micro_batch": s.micro_batch_size, "seq": seq,
             "torch_threads": torch.get_num_threads(), "steps": steps,
             "engine_tokens_per_s": eng, "plain_tokens_per_s": pla, "ratio": ratio_of_medians(eng, pla),
+            "ratio_interval_95": ratio_interval(eng["values"], pla["values"]),
             "ratio_is": "median / median", "target_ratio": 0.95,
             "pair_ratio": summary([p / e for p, e in zip(t["plain"], t["engine"])]),
             "cpu_ratio": ratio_of_medians(eng_cpu, pla_cpu),
@@ -202,7 +204,7 @@ if __name__ == "__main__":
     if a.only != "bubble": res["overhead"] = overhead(a.steps)
     o = res.get("overhead")
     if o: print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
-          f"ratio of medians {o['ratio']:.3f} (target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
+          f"ratio of medians {o['ratio']:.3f} (95% bootstrap interval {'-'.join(format(x, '.3f') for x in ratio_interval(o['engine_tokens_per_s']['values'], o['plain_tokens_per_s']['values']))}; target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
           f"of CPU time {o['cpu_ratio']:.3f}; load average {os.getloadavg()[0]:.2f}")
     if o: print("engine step, median ms: " + ", ".join(f"{k} {v:.1f}" for k, v in o["engine_phase_ms"].items()))
     if o: print("plain step, median ms:  " + ", ".join(f"{k} {v:.1f}" for k, v in o["plain_phase_ms"].items()))

@@ -11,6 +11,8 @@ import argparse, difflib, json, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from stats import ratio_interval
 RESULTS = ROOT / "bench" / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -30,7 +32,7 @@ def rows() -> list[str]:
     o = e["overhead"]
     cpu = f", {o['cpu_ratio']:.3f}× in CPU time" if "cpu_ratio" in o else ""
     out.append(f"| engine tokens/s vs plain PyTorch loop, 1 process (`bench/engine.py`, {e['date']}) | "
-               f"{o['ratio']:.3f}×{cpu}: {rng(o['engine_tokens_per_s'], ',.0f')} vs {rng(o['plain_tokens_per_s'], ',.0f')} tokens/s, "
+               f"{o['ratio']:.3f}× (95% bootstrap interval {'–'.join(format(x, '.3f') for x in ratio_interval(o['engine_tokens_per_s']['values'], o['plain_tokens_per_s']['values']))}){cpu}: {rng(o['engine_tokens_per_s'], ',.0f')} vs {rng(o['plain_tokens_per_s'], ',.0f')} tokens/s, "
                f"{o['engine_tokens_per_s']['runs']} steps each | ≥ {o.get('target_ratio', 0.9)}× |")
     for part in dict.fromkeys(x.get("partition", "uniform") for x in e["bubble"]):
         b = {x["micro_batches"]: x for x in e["bubble"] if x.get("partition", "uniform") == part}

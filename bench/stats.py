@@ -16,6 +16,21 @@ def ratio_of_medians(a: dict, b: dict) -> float:
     "median(a) / median(b) of two `summary`s."
     return a["median"] / b["median"]
 
+def ratio_interval(a: list, b: list, level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval of median(a) / median(b) over paired runs (run i of `a` alternated with run i of `b`; pairs
+    are resampled together): the range the ratio of medians would likely take on another run of the same length."""
+    import random
+    if len(a) != len(b): raise ValueError(f"paired runs needed: {len(a)} vs {len(b)}")
+    if len(a) < MIN_RUNS: raise ValueError(f"{len(a)} pairs; a benchmark reports at least {MIN_RUNS}")
+    rng, n = random.Random(seed), len(a)
+    ratios = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        ratios.append(statistics.median(a[i] for i in idx) / statistics.median(b[i] for i in idx))
+    ratios.sort()
+    tail = (1 - level) / 2
+    return ratios[int(tail * resamples)], ratios[min(resamples - 1, int((1 - tail) * resamples))]
+
 def fmt(s: dict, spec: str = ".0f", unit: str = "") -> str:
     "`median (min–max, n runs)`."
     return f"{s['median']:{spec}}{unit} (min {s['min']:{spec}}, max {s['max']:{spec}}, {s['runs']} runs)"

@@ -71,3 +71,24 @@ def test_engine_bench_splits_the_plain_step_into_its_phases():
     assert 0.02 <= spent["forward"] < 0.1 <= backward < 0.5
     assert 0 < spent["clip"] < 0.1 and 0 < spent["AdamW step"] < 0.1
     assert spent["forward and backward"] + spent["clip"] + spent["AdamW step"] <= total
+
+def test_ratio_interval_brackets_the_ratio_of_medians_and_narrows_with_steadier_runs():
+    """bench/stats.py's bootstrap interval of a ratio of medians (the engine's ratio is reported with it): pairs with
+    the same ratio give that ratio exactly; noisy pairs give an interval around the measured ratio that is wider than
+    for the same pairs with less noise; unpaired or too few runs are refused."""
+    import random, pytest
+    sys.path.insert(0, str(ROOT / "bench"))
+    from stats import ratio_interval
+    base = [100.0 + i for i in range(20)]
+    assert ratio_interval([0.95 * x for x in base], base) == pytest.approx((0.95, 0.95))
+    rng = random.Random(1)
+    noise = [rng.gauss(0, 1) for _ in base]
+    def interval(scale):
+        a = [0.95 * x + scale * n for x, n in zip(base, noise)]
+        lo, hi = ratio_interval(a, base)
+        point = sorted(a)[len(a) // 2 - 1:len(a) // 2 + 1]
+        assert lo <= sum(point) / 2 / ((base[9] + base[10]) / 2) <= hi
+        return hi - lo
+    assert 0 < interval(1.0) < interval(8.0)
+    with pytest.raises(ValueError, match="paired"): ratio_interval(base, base[:-1])
+    with pytest.raises(ValueError, match="at least 5"): ratio_interval(base[:3], base[:3])
