@@ -204,7 +204,7 @@ if __name__ == "__main__":
     if a.only != "bubble": res["overhead"] = overhead(a.steps)
     o = res.get("overhead")
     if o: print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
-          f"ratio of medians {o['ratio']:.3f} (95% bootstrap interval {'-'.join(format(x, '.3f') for x in ratio_interval(o['engine_tokens_per_s']['values'], o['plain_tokens_per_s']['values']))}; target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
+          f"ratio of medians {o['ratio']:.3f} (95% bootstrap interval {'-'.join(format(x, '.3f') for x in o['ratio_interval_95'])}; target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
           f"of CPU time {o['cpu_ratio']:.3f}; load average {os.getloadavg()[0]:.2f}")
     if o: print("engine step, median ms: " + ", ".join(f"{k} {v:.1f}" for k, v in o["engine_phase_ms"].items()))
     if o: print("plain step, median ms:  " + ", ".join(f"{k} {v:.1f}" for k, v in o["plain_phase_ms"].items()))

@@ -37,7 +37,7 @@ def rows() -> list[str]:
     for part in dict.fromkeys(x.get("partition", "uniform") for x in e["bubble"]):
         b = {x["micro_batches"]: x for x in e["bubble"] if x.get("partition", "uniform") == part}
         first = next(iter(b.values()))
-        model = first.get("model", {"model.num_layers": 4, "model.hidden_size": 128, "model.vocab_size": 4096})
+        model = first["model"]
         what = (f"{part} stages (flat layers {first['stage_bounds']} of {model['model.num_layers']} blocks, hidden size "
                 f"{model['model.hidden_size']}, vocabulary {model['model.vocab_size']})" if "stage_bounds" in first else "tiny")
         out.append(f"| PP 2 bubble, {what}, m = {' / '.join(map(str, b))} micro-batches (`bench/engine.py`) | "
