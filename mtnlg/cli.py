@@ -157,7 +157,7 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     p.set_defaults(func=run)
 
 def add_plan_arguments(p: argparse.ArgumentParser):
-    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|megatron-lm] [--even-only]`;
+    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|deepspeed-2022|megatron-lm] [--even-only]`;
     `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
     `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
     config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51);
@@ -178,7 +178,8 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     p.add_argument("--attention", choices=("flash", "math"), default="flash",
                    help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)")
     p.add_argument("--system", choices=sorted(SYSTEMS), default="deepspeed",
-                   help="training system whose traits to model: deepspeed (our engine, MT-NLG; default) or megatron-lm "
+                   help="training system whose traits to model: deepspeed (our engine, DeepSpeed 0.19; default), "
+                        "deepspeed-2022 (the engine BLOOM ran, and chapter 50 gives MT-NLG) or megatron-lm "
                         "(interleaved 1F1B: the ranking also tries virtual stages)")
     p.add_argument("--even-only", action="store_true", help="rank only uniform layer splits (default: also embeddings counted as layers)")
     p.add_argument("--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout")

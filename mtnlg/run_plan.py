@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from .config import Config, ModelConfig, stage_params_per_rank
 from .schedules import iterations
-from .perf import GPU, GPUS, Assumptions, Setup, predict
+from .perf import GPU, GPUS, MT_NLG_SYSTEM, Assumptions, Setup, predict
 
 # %% ../nbs/51_run_plan.ipynb
 def batch_counts(cfg: Config) -> Counter:

@@ -230,28 +230,51 @@ def test_traits_change_what_they_name():
 
 def test_published_runs_with_the_mtnlg_parameters():
     rows = {r["run"]: r for r in validate()}
-    assert len(rows) == 17 and Assumptions().matmul_efficiency == 0.511      # one fitted number, MT-NLG's
+    assert len(rows) == 17 and Assumptions().matmul_efficiency == 0.578      # one fitted number, MT-NLG's
     for name in ("GPT 1.7B, 32 GPUs", "GPT 3.6B, 64 GPUs", "GPT 39.1B, 512 GPUs", "GPT 76.1B, 1024 GPUs",
                  "GPT 174.6B, 1536 GPUs (PTD-P)"):
         assert abs(rows[name]["error"]) <= 0.10, (name, rows[name]["error"])
-    # the rest are reported as they are: all low, BLOOM by 10-20%, the 530B and 1T Megatron-LM runs by 15-20%
-    assert all(r["error"] < 0 for r in rows.values())
-    assert -0.20 < rows["BLOOM-176B, 384 GPUs"]["error"] < -0.10
-    assert -0.20 < rows["GPT 1008B, 3072 GPUs"]["error"] < -0.15
+    # the rest are reported as they are: low, BLOOM by 5-15%, the 1T Megatron-LM run by 10-15%
+    assert sum(r["error"] < 0 for r in rows.values()) >= 15
+    assert -0.15 < rows["BLOOM-176B, 384 GPUs"]["error"] < -0.05
+    assert -0.15 < rows["GPT 1008B, 3072 GPUs"]["error"] < -0.10
     assert rows["BLOOM-176B, 384 GPUs"]["prediction"].layout.layers_per_stage == (5,) + (6,) * 10 + (5,)
 
-def test_one_number_fitted_to_the_other_runs_carries_to_all_of_them_but_mtnlg():
+def test_one_number_fitted_to_the_other_runs_carries_to_all_twenty_rows():
     from mtnlg.perf import fit_matmul_efficiency, published_runs
     others = published_runs()
     e = fit_matmul_efficiency(CFG, paper=False, runs=others)
     a = replace(Assumptions(), matmul_efficiency=e)
-    assert 0.58 < e < 0.62
+    assert 0.60 < e < 0.65
     assert all(abs(r["error"]) <= 0.10 for r in validate(others, a))
-    assert all(r["error"] < -0.10 for r in paper_predictions(CFG, a))        # MT-NLG's iterations predicted >10% short
-    assert fit_matmul_efficiency(CFG) == Assumptions().matmul_efficiency      # the coarse-to-fine search finds 0.511 again
-    both = replace(Assumptions(), matmul_efficiency=fit_matmul_efficiency(CFG, runs=others))
-    assert max(abs(r["error"]) for r in validate(others, both) + paper_predictions(CFG, both)) > 0.10
+    mt = paper_predictions(CFG, a)                                           # rows that number never saw
+    assert all(-0.10 <= r["error"] < 0 for r in mt)                          # iteration time: predicted short, within 10%
+    assert all(0 < r["predicted_tflops"] / r["paper_tflops"] - 1 <= 0.10 for r in mt)
+    assert fit_matmul_efficiency(CFG) == Assumptions().matmul_efficiency      # the coarse-to-fine search finds 0.578 again
+    both = fit_matmul_efficiency(CFG, runs=others)
+    a_both = replace(Assumptions(), matmul_efficiency=both)
+    assert both == e and max(abs(r["error"]) for r in validate(others, a_both) + paper_predictions(CFG, a_both)) <= 0.10
+    # it rests on MT-NLG's unpublished accumulation: at 10 bytes (the least fp32 accumulation moves) it does not hold
+    cheap = replace(SYSTEMS["deepspeed-2022"], grad_accum_bytes=10)
+    e10 = fit_matmul_efficiency(CFG, runs=others, paper_system=cheap)
+    a10 = replace(Assumptions(), matmul_efficiency=e10)
+    assert max(abs(r["error"]) for r in validate(others, a10) + paper_predictions(CFG, a10, cheap)) > 0.095
     with pytest.raises(ValueError, match="nothing to fit"): fit_matmul_efficiency(CFG, paper=False)
+
+def test_gradient_accumulation_is_one_pass_over_a_stages_parameters_per_micro_batch():
+    from mtnlg.perf import GPUS, stage_params
+    m, L, gpu, asm = CFG.model, Setup(Layout(8, 35, 8), 1, "full"), GPUS["a100-80gb"], Assumptions()
+    for name, nbytes in (("deepspeed", 26), ("deepspeed-2022", 18), ("megatron-lm", 6)):
+        assert SYSTEMS[name].grad_accum_bytes == nbytes
+    base = predict(m, L, 1920, system="deepspeed-2022")
+    more = predict(m, L, 1920, system=replace(SYSTEMS["deepspeed-2022"], grad_accum_bytes=28))
+    per_byte = [stage_params(m, L, i) / (gpu.hbm_gbps * 1e9 * asm.hbm_efficiency) for i in range(35)]
+    assert [b - a for a, b in zip(base.stage_s, more.stage_s)] == pytest.approx([10 * x for x in per_byte], rel=1e-9)
+    assert base.breakdown["grad accum"] == pytest.approx(240 * 18 * per_byte[-1], rel=1e-9)    # the last stage sets the pace
+    # DeepSpeed all-reduces the fp32 gradients, then all-gathers the bf16 weights: more than Megatron-LM's all-reduce alone
+    meg = predict(m, L, 1920, system="megatron-lm")
+    assert base.breakdown["dp comm"] > meg.breakdown["dp comm"]
+    assert base.breakdown["optimizer"] == pytest.approx(meg.breakdown["optimizer"] / 8, rel=1e-9)  # ZeRO-1: 1/d of Adam
 
 def test_cli_plan_megatron_interleaves():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--tp", "8", "--pp", "35",
