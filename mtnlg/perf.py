@@ -494,7 +494,7 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
     else: transfer = p2p_time(activation, *pp_link)
     pp_comm = 0.0 if p == 1 else v * (2 if system.p2p_batched else 4) * transfer   # v chunk boundaries per micro-batch
     hbm = gpu.hbm_gbps * 1e9 * asm.hbm_efficiency
-    accum_bytes = system.grad_accum_bytes if precision == "bf16" else 12
+    accum_bytes = system.grad_accum_bytes if precision == "bf16" else 12     # fp32: autograd adds into .grad, read 4 + 4, write 4
     grad_accum = [stage_params(model, L, i) * accum_bytes / hbm for i in range(p)]   # every micro-batch, every parameter
     stage = [c + x + pp_comm + a for c, x, a in zip(compute, tp_comm, grad_accum)]
     pipeline = pipeline_time(stage, m, v)
@@ -508,12 +508,13 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
         emb = model.padded_vocab_size(t) * model.hidden_size // t * g_bytes
         dp_comm += allreduce_time(emb, 2, *link(gpu, asm, inter_node=True))
     adam_bytes = g_bytes + 2 * 12 + w_bytes if precision == "bf16" else g_bytes + 2 * 8 + 2 * w_bytes
-    optimizer = n / (d if system.zero1 else 1) * adam_bytes / (gpu.hbm_gbps * 1e9 * asm.hbm_efficiency)
+    optimizer = n / (d if system.zero1 else 1) * adam_bytes / hbm
     total = pipeline + (1 - system.dp_overlap) * dp_comm + optimizer
 
     slow = max(range(p), key=lambda i: stage[i])
     breakdown = {"compute": m * compute[slow], "tp comm": m * tp_comm[slow], "pp comm": m * pp_comm,
-                 "grad accum": m * grad_accum[slow], "bubble": pipeline - m * stage[slow], "dp comm": (1 - system.dp_overlap) * dp_comm, "optimizer": optimizer}
+                 "grad accum": m * grad_accum[slow], "bubble": pipeline - m * stage[slow],
+                 "dp comm": (1 - system.dp_overlap) * dp_comm, "optimizer": optimizer}
     mem = memory_per_gpu(model, L, global_batch, precision, asm)
     capacity = gpu.memory_gib * GiB
     fits = mem["total"] <= capacity

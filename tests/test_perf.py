@@ -258,7 +258,9 @@ def test_one_number_fitted_to_the_other_runs_carries_to_all_twenty_rows():
     cheap = replace(SYSTEMS["deepspeed-2022"], grad_accum_bytes=10)
     e10 = fit_matmul_efficiency(CFG, runs=others, paper_system=cheap)
     a10 = replace(Assumptions(), matmul_efficiency=e10)
-    assert max(abs(r["error"]) for r in validate(others, a10) + paper_predictions(CFG, a10, cheap)) > 0.095
+    tflops_errors = [r["error"] for r in validate(others, a10)] + \
+                    [r["predicted_tflops"] / r["paper_tflops"] - 1 for r in paper_predictions(CFG, a10, cheap)]
+    assert max(map(abs, tflops_errors)) > 0.11                               # MT-NLG at 3360 GPUs: +11.5%
     with pytest.raises(ValueError, match="nothing to fit"): fit_matmul_efficiency(CFG, paper=False)
 
 def test_gradient_accumulation_is_one_pass_over_a_stages_parameters_per_micro_batch():
