@@ -7,7 +7,9 @@
    steps alternate between the two so that load from other processes hits both alike; tokens/s of every step is kept
    and reported as median, min and max; the ratio is that of the medians, of wall-clock time and of this process's
    CPU time (which other processes' load disturbs less), with a 95% bootstrap interval over the alternated pairs of
-   steps (`stats.ratio_interval`). The engine's steps are split into DeepSpeed's instructions
+   steps (`stats.ratio_interval`). The engine's extra time per step (engine minus plain, paired steps) is reported
+   too: it is a fixed cost, the same on machines of different speed, so it says where the ratio meets its target (a
+   plain step of at least extra * 0.95 / 0.05). The engine's steps are split into DeepSpeed's instructions
    (forward, backward, gradient reduction, optimizer step), the plain loop's into forward (model hooks), backward,
    clipping and the AdamW step (wrappers around `clip_grad_norm_` and `step`), medians over the steps.
 2. Pipeline bubble: a PP=2 run (2 processes, torchrun) of tiny with 4 layers, hidden size 256 and a 6656-token
@@ -22,6 +24,7 @@
    measured stage times t_i: T = (m-1) max t_i + sum t_i (our last stage also holds the output layer and loss).
 
 usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>-cpu.json; --steps >= 5)
+       python bench/engine.py --only overhead             (the first half alone, about 30 s; not saved)
 (about 3 minutes on an idle 2-core machine)
 """
 import argparse, contextlib, datetime, json, os, platform, statistics, subprocess, sys, time
@@ -125,10 +128,18 @@ def overhead(steps: int) -> dict:
             "ratio_interval_95": ratio_interval(eng["values"], pla["values"]),
             "ratio_is": "median / median", "target_ratio": 0.95,
             "pair_ratio": summary([p / e for p, e in zip(t["plain"], t["engine"])]),
+            # the engine's extra time is a fixed cost per step, the same on machines of different speed; the ratio is
+            # not: it reaches the target where the plain step takes at least extra * target / (1 - target)
+            "extra_ms_per_step": summary([1e3 * (e - p) for e, p in zip(t["engine"], t["plain"])]),
+            "plain_step_ms": statistics.median(t["plain"]) * 1e3,
             "cpu_ratio": ratio_of_medians(eng_cpu, pla_cpu),
             "engine_phase_ms": {k: 1e3 * statistics.median(p.get(k, 0.0) for p in phases) for k in (*PHASES, "rest")},
             "plain_phase_ms": {k: 1e3 * statistics.median(p[k] for p in plain_phases) for k in PLAIN_PHASES},
             "engine_step_s": t["engine"], "plain_step_s": t["plain"], "engine_cpu_s": cpu["engine"], "plain_cpu_s": cpu["plain"]}
+
+def break_even_ms(o: dict) -> float:
+    "The plain step (ms) at and above which the engine's median extra time leaves the ratio at or above the target."
+    return o["extra_ms_per_step"]["median"] * o["target_ratio"] / (1 - o["target_ratio"])
 
 def bubble_worker(out: str, micro_counts: list[int], steps: int, partition: str):
     "Runs inside torchrun (2 processes, PP=2): time forward/backward per stage for each micro-batch count."
@@ -195,7 +206,7 @@ if __name__ == "__main__":
     ap.add_argument("--bubble-worker")
     ap.add_argument("--partition", nargs="+", default=["uniform", "balanced"])
     ap.add_argument("--only", choices=["overhead", "bubble"], help="run one half (default: both)")
-    ap.add_argument("--save", action="store_true", help="write bench/results/engine-<date>.json")
+    ap.add_argument("--save", action="store_true", help="write bench/results/engine-<date>-cpu.json")
     a = ap.parse_args()
     if a.bubble_worker: bubble_worker(a.bubble_worker, a.micro, a.steps, a.partition[0]); sys.exit(0)
     if a.steps < MIN_RUNS: ap.error(f"--steps must be at least {MIN_RUNS}")
@@ -206,6 +217,9 @@ if __name__ == "__main__":
     if o: print(f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
           f"ratio of medians {o['ratio']:.3f} (95% bootstrap interval {'-'.join(format(x, '.3f') for x in o['ratio_interval_95'])}; target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
           f"of CPU time {o['cpu_ratio']:.3f}; load average {os.getloadavg()[0]:.2f}")
+    if o: print(f"engine - plain: {fmt(o['extra_ms_per_step'], '.1f', ' ms a step')} (paired steps); the plain step takes "
+                f"{o['plain_step_ms']:.1f} ms here, and the ratio is >= {o['target_ratio']} wherever it takes >= "
+                f"{break_even_ms(o):.0f} ms")
     if o: print("engine step, median ms: " + ", ".join(f"{k} {v:.1f}" for k, v in o["engine_phase_ms"].items()))
     if o: print("plain step, median ms:  " + ", ".join(f"{k} {v:.1f}" for k, v in o["plain_phase_ms"].items()))
     res["bubble"] = [] if a.only == "overhead" else [b for part in a.partition for b in bubble(a.micro, max(MIN_RUNS, a.steps // 4), part)]

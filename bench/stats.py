@@ -35,10 +35,19 @@ def fmt(s: dict, spec: str = ".0f", unit: str = "") -> str:
     "`median (min–max, n runs)`."
     return f"{s['median']:{spec}}{unit} (min {s['min']:{spec}}, max {s['max']:{spec}}, {s['runs']} runs)"
 
+def cpu_model() -> str | None:
+    "The CPU's model name as the kernel reports it (/proc/cpuinfo), or None where there is none."
+    try: lines = open("/proc/cpuinfo").read().splitlines()
+    except OSError: return None
+    return next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), None)
+
 def hardware(**extra) -> dict:
-    "The machine: CPU, cores, torch, load average, and the note that it is shared."
+    """The machine: CPU (architecture, model and the vector instructions torch's kernels use: machines with the same
+    architecture differ in matmul speed, and a ratio against a fixed overhead moves with it), cores, torch, load average,
+    and the note that it is shared."""
     import torch
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
+    return {"cpu": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cores": os.cpu_count(), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "load_avg_1min_start": os.getloadavg()[0], "shared_machine": SHARED, **extra}

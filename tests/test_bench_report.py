@@ -92,3 +92,23 @@ def test_ratio_interval_brackets_the_ratio_of_medians_and_narrows_with_steadier_
     assert 0 < interval(1.0) < interval(8.0)
     with pytest.raises(ValueError, match="paired"): ratio_interval(base, base[:-1])
     with pytest.raises(ValueError, match="at least 5"): ratio_interval(base[:3], base[:3])
+
+def test_engine_bench_break_even_step_is_where_the_ratio_meets_its_target():
+    """bench/engine.py's reading of its fixed per-step overhead: a plain step of `break_even_ms` plus the engine's extra
+    time gives exactly the target ratio; a longer plain step gives more, a shorter one less."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import engine as bench
+    o = {"extra_ms_per_step": {"median": 2.6}, "target_ratio": 0.95}
+    t = bench.break_even_ms(o)
+    assert abs(t - 49.4) < 1e-9 and abs(t / (t + 2.6) - 0.95) < 1e-12
+    assert (2 * t) / (2 * t + 2.6) > 0.95 > (t / 2) / (t / 2 + 2.6)
+
+def test_benchmarks_record_the_cpu_model_and_the_vector_instructions_torch_uses():
+    "Two x86_64 machines can differ 1.5x in matmul speed: results name the CPU (from /proc/cpuinfo) and torch's kernels."
+    import torch
+    sys.path.insert(0, str(ROOT / "bench"))
+    import stats
+    hw = stats.hardware()
+    assert hw["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    if Path("/proc/cpuinfo").exists() and "model name" in Path("/proc/cpuinfo").read_text():
+        assert hw["cpu_model"] and hw["cpu_model"] in Path("/proc/cpuinfo").read_text()
