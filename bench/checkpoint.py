@@ -24,7 +24,7 @@ torch's default).
 
     .venv/bin/python bench/checkpoint.py [--hidden 512 --layers 8] [--reps 5] [--resume-reps 3] [--dir DIR]
 
-Writes bench/results/checkpoint-cpu-<date>.json (config, bytes per shard, machine) and prints a table.
+Prints a table; with --save also writes bench/results/checkpoint-cpu-<date>.json (config, bytes per shard, machine).
 """
 import argparse, datetime, json, os, platform, shutil, statistics, sys, time
 from pathlib import Path
@@ -211,6 +211,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for everything (0: torch's default, "
                     "all cores); 1 keeps timings stable on a shared machine, where OpenMP threads wait on each other")
     ap.add_argument("--skip-resume", action="store_true", help="only the save and load measurements")
+    ap.add_argument("--save", action="store_true", help="write the result to --out (default: print only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"checkpoint-cpu-{datetime.date.today().isoformat()}.json"))
     a = ap.parse_args()
     if min(a.reps, a.resume_reps) < MIN_RUNS: ap.error(f"--reps and --resume-reps must be at least {MIN_RUNS}")
@@ -285,6 +286,7 @@ def main():
               f"checking the checkpoint {i['find_and_check_checkpoint_s']:.2f}s, load_checkpoint {i['load_checkpoint_s']:.2f}s "
               f"(the final save: {i['save_checkpoint_s']:.2f}s, fresh {r['inside_train_median_s']['fresh']['save_checkpoint_s']:.2f}s)")
     print(f"total {res['total_s']:.0f}s")
+    if not a.save: return
     out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {out}")

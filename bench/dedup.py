@@ -3,7 +3,7 @@ MinHash signatures -> LSH banding -> verification -> connected components, numba
 datasketch and rensa at their fastest documented batch APIs, measured in the same run, interleaved, on Wikipedia
 passages of ~300 words with planted near-duplicates. Every side starts from text; shingling is inside every timing.
 
-    MTNLG_DATA=/work/shared/data python bench/dedup.py [--docs 20000] [--baseline-docs 3000] [--threads 2] [--reps 5]
+    [MTNLG_DATA=DIR] python bench/dedup.py [--docs 20000] [--baseline-docs 3000] [--threads 2] [--reps 5] [--save]
 
 (With $MTNLG_DATA the passages are distinct, as in the committed results; without it the committed Wikipedia slice
 holds ~2,700 passages, so the corpus repeats them and the LSH phase handles many exact copies.)
@@ -18,7 +18,7 @@ The baselines stop at the LSH index (no candidate verification, no components): 
 docs/s are medians (min, max) over --reps interleaved runs; ratios are ratios of medians. Estimate quality: RMSE of
 each side's Jaccard estimate against the exact Jaccard of the planted pairs. Memory: signature + LSH index bytes per
 document (the arrays the compiled path holds), and the peak RSS growth of a child process that runs only our pipeline
-on --memory-docs documents, both scaled to a million documents. Writes bench/results/dedup-<date>-cpu.json."""
+on --memory-docs documents, both scaled to a million documents. With --save also writes bench/results/dedup-<date>-cpu.json."""
 import argparse, datetime, json, os, re, resource, subprocess, sys, time
 from pathlib import Path
 import numpy as np
@@ -116,6 +116,7 @@ def parse(argv=None):
     ap.add_argument("--threshold", type=float, default=0.8)
     ap.add_argument("--memory-docs", type=int, default=100000)
     ap.add_argument("--reps", type=int, default=MIN_RUNS, help=f"runs of each side (at least {MIN_RUNS})")
+    ap.add_argument("--save", action="store_true", help="write the result to --out (default: print only)")
     ap.add_argument("--out", default=str(ROOT / f"bench/results/dedup-{datetime.date.today().isoformat()}-cpu.json"))
     a = ap.parse_args(argv)
     if a.reps < MIN_RUNS: ap.error(f"--reps must be at least {MIN_RUNS}")
@@ -208,6 +209,7 @@ def main():
                          "gb_per_million_docs_peak_rss_growth": rss_per_doc * 1e6 / 1e9,
                          "peak_rss_this_process_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024},
               "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if not a.save: return
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {a.out}")

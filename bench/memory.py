@@ -14,7 +14,7 @@ what it flattens to reduce lives only inside the reduction, and the model counts
 Each layout and mode is launched --reps times (>= 5); per stage the measured peak and the ratio measured / predicted
 are reported as median, min and max over the launches (the per-rank detail is kept for the first launch).
 
-usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--loss-chunk 0 64] [--reps 5] [--out bench/results/memory-cpu-<date>.json]
+usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--loss-chunk 0 64] [--reps 5] [--save [--out bench/results/memory-cpu-<date>.json]]
 """
 import argparse, datetime, json, os, platform, sys, time
 from pathlib import Path
@@ -109,6 +109,7 @@ def main():
     ap.add_argument("--loss-chunk", nargs="+", type=int, default=[0], help="model.loss_chunk values: 0 keeps the logits; N "
                     "computes the loss N tokens at a time (chapter 20's linear cross-entropy)")
     ap.add_argument("--reps", type=int, default=MIN_RUNS, help=f"launches of each layout and mode (at least {MIN_RUNS})")
+    ap.add_argument("--save", action="store_true", help="write the result to --out (default: print only)")
     ap.add_argument("--out", default=str(ROOT / f"bench/results/memory-cpu-{datetime.date.today()}.json"))
     args = ap.parse_args()
     if args.reps < MIN_RUNS: ap.error(f"--reps must be at least {MIN_RUNS}")
@@ -142,6 +143,7 @@ def main():
             per_stage.append(st)
         results["runs"].append({"layout": {"tp": 2, "pp": 2, "dp": dp}, "recompute": mode, "loss_chunk": chunk, "seconds": secs,
                                 "ranks of launch 1": first, "stages": per_stage, "stages per launch": reps, "predicted": pred})
+    if not args.save: return
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1, default=str))
     print(f"\nwrote {args.out}")

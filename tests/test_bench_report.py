@@ -112,3 +112,10 @@ def test_benchmarks_record_the_cpu_model_and_the_vector_instructions_torch_uses(
     assert hw["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     if Path("/proc/cpuinfo").exists() and "model name" in Path("/proc/cpuinfo").read_text():
         assert hw["cpu_model"] and hw["cpu_model"] in Path("/proc/cpuinfo").read_text()
+
+def test_benchmarks_write_results_only_when_asked():
+    "DESIGN §9: a benchmark that can write bench/results/*.json does so only with --save, so a casual run leaves the tree clean."
+    writers = [p for p in sorted((ROOT / "bench").glob("*.py")) if p.name not in ("report.py", "stats.py")]  # every benchmark
+    assert {p.name for p in writers} >= {"checkpoint.py", "dedup.py", "engine.py", "eval.py", "generate.py", "kernels.py", "memory.py"}
+    for p in writers:
+        assert 'add_argument("--save"' in p.read_text(), f"{p.name} writes bench/results without being asked (--save)"
