@@ -83,6 +83,9 @@ def add_train_arguments(p: argparse.ArgumentParser):
     p.add_argument("--run-dir", help="where metrics, plot and checkpoint go (default: the config's output_dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--nproc", type=int, help="start N local processes (torchrun) running the 3D engine; N = TP*PP*DP")
+    p.add_argument("--backend", choices=("auto", "single", "deepspeed"), default="auto",
+                   help="auto (default): the DeepSpeed engine on a GPU or when launched as several processes, the plain "
+                   "one-process loop on a CPU (chapter 41); single or deepspeed to choose")
     p.add_argument("--resume", metavar="auto|DIR", help="continue from a checkpoint: `auto` = the latest in the run's "
                    "checkpoints/ if any (same as --set checkpoint.resume=auto)")
     def run(args):
@@ -95,7 +98,7 @@ def add_train_arguments(p: argparse.ArgumentParser):
         check_layout(cfg, launcher_env()["world_size"])
         import torch.distributed as dist
         from mtnlg.train import train
-        train(cfg, args.run_dir, progress=not args.no_progress)   # a SIGUSR1/SIGTERM ends it early, checkpointed: exit 0
+        train(cfg, args.run_dir, progress=not args.no_progress, backend=args.backend)   # SIGUSR1/SIGTERM: checkpointed, exit 0
         if dist.is_initialized(): dist.destroy_process_group()
         return 0
     p.set_defaults(func=run)
@@ -439,5 +442,9 @@ def main(argv=None) -> int:
     except ConfigError as e: print(f"mtnlg: config error: {e}", file=sys.stderr)
     except (ValueError, FileNotFoundError) as e:
         if os.environ.get("MTNLG_DEBUG"): raise
+        print(f"mtnlg: {e}", file=sys.stderr)
+    except OSError as e:                        # a checkpoint that does not fit on its disk (chapter 43): one line, exit 2
+        from mtnlg.checkpoint import CheckpointWriteError
+        if not isinstance(e, CheckpointWriteError) or os.environ.get("MTNLG_DEBUG"): raise
         print(f"mtnlg: {e}", file=sys.stderr)
     return 2

@@ -128,6 +128,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     precision: str = "fp32"              # fp32 | bf16
     seed: int = 1234
+    deterministic: bool = False          # the same bits every run, on a GPU too, at some speed (chapter 10)
     output_dir: str = "runs/{name}"
     source: str | None = None            # the YAML file this came from (set by the loader)
 

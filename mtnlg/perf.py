@@ -7,11 +7,11 @@ __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'FUSIONS', 'SYSTEMS', 'MT_N
            'uniform_layers', 'embedding_weighted_layers', 'Setup', 'setup_problems', 'check_setup',
            'layer_forward_flops', 'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes',
            'layer_activation_bytes', 'stored_activation_bytes', 'in_flight', 'stage_params', 'GPU', 'Assumptions',
-           'output_layer_bytes', 'stage_memory', 'memory_per_gpu', 'largest_term', 'memory_table', 'format_stages',
-           'plot_recompute_tradeoff', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Op', 'layer_ops',
-           'ridge_point', 'layer_time', 'System', 'interleaved_bubble', 'pipeline_time', 'Prediction', 'predict',
-           'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'PublishedRun', 'gpt',
-           'best_virtual_stages', 'published_runs', 'validate', 'plot_validation', 'stage_splits', 'plan',
+           'output_layer_bytes', 'stage_memory', 'memory_per_gpu', 'largest_term', 'gpu_for', 'utilization',
+           'memory_table', 'format_stages', 'plot_recompute_tradeoff', 'link', 'allreduce_time', 'reduce_scatter_time',
+           'p2p_time', 'Op', 'layer_ops', 'ridge_point', 'layer_time', 'System', 'interleaved_bubble', 'pipeline_time',
+           'Prediction', 'predict', 'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'PublishedRun',
+           'gpt', 'best_virtual_stages', 'published_runs', 'validate', 'plot_validation', 'stage_splits', 'plan',
            'format_plan', 'measure_matmul_tflops', 'measure_memory_gbps', 'calibrate_cpu', 'cpu_as_gpu']
 
 # %% ../nbs/50_perf_model.ipynb
@@ -273,6 +273,20 @@ def memory_per_gpu(model: ModelConfig, L: Setup, global_batch: int, precision: s
 def largest_term(mem: dict) -> str:
     "The name of the biggest term of a stage's memory."
     return max((k for k in mem if k not in ("total", "stage", "peak at")), key=lambda k: mem[k])
+
+# %% ../nbs/50_perf_model.ipynb
+def gpu_for(name: str) -> GPU | None:
+    "The `GPUS` entry of a device as CUDA names it (`NVIDIA H100 80GB HBM3` -> h100); None for one we have no datasheet of."
+    n = name.lower()
+    return next((GPUS[k] for k, tag in (("h200", "h200"), ("h100", "h100"), ("a100-80gb", "a100")) if tag in n), None)
+
+def utilization(model: ModelConfig, sequences: int, seconds: float, devices: int, gpu: GPU | None,
+                recompute: str = "none", tp: int = 1) -> tuple[float | None, float | None]:
+    """(MFU, HFU) of `devices` devices that trained `sequences` sequences in `seconds`: model FLOPs (no recomputation)
+    and hardware FLOPs (with `recompute`'s extra forward) over their dense bf16 peak; (None, None) without a peak."""
+    if gpu is None or seconds <= 0: return None, None
+    peak = gpu.peak_tflops * 1e12 * devices * seconds
+    return (flops_per_iteration(model, sequences, "none", tp) / peak, flops_per_iteration(model, sequences, recompute, tp) / peak)
 
 # %% ../nbs/50_perf_model.ipynb
 def memory_table(rows: dict[str, dict]) -> str:
