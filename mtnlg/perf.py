@@ -786,24 +786,15 @@ def measure_memory_gbps(nbytes: int = 64 * 2**20, repeats: int = 10, clock=time.
         t0 = clock(); torch.add(a, b, out=out); best = min(best, clock() - t0)
     return 3 * nbytes / best / 1e9
 
-def calibrate_cpu(cfg: Config, rounds: int = 5, threads: int = 1) -> dict:
-    """Time, in alternating rounds, a matmul of `cfg`'s biggest layer GEMM ([b*s, h] x [h, f]), a memory-bound add and one
-    optimizer step of `cfg` with chapter 41's train_step; keep the fastest of each. Alternating gives all three the same
-    chance of a quiet moment on a shared machine. Times are CPU seconds of this process (`time.process_time`), so
+def calibrate_cpu(cfg: Config, step, rounds: int = 5, threads: int = 1) -> dict:
+    """Time, in alternating rounds, a matmul of `cfg`'s biggest layer GEMM ([b*s, h] x [h, f]), a memory-bound add and
+    `step()`, one optimizer step of `cfg` (chapter 41's plain loop, which the caller builds: a later chapter's
+    library code never imports an earlier one's loop back); keep the fastest of each. Alternating gives all three the
+    same chance of a quiet moment on a shared machine. Times are CPU seconds of this process (`time.process_time`), so
     time spent descheduled while other jobs run does not count; hence one thread (`threads`), whose CPU time is
     the step's time."""
     import torch
     saved = torch.get_num_threads(); torch.set_num_threads(threads)
-    from mtnlg.model import GPT
-    from mtnlg.topology import init_distributed
-    from mtnlg.data_parallel import make_optimizer
-    from mtnlg.train import train_step, autocast_for
-    init_distributed()
-    torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model); model.train()
-    opt = make_optimizer(model, cfg)
-    batch = torch.randint(0, cfg.model.vocab_size, (cfg.schedule.global_batch_size, cfg.model.seq_length + 1))
-    autocast = autocast_for(cfg, torch.device("cpu"))
     m = cfg.model
     best, clock = {"matmul_tflops": 0.0, "memory_gbps": 0.0, "step_s": float("inf")}, time.process_time
     for i in range(rounds + 1):                   # round 0 warms up allocators and kernels
@@ -811,7 +802,7 @@ def calibrate_cpu(cfg: Config, rounds: int = 5, threads: int = 1) -> dict:
                                                                                  m.hidden_size, m.ffn_size, 10, clock=clock))
         best["memory_gbps"] = max(best["memory_gbps"], measure_memory_gbps(repeats=3, clock=clock))
         t0 = clock()
-        train_step(model, opt, batch, cfg.schedule.micro_batch_size, cfg.optimizer.clip_grad, autocast)
+        step()
         if i: best["step_s"] = min(best["step_s"], clock() - t0)
     torch.set_num_threads(saved)
     return best
