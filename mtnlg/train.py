@@ -163,8 +163,10 @@ def speed_metrics(cfg: Config, layout: Layout, sequences: int, seconds: float, d
            "mfu": mfu, "hfu": hfu, "max_allocated_gib": None, "max_reserved_gib": None}
     if device.type == "cuda":
         peaks = torch.tensor([torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)],
-                             dtype=torch.float64, device=device)
-        if dist.is_initialized() and dist.get_world_size() > 1: dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+                             dtype=torch.float64)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            on = peaks.to(device) if dist.get_backend() == "nccl" else peaks
+            dist.all_reduce(on, op=dist.ReduceOp.MAX); peaks = on.cpu()
         row["max_allocated_gib"], row["max_reserved_gib"] = (peaks / 2**30).tolist()
         torch.cuda.reset_peak_memory_stats(device)
     return row
