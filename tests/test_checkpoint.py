@@ -222,3 +222,122 @@ def test_nonfinite_gradient_step_is_skipped_by_the_engine():
     assert skipped and norm == float("inf") and b.engine.skipped_steps == 1
     assert all(torch.equal(p, before[n]) for n, p in b.named_parameters().items())
     assert b.train_step(batch, 1e-3)[2] is False             # and training goes on
+
+# A full disk (chapter 43): a save that would not fit is refused before anything is written; one that fails midway is
+# cleaned up; either way every rank raises CheckpointWriteError, `mtnlg` prints one line and exits 2, `latest` stands
+SHORT = {**ONE, "schedule.train_iters": 8, "checkpoint.save_interval": 4}
+
+def fails(run_dir, sets, *extra, env=None, preexec_fn=None) -> str:
+    "Run `mtnlg train`, expecting exit 2 and one line on stderr; that line."
+    r = subprocess.run(command(run_dir, sets, *extra), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.returncode, r.stderr[-3000:])
+    return r.stderr
+
+def files_capped_at_1mb():
+    "In the child, before exec: no file may grow past 1 MB — the write that crosses it fails (EFBIG), as on a full disk."
+    import resource
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+
+def du(d: Path) -> int: return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+
+def test_full_disk_stops_training_with_one_line_then_resume_finishes(tmp_path):
+    """A 15 MB disk: step 4's checkpoint (11 MB) fits, step 8's is refused before writing. Then, with the check passing,
+    files capped at 1 MB make step 8's `torch.save` fail midway (torch: "unexpected pos"). Both: exit 2, one line, `latest`
+    still step 4, no temporary left. With room, `--resume auto` finishes."""
+    import re
+    ckpts = tmp_path / "checkpoints"
+    err = fails(tmp_path, SHORT, env={"MTNLG_DISK_BYTES_FOR_TEST": "15000000"})
+    m = re.search(rf"not enough disk space to save step-0000008 in {re.escape(str(ckpts))}: needs ([\d.]+) MB, ([\d.]+) MB free", err)
+    assert m and "`latest` still names step-0000004" in err and "--resume auto" in err, err
+    step4 = du(ckpts / "step-0000004")
+    assert abs(float(m[1]) * 1e6 - step4) <= 0.02 * step4 and abs(float(m[2]) * 1e6 - (15e6 - du(ckpts))) <= 0.1e6
+    assert latest(tmp_path) == "step-0000004" and sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-0000004"]
+
+    err = fails(tmp_path, SHORT, "--resume", "auto", preexec_fn=files_capped_at_1mb)
+    assert f"writing step-0000008 to {ckpts} failed on rank 0 (RuntimeError: [enforce fail" in err, err
+    assert "removed the partial .step-0000008.tmp, `latest` still names step-0000004" in err and " MB, " in err
+    assert latest(tmp_path) == "step-0000004" and sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-0000004"]
+
+    r = run(tmp_path, SHORT, "--resume", "auto")
+    assert "resumed from" in r.stdout and "step-0000004" in r.stdout
+    assert latest(tmp_path) == "step-0000008" and [s for s, *_ in losses(tmp_path)] == list(range(1, 9))
+    assert not list(ckpts.glob(".step-*"))
+
+def test_reshard_into_a_full_disk_is_one_line_and_writes_nothing(straight_one, tmp_path, monkeypatch, capsys):
+    import mtnlg.checkpoint
+    from mtnlg.cli import main
+    monkeypatch.setattr(mtnlg.checkpoint, "free_bytes", lambda path: 2_000_000)
+    dst = tmp_path / "dst"
+    assert main(["reshard", str(straight_one / "checkpoints"), str(dst)]) == 2
+    err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("mtnlg")]   # (not the import warnings of a first import)
+    assert len(err) == 1 and err[0].startswith(f"mtnlg: not enough disk space to save step-0000024 in {dst}: needs "), err
+    err = err[0]
+    assert "MB, 2.0 MB free; nothing was written, no earlier checkpoint is there" in err
+    assert not dst.exists()
+
+def tiny_shard():
+    "The tiny model's shard on one process: its weights, and as ZeRO-1 pieces the fp32 master and both moments."
+    from mtnlg.checkpoint import OPTIMIZER_STATES, make_shard
+    from mtnlg.config import load_config
+    from mtnlg.model import GPT
+    from mtnlg.topology import Layout, init_distributed
+    init_distributed(Layout(1, 1, 1))
+    cfg = load_config(ROOT / CONFIG)
+    params = dict(GPT(cfg.model).named_parameters())
+    return make_shard(params, {n: {"start": 0, **{k: p for k in OPTIMIZER_STATES}} for n, p in params.items()}, 3, True), cfg
+
+@pytest.fixture
+def saved_step_4(tmp_path):
+    "A checkpoints root holding step 4 of the tiny model's shard, and a `save(step)` that saves it again."
+    from mtnlg.checkpoint import save_checkpoint
+    from mtnlg.topology import Layout
+    shard, cfg = tiny_shard()
+    root = tmp_path / "checkpoints"
+    save = lambda step: save_checkpoint(root, step, shard, cfg, Layout(1, 1, 1), CURATED / "tokenizer.json", {"consumed_samples": 0})
+    save(4)
+    return root, save, shard
+
+def assert_only_step_4(root: Path, before: dict):
+    assert (root / "latest").read_text() == "step-0000004\n" and sorted(p.name for p in root.iterdir()) == ["latest", "step-0000004"]
+    assert digest(root / "step-0000004") == before
+
+def test_save_estimates_its_size_and_refuses_what_does_not_fit(saved_step_4, monkeypatch):
+    import mtnlg.checkpoint
+    from mtnlg.checkpoint import CheckpointWriteError, shard_bytes
+    root, save, shard = saved_step_4
+    real = (root / "step-0000004/rank-00000.pt").stat().st_size
+    assert real <= shard_bytes(shard) <= 1.02 * real            # the estimate: a little over the file torch.save writes
+    before = digest(root / "step-0000004")
+    monkeypatch.setattr(mtnlg.checkpoint, "free_bytes", lambda path: 4_000_000)
+    with pytest.raises(CheckpointWriteError, match=rf"save step-0000008 in {root}: needs 11.1 MB, 4.0 MB free; nothing was "
+                       r"written, `latest` still names step-0000004\. Free space there or save elsewhere"):
+        save(8)
+    assert_only_step_4(root, before)
+
+def test_save_failing_midway_leaves_the_previous_checkpoint(saved_step_4, monkeypatch):
+    """The shard's write fails after part of it is on disk; or rank 0 fails after renaming the directory over the same
+    step (a resumed run saving again where it resumed): nothing of the new save is left, the old step is back intact."""
+    import mtnlg.checkpoint
+    from mtnlg.checkpoint import CheckpointWriteError
+    root, save, _ = saved_step_4
+    before = digest(root / "step-0000004")
+    def disk_fills(obj, f):
+        Path(f).write_bytes(b"\0" * 100_000)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 10431509440 vs 10431509336")
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", disk_fills)
+        with pytest.raises(CheckpointWriteError, match=r"writing step-0000008 to .* failed on rank 0 \(RuntimeError: \[enforce "
+                           r"fail at inline_container.cc:672\] . unexpected pos 10431509440 vs 10431509336\); removed the "
+                           r"partial .step-0000008.tmp, `latest` still names step-0000004"):
+            save(8)
+    assert_only_step_4(root, before)
+    fsync = mtnlg.checkpoint._fsync
+    def fsync_fails_on_root(p):
+        if Path(p) == root: raise OSError(5, "Input/output error")
+        fsync(p)
+    monkeypatch.setattr(mtnlg.checkpoint, "_fsync", fsync_fails_on_root)
+    with pytest.raises(CheckpointWriteError, match=r"writing step-0000004 .* failed on rank 0 \(OSError: \[Errno 5\] Input/output error\)"):
+        save(4)
+    assert_only_step_4(root, before)
