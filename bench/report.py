@@ -88,11 +88,13 @@ def rows() -> list[str]:
                f"{g['ratios_of_medians']['cache / recomputed']:.2f}× recomputation, {g['ratios_of_medians']['cache / Hugging Face']:.2f}× HF: "
                f"{rng(t['ours, KV cache'], ',.0f')} vs {rng(t['ours, recomputed'], ',.0f')} vs {rng(t['Hugging Face generate'], ',.0f')} "
                f"tokens/s, {t['ours, KV cache']['runs']} runs; same greedy tokens: {'yes' if g['same_tokens'] else 'NO'} | > 1× |")
-    out += kernel_rows()
+    gpu = newest_gpu()
+    out += kernel_rows(with_model=gpu is None) + (gpu_rows(gpu[1]) if gpu else [])
     return out
 
-def kernel_rows() -> list[str]:
-    "Chapter 20 on a GPU (`bench/kernels.py`): the Triton kernels at gpt-1.3b's shapes, and the model end to end."
+def kernel_rows(with_model: bool = True) -> list[str]:
+    """Chapter 20 on a GPU (`bench/kernels.py`): the Triton kernels at gpt-1.3b's shapes, and — until `bench/gpu.py` has
+    measured `mtnlg train` itself (`with_model` false) — its end-to-end step, which is not the recipe."""
     files = sorted(RESULTS.glob("kernels-*.json"))
     if not files: return []
     k = json.loads(files[-1].read_text())
@@ -109,14 +111,71 @@ def kernel_rows() -> list[str]:
         parts.append(f"{label} {rel}" + (f" ({busy:.0%} of HBM peak while busy)" if busy else ""))
     out = [f"| chapter 20 Triton kernels, fwd+bwd, bf16, gpt-1.3b shapes, 1 {gpu} (`bench/kernels.py`, {k['date']}) | "
            + "; ".join(parts) + f" (speed-ups: ratios of medians of {t['runs']} runs) | ≥ 1× eager, ≥ 0.9× compile, ≥ 70% of HBM peak |"]
+    if not with_model: return out
     m = {(r["config"], r["kernels"]): r for r in k["model"] if "error" not in r}
     for config in dict.fromkeys(c for c, _ in m):
         best = max((r for (c, _), r in m.items() if c == config), key=lambda r: r["mfu"])
-        out.append(f"| {config} training step on 1 {gpu}, bf16, per `model.kernels` (`bench/kernels.py`) | MFU "
+        out.append(f"| {config} step on 1 {gpu} per `model.kernels`, *not the recipe*: pure bf16 weights and fused AdamW (no "
+                   f"fp32 masters), no clipping, one micro-batch of random tokens, dropout {best['dropout']:g} (`bench/kernels.py`) | MFU "
                    + " / ".join(f"{r['mfu']:.1%}" for (c, _), r in m.items() if c == config) + " ("
                    + " / ".join(kk for c, kk in m if c == config) + "): "
                    + " / ".join(f"{r['tokens_per_s']['median']:,.0f}" for (c, _), r in m.items() if c == config)
                    + f" tokens/s, medians of {best['tokens_per_s']['runs']} steps; best: {best['kernels']} | — |")
+    return out
+
+def newest_gpu() -> tuple[Path, dict] | None:
+    "The newest `bench/gpu.py` result measured on a GPU (a dry run's JSON, written with --out, never counts), or None."
+    for path in sorted(RESULTS.glob("gpu-*.json"), reverse=True):
+        g = json.loads(path.read_text())
+        if not g.get("dry_run"): return path, g
+    return None
+
+def gpu_rows(g: dict) -> list[str]:
+    """`bench/gpu.py` on one GPU: `mtnlg train` with the recipe — the default path against the engine, the one-process loop
+    and Hugging Face GPT-2 (eager, compiled); per kernel choice; per recompute mode with memory measured against chapter
+    50's prediction; determinism and its cost."""
+    rows = {r["name"]: r for r in g["rows"]}
+    dev = g["device"].replace("NVIDIA ", "")
+    ok = lambda n: n in rows and "tokens_per_s" in rows[n]
+    def tps(n): return f"{rows[n]['tokens_per_s']['median']:,.0f}" if ok(n) else "—"
+    def mfu(n, key="mfu"): return f"{rows[n][key]['median']:.1%}" if ok(n) and rows[n].get(key) else "—"
+    def x(n, key="vs_engine"): return f"{rows[n][key]:.2f}×" if ok(n) and rows[n].get(key) else ("skipped" if n in rows and "skipped" in rows[n] else "—")
+    steps = next((r["tokens_per_s"]["runs"] for r in g["rows"] if "tokens_per_s" in r), 0)
+    shape = f"{g['config'].split('/')[-1].removesuffix('.yaml')}, {g['global_batch']} × {g['seq']} tokens a step"
+    out = []
+    if ok("default"):
+        d = rows["default"]
+        out.append(f"| {shape}, `mtnlg train` on 1 {dev} with the paper's recipe (bf16 weights, fp32 masters and Adam, clipping, "
+                   f"dropout) (`bench/gpu.py`, {g['date']}) | default path ({d['backend']}): {tps('default')} "
+                   f"({d['tokens_per_s']['min']:,.0f}–{d['tokens_per_s']['max']:,.0f}) tokens/s, MFU {mfu('default')}, HFU "
+                   f"{mfu('default', 'hfu')}, micro-batch {d['micro_batch']}; against the engine: one-process loop {x('single')}, "
+                   f"Hugging Face GPT-2 eager {x('hf-eager')} (micro-batch {rows.get('hf-eager', {}).get('micro_batch', '—')}), "
+                   f"compiled {x('hf-compile')} (micro-batch {rows.get('hf-compile', {}).get('micro_batch', '—')}); "
+                   f"medians of {steps} steps | — |")
+    names = [n for n in ("kernels=reference", "kernels=compile", "kernels=triton") if n in rows]
+    if names:
+        out.append(f"| the same per `model.kernels` ({' / '.join(n.split('=')[1] for n in names)}) (`bench/gpu.py`) | MFU "
+                   + " / ".join(mfu(n) for n in names) + ": " + " / ".join(tps(n) for n in names) + " tokens/s, "
+                   + " / ".join(x(n) for n in names) + " the engine's | — |")
+    names = [n for n in ("recompute=none", "recompute=selective", "recompute=full") if n in rows]
+    if names:
+        mem = lambda n: f"{rows[n]['max_allocated_gib']['max']:.1f}" if ok(n) and rows[n].get("max_allocated_gib") else "—"
+        pred = lambda n: f"{rows[n]['predicted_gib']:.1f}" if ok(n) and rows[n].get("predicted_gib") else "—"
+        r = lambda n: f"{rows[n]['measured_over_predicted']:.2f}" if ok(n) and rows[n].get("measured_over_predicted") else "—"
+        out.append(f"| the same per `model.recompute` ({' / '.join(n.split('=')[1] for n in names)}): peak allocated memory "
+                   f"against chapter 50's `stage_memory` without its reserve (`bench/gpu.py`) | MFU " + " / ".join(mfu(n) for n in names)
+                   + ", HFU " + " / ".join(mfu(n, "hfu") for n in names) + "; " + " / ".join(mem(n) for n in names)
+                   + " GiB measured, " + " / ".join(pred(n) for n in names) + " predicted: " + " / ".join(r(n) for n in names)
+                   + " | within 10% |")
+    det = g.get("determinism")
+    if det and "error" not in det:
+        word = lambda c: "bitwise" if c["bitwise"] else f"differ ({c['tensors_differing']} of {c['tensors_compared']} tensors, ≤ {c['largest_difference']:.1e})"
+        cost = (f"; with the switch {shape.split(',')[0]} trains at {g['deterministic_cost']:.2f}× the default's tokens/s"
+                if g.get("deterministic_cost") else "")
+        out.append(f"| `deterministic: true` on 1 {dev}, {det['config'].split('/')[-1].removesuffix('.yaml')}, {det['steps']} steps: "
+                   f"two runs, and kill -9 + `--resume auto` (`bench/gpu.py`) | {word(det['deterministic']['two_runs'])} / "
+                   f"{word(det['deterministic']['kill9_resume'])} (every tensor of the last checkpoint, every random stream, every "
+                   f"step's loss); without the switch two runs {word(det['default']['two_runs'])}{cost} | bitwise |")
     return out
 
 NOTE = ("Rows naming a `bench/` script are written by `bench/report.py` from `bench/results/*.json` (`--check` fails if "

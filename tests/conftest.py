@@ -47,7 +47,8 @@ def backends(checkpoint, hf_dir):
 # test_notebooks.py) stays on one worker. The longest scopes start first, so neither worker is left with a long one at the
 # end (longest-processing-time first); the rest keep their order.
 LONGEST_FIRST = ["TestChapters_62_generate", "TestChapters_41_train", "test_slurm.py", "test_checkpoint.py", "test_eval.py", "TestChapters_60_evaluate",
-                 "test_engine.py", "test_memory.py", "test_bias_tasks.py", "test_architecture.py", "test_recompute.py"]
+                 "test_bench_gpu.py", "test_engine.py", "test_memory.py", "test_deterministic.py", "test_bias_tasks.py", "test_architecture.py",
+                 "test_recompute.py"]
 
 def scope_of(item) -> str: return item.cls.__name__ if item.cls else item.path.name
 

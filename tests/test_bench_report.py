@@ -21,8 +21,9 @@ def test_every_benchmark_reports_median_min_max_of_at_least_5_runs():
                 for v in x.values(): yield from summaries(v)
         elif isinstance(x, list):
             for v in x: yield from summaries(v)
+    gpu = ("gpu-*.json",) if list(report.RESULTS.glob("gpu-*.json")) else ()     # bench/gpu.py: once a GPU has run it
     for pattern in ("engine-*.json", "dedup-*-cpu.json", "eval.json", "memory-cpu-*.json", "checkpoint-cpu-*.json",
-                    "generate-*.json", "kernels-*.json"):
+                    "generate-*.json", "kernels-*.json", *gpu):
         path, data = report.newest(pattern)
         found = list(summaries(data))
         assert found, f"{path.name}: no median/min/max summaries"
@@ -116,6 +117,6 @@ def test_benchmarks_record_the_cpu_model_and_the_vector_instructions_torch_uses(
 def test_benchmarks_write_results_only_when_asked():
     "DESIGN §9: a benchmark that can write bench/results/*.json does so only with --save, so a casual run leaves the tree clean."
     writers = [p for p in sorted((ROOT / "bench").glob("*.py")) if p.name not in ("report.py", "stats.py")]  # every benchmark
-    assert {p.name for p in writers} >= {"checkpoint.py", "dedup.py", "engine.py", "eval.py", "generate.py", "kernels.py", "memory.py"}
+    assert {p.name for p in writers} >= {"checkpoint.py", "dedup.py", "engine.py", "eval.py", "generate.py", "gpu.py", "kernels.py", "memory.py"}
     for p in writers:
         assert 'add_argument("--save"' in p.read_text(), f"{p.name} writes bench/results without being asked (--save)"
