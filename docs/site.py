@@ -3,6 +3,7 @@
     python docs/site.py build          # execute the chapters whose executed copy is missing or stale, then sphinx-build
     python docs/site.py check [PAGE…]  # open every page (or these) in Chromium; print each problem (page: what), exit 1 if any
     python docs/site.py screenshots    # docs/screenshots/*.png of the chapters in SCREENSHOTS
+    python docs/site.py map            # docs/figures/book_map.png, the landing page's map (`build` redraws it too)
 
 `tests/test_notebooks.py` keeps each chapter it executed under papermill as `runs/book/<name>.ipynb`; `build` stages
 those copies with the pages in `docs/` into `runs/site-src/` and renders them with Sphinx + myst-nb (execution off)
@@ -42,6 +43,62 @@ def chapter_title(nb: Path) -> str:
     line = "".join(first["source"]).lstrip().splitlines()[0]
     if not line.startswith("# "): raise ValueError(f"{nb.name}: the first markdown cell must start with '# Title'")
     return plain(line[2:])
+
+
+def short_title(nb: Path) -> str:
+    "The chapter's title up to its colon, as a link names it: '12 — Pipeline parallelism'."
+    cells = json.loads(nb.read_text())["cells"]
+    first = next(c for c in cells if c["cell_type"] == "markdown")
+    title = "".join(first["source"]).lstrip().splitlines()[0][2:].strip()
+    return f"{nb.name[:2]} — {title.split(': ', 1)[0]}"
+
+LAST = "This is the last chapter. Back to [the map of the book](../index.md)."
+
+def next_line(nb: Path, notebooks: list[Path] | None = None) -> str:
+    """The one line every chapter ends with (its last cell, Markdown): a link to the next chapter in reading order, which
+    the site resolves to that chapter's page; the last chapter's leads back to the landing page."""
+    notebooks = chapters() if notebooks is None else notebooks
+    i = notebooks.index(nb)
+    if i + 1 == len(notebooks): return LAST
+    nxt = notebooks[i + 1]
+    return f"Next: [{short_title(nxt)}]({nxt.name})"
+
+
+# ---- the map of the book --------------------------------------------------------------------------------------------
+MAP_PATH = ["foundations, data", "curation", "training in 3D", "evaluation", "bias"]
+MAP_PARTS = dict(zip(MAP_PATH, ("0", "3", "1245", "6", "7")))      # stage -> the parts (first digits) whose chapters build it
+
+def book_map(out: Path = DOCS / "figures" / "book_map.png", notebooks: list[Path] | None = None) -> Path:
+    """The landing page's figure: the reader's path data → curation → training in 3D → evaluation → bias, one box per
+    stage with its chapters (number and short title) under it, read from the chapters' files so it cannot drift."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+    notebooks = chapters() if notebooks is None else notebooks
+    stages = {st: [nb for nb in notebooks if nb.name[0] in digits] for st, digits in MAP_PARTS.items()}
+    rest = [nb for nb in notebooks if not any(nb in v for v in stages.values())]
+    width, tall = 3.4, max(len(v) for v in stages.values()) + (1.2 if rest else 0)
+    fig, ax = plt.subplots(figsize=(len(MAP_PATH) * width, 1.2 + 0.26 * (tall + 1.6)))
+    ax.set(xlim=(0, len(MAP_PATH) * width), ylim=(-(tall + 0.6), 1.3)); ax.axis("off")
+    colours = ["#d9e7f5", "#dcefd9", "#fbe3c8", "#e9def3", "#f6d6d6"]
+    for k, st in enumerate(MAP_PATH):
+        x = k * width + 0.15
+        ax.add_patch(FancyBboxPatch((x, -0.1), width - 0.55, 1.0, boxstyle="round,pad=0.05", fc=colours[k], ec="#555"))
+        ax.text(x + (width - 0.55) / 2, 0.4, st, ha="center", va="center", fontsize=13, weight="bold")
+        if k + 1 < len(MAP_PATH):
+            ax.annotate("", xy=(x + width - 0.05, 0.4), xytext=(x + width - 0.45, 0.4), arrowprops=dict(arrowstyle="->", lw=2))
+        for j, nb in enumerate(stages[st]):
+            ax.text(x + 0.02, -0.75 - j, short_title(nb).replace("`", ""), fontsize=9, va="center")
+    if rest:
+        ax.text(0.17, -(tall + 1.0), "and the tools behind them: " + ";  ".join(short_title(nb).replace("`", "") for nb in rest),
+                fontsize=9, va="center")
+    ax.set_title("The book's path, from raw text to a model's bias: each stage and the chapters that build it", fontsize=12, loc="left")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 # ---- build ----------------------------------------------------------------------------------------------------------
@@ -103,6 +160,7 @@ def stage(book: Path = BOOK, src: Path = SRC) -> None:
     for nb in chapters():
         (src / "chapters" / nb.name).write_text(json.dumps(strip_nbdev(json.loads((book / nb.name).read_text()))))
     if (NBS / "figures").exists(): shutil.copytree(NBS / "figures", src / "chapters" / "figures")
+    book_map(src / "figures" / "book_map.png")   # drawn from the chapters being built: the landing page's map cannot drift
     index = src / "index.md"
     index.write_text(index.read_text().replace("<!-- parts: docs/site.py writes one table of contents per part here -->", toctrees()))
     (src / "api.md").write_text(api_page())
@@ -162,8 +220,41 @@ PAGE_STATE = """async () => {
     text: visible.textContent,
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+    all_text: [...document.body.querySelectorAll(':scope > *')].filter(e => !['SCRIPT', 'STYLE'].includes(e.tagName))
+                .map(e => e.textContent).join('\n'),
+    alts: [...document.images].flatMap(i => [i.getAttribute('alt'), i.getAttribute('title')]).filter(Boolean),
+    wide_outputs: [...document.querySelectorAll('.cell_output pre, .output pre')]
+      .filter(p => p.scrollWidth > p.clientWidth + 1)
+      .map(p => ({text: p.textContent, scroll: p.scrollWidth, client: p.clientWidth})),
   };
 }"""
+
+def machine_paths() -> list[str]:
+    "Absolute paths of the machine that built the site, which no page may show: the repository, the data root, $HOME, /tmp."
+    paths = [str(ROOT), "/tmp"]
+    if os.environ.get("MTNLG_DATA"):
+        d = Path(os.environ["MTNLG_DATA"]).expanduser()
+        paths += [os.path.abspath(d), str(d.resolve())]
+    home = os.path.expanduser("~")
+    if home not in ("", "/"): paths.append(home)
+    return list(dict.fromkeys(paths))
+
+def path_leaks(text: str, paths: list[str] | None = None) -> list[tuple[str, str]]:
+    "(path, the text around it) for each absolute machine path in `text`: the path as a whole name (not inside a URL or a word)."
+    out = []
+    for p in paths if paths is not None else machine_paths():
+        m = re.search(r"(?<![\w.~/-])" + re.escape(p.rstrip("/")) + r"(?![\w.-])", text)
+        if m: out.append((p, text[max(0, m.start() - 40):m.end() + 40].replace("\n", " ")))
+    return out
+
+def table_like(text: str) -> bool:
+    """Printed text a table would show better: at least three lines, and either pipe-separated columns (two or more `|` on
+    three lines, or a `|---|` rule) or columns aligned with runs of spaces (three or more fields on most lines)."""
+    lines = [l for l in text.splitlines() if l.strip()]
+    if len(lines) < 3: return False
+    if sum(l.count("|") >= 2 for l in lines) >= 3 or any(re.match(r"\s*\|?\s*:?-{3,}.*\|", l) for l in lines): return True
+    aligned = sum(len(re.split(r"\s{2,}", l.strip())) >= 3 for l in lines)
+    return aligned >= max(3, 0.6 * len(lines))
 
 def expected_titles() -> dict[str, str]:
     return {f"chapters/{nb.stem}.html": chapter_title(nb) for nb in chapters()}
@@ -176,11 +267,13 @@ def check_site(site: Path = SITE, chromium: Path = CHROMIUM, pages: list[str] | 
     `pages` (paths relative to `site`) limits which pages are opened; all by default.
     A page passes when its title and first heading name its chapter, every <img> has loaded (naturalWidth > 0), the
     console has no error, nothing was requested from outside the site, every .math element was typeset by MathJax and
-    no raw TeX delimiters are left in the visible text; every link to another page of the site resolves (no 404) and
-    its #fragment exists there."""
+    no raw TeX delimiters are left in the visible text; no absolute path of the build machine (`machine_paths`) is in
+    its text, code and outputs included, or in an image's alt or title; no code output that looks like a table
+    (`table_like`) is wider than its box; every link to another page of the site resolves (no 404) and its #fragment
+    exists there."""
     import tempfile
     from playwright.sync_api import sync_playwright
-    problems, titles = [], expected_titles()
+    problems, titles, paths = [], expected_titles(), machine_paths()
     if pages is None:
         pages = pages_of(site)
         problems += [f"{p}: chapter page missing from the site" for p in sorted(set(titles) - set(pages))]
@@ -214,6 +307,10 @@ def check_site(site: Path = SITE, chromium: Path = CHROMIUM, pages: list[str] | 
             if expect and not plain(s["title"]).startswith(plain(expect)): problems.append(f"{rel}: title {s['title']!r} does not start with {expect!r}")
             problems += [f"{rel}: image did not load: {i['src']}" for i in s["images"] if not i["ok"]]
             problems += [f"{rel}: math not rendered: {m['tex']!r}" for m in s["math"] if not m["ok"]]
+            problems += [f"{rel}: absolute path of the build machine {p!r} in the page's text: …{around!r}…" for p, around in path_leaks(s["all_text"], paths)]
+            problems += [f"{rel}: absolute path of the build machine {p!r} in an image's alt or title: {a!r}" for a in s["alts"] for p, _ in path_leaks(a, paths)]
+            problems += [f"{rel}: a printed table wider than its box ({w['scroll']} > {w['client']} px), show it as a table: {w['text'].strip().splitlines()[0][:80]!r}"
+                         for w in s["wide_outputs"] if table_like(w["text"])]
             for raw in ("$$", "\\(", "\\)", "\\[", "\\begin{"):
                 if raw in s["text"]:
                     at = s["text"].index(raw)
@@ -281,12 +378,13 @@ def screenshots(site: Path = SITE, out: Path = DOCS / "screenshots", chromium: P
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["build", "check", "screenshots"])
+    ap.add_argument("what", choices=["build", "check", "screenshots", "map"])
     ap.add_argument("pages", nargs="*", help="check: only these pages (relative to the site), e.g. chapters/12_pipeline_parallel.html")
     ap.add_argument("--site", type=Path, default=SITE)
     ap.add_argument("--book", type=Path, default=BOOK, help="executed chapters (another folder: nothing is executed)")
     a = ap.parse_intermixed_args(argv)
     if a.what == "build": build(a.site, a.book); return 0
+    if a.what == "map": print(book_map()); return 0
     chromium, why = ensure_chromium()
     if chromium is None: print(f"no browser: {why}"); return 2
     if a.what == "screenshots": print("\n".join(map(str, screenshots(a.site, chromium=chromium)))); return 0

@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['DATA_ENV', 'REPO', 'FIXTURES', 'CATALOG', 'DataSet', 'data_root', 'use_data_dir', 'dataset', 'data_path', 'is_full',
-           'catalog_rows', 'format_catalog']
+           'shown_path', 'catalog_rows', 'format_catalog']
 
 # %% ../nbs/03_catalog.ipynb
 import contextlib, os, warnings
@@ -111,6 +111,30 @@ def data_path(name: str, data_dir=None) -> Path:
 def is_full(name: str, data_dir=None) -> bool:
     "Whether `data_path(name)` is the full set (not the committed slice)."
     return data_path(name, data_dir) != REPO / (dataset(name).fixture or "")
+
+# %% ../nbs/03_catalog.ipynb
+def shown_path(path, data_dir=None) -> str:
+    """`path` as the book shows it: `$MTNLG_DATA/…` under the data root, relative to the repository inside it, `~/…` under
+    the home directory, else its last two parts after `…/` (a temporary directory's name means nothing to a reader).
+    A relative path is taken from the working directory; text that is not a path (`$MTNLG_DATA/eval`) is kept."""
+    s = str(path)
+    if s.startswith("$"): return s
+    p = Path(s).expanduser()
+    p = Path(os.path.abspath(p if p.is_absolute() else Path.cwd() / p))
+    try: root = data_root(data_dir)
+    except (FileNotFoundError, ValueError): root = None
+    def under(base):
+        for a in {p, p.resolve()}:
+            for b in {Path(os.path.abspath(base)), Path(base).resolve()}:
+                if a == b or b in a.parents: return a.relative_to(b).as_posix()
+        return None
+    for base, prefix in ((root, f"${DATA_ENV}"), (REPO, None), (Path.home(), "~")):
+        if base is None: continue
+        rel = under(base)
+        if rel is None: continue
+        if prefix is None: return rel if rel != "." else "."
+        return prefix if rel == "." else f"{prefix}/{rel}"
+    return "…/" + "/".join(p.parts[-2:])
 
 # %% ../nbs/03_catalog.ipynb
 def catalog_rows(data_dir=None) -> list[dict]:

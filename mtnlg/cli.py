@@ -11,7 +11,7 @@ __all__ = ['COMMANDS', 'describe', 'add_data_dir_argument', 'add_config_argument
 # %% ../nbs/99_cli.ipynb
 import argparse, json, os, shutil, signal, subprocess, sys
 from pathlib import Path
-from .catalog import use_data_dir
+from .catalog import use_data_dir, shown_path
 from .config import Config, ConfigError, load_config, config_from_dict, parse_override, count_parameters, layers_per_stage, stage_params_per_rank
 
 # %% ../nbs/99_cli.ipynb
@@ -301,7 +301,7 @@ def add_eval_arguments(p):
         lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size)
         res = evaluate_tasks(lm, names, shots, None, args.source, args.limit, args.fewshot_seed)
         res = {"checkpoint": str(ckpt.resolve()), "meta": json.loads((ckpt / "meta.json").read_text()), "skipped": skipped, **res}
-        write_results(res, out, f"{ckpt}")
+        write_results(res, out, shown_path(ckpt))
         print(results_table(res)); print(f"wrote {out / 'results.json'}, results.md, results.png")
         return 0
     p.set_defaults(func=run)

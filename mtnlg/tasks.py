@@ -13,7 +13,7 @@ __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice
 import contextlib, json, math, os, sys, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from .catalog import data_path
+from .catalog import data_path, shown_path
 
 @contextlib.contextmanager
 def _quiet_datasets():

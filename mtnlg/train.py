@@ -4,12 +4,13 @@
 
 # %% auto 0
 __all__ = ['BACKENDS', 'MAX_SKIPPED_IN_A_ROW', 'FRESH_STATE', 'autocast_for', 'train_step', 'SingleProcess', 'TrainResult',
-           'pick_backend', 'make_backend', 'checkpoint_dir', 'resume_from', 'speed_metrics', 'log_line', 'train',
-           'tensorboard_writer', 'reshard', 'plot_losses']
+           'pick_backend', 'make_backend', 'checkpoint_dir', 'resume_from', 'Run', 'open_run', 'load_run',
+           'train_one_step', 'speed_metrics', 'log_line', 'tensorboard_writer', 'MetricsLog', 'log_step',
+           'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'reshard', 'plot_losses']
 
 # %% ../nbs/41_train.ipynb
 import json, math, os, time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np, torch
 import torch.distributed as dist
@@ -146,9 +147,85 @@ def resume_from(cfg: Config, run_dir: Path, layout: Layout) -> Checkpoint | None
 MAX_SKIPPED_IN_A_ROW = 10
 FRESH_STATE = {"step": 0, "consumed_samples": 0, "tokens": 0, "skipped_steps": 0, "loss_window": [], "elapsed_s": 0.0}
 
+@dataclass
+class Run:
+    "One rank's training run, as the loop's parts share it. `state` is what a checkpoint carries; the rest is rebuilt."
+    cfg: Config
+    layout: Layout
+    device: torch.device
+    run_dir: Path
+    start: Checkpoint | None                 # the checkpoint this run resumes from, if any
+    steps: list = field(default_factory=list)          # (tokens before, batch size) of every step: chapter 40
+    data: object = None                      # chapter 42's training data
+    engine: object = None                    # SingleProcess or chapter 14's DeepSpeedBackend
+    state: dict = field(default_factory=lambda: dict(FRESH_STATE))
+    say: object = print                      # the log on the rank that holds the loss, silent on the others
+    skipped_in_a_row: int = 0
+    losses: list = field(default_factory=list)         # since the last log line: the steps that were not skipped
+    seconds: float = 0.0                     # ... the time spent in training steps
+    tokens: int = 0                          # ... and the tokens they trained
+
+    @property
+    def ckpt_dir(self) -> Path: return checkpoint_dir(self.cfg, self.run_dir)
+
+def open_run(cfg: Config, run_dir=None) -> Run:
+    "Join the job, seed every stream, and find the checkpoint to resume from (a bad one fails here, before any data)."
+    deterministic_mode(cfg.deterministic)               # before the process group and the first CUDA kernel
+    layout = init_distributed(Layout.of(cfg))
+    run_dir = Path(run_dir or cfg.run_dir)
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    seed_everything(cfg.seed, device)
+    run = Run(cfg, layout, device, run_dir, resume_from(cfg, run_dir, layout))
+    if dist.get_rank() == 0: run_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    return run
+
+def load_run(run: Run, backend: str = "auto", log=print) -> Run:
+    "The schedule, the data and the backend; on resume, the weights, Adam's state, the counters and the random streams."
+    cfg, s, m, rank = run.cfg, run.cfg.schedule, run.cfg.model, dist.get_rank()
+    quiet = lambda *a, **k: None
+    run.steps = iterations(cfg)
+    samples = max(math.ceil(s.train_tokens / m.seq_length), sum(b for _, b in run.steps))   # the whole schedule's
+    run.data = training_data(cfg, samples, s.micro_batch_size * s.eval_iters, run.run_dir, log if rank == 0 else quiet)
+    run.engine = make_backend(cfg, run.layout, backend, run.device)
+    run.say = log if run.engine.holds_loss else quiet
+    if run.start:
+        start = run.start
+        if start.tokenizer_file.read_bytes() != Path(run.data.tokenizer_file).read_bytes():
+            raise ValueError(f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {run.data.tokenizer_file}: "
+                             f"resume on the data it was trained on")
+        run.engine.load_checkpoint(start)
+        run.state.update({k: start.meta[k] for k in FRESH_STATE})
+        if start.layout == run.layout: set_rng_state(start.rng(rank))   # the same rank's streams; a new layout reseeds
+        run.say(f"resumed from {start.dir} (step {start.step}, {run.state['consumed_samples']:,} samples, saved on {start.layout})")
+    run.losses = list(run.state["loss_window"])
+    run.say(f"{count_parameters(m, run.layout.tp):,} parameters on {run.engine.description}; {run.data.description}; "
+            f"{len(run.steps)} steps")
+    return run
+
+# %% ../nbs/41_train.ipynb
 def _batch(samples, start: int, size: int, device) -> torch.Tensor:
     return torch.as_tensor(np.stack([samples[i] for i in range(start, start + size)]), dtype=torch.long, device=device)
 
+def train_one_step(run: Run, step: int) -> dict:
+    "Train step `step` (from 1) of the schedule; count it. Returns its step, lr, batch size, loss, grad norm, skipped."
+    tokens_before, batch_size = run.steps[step - 1]
+    lr = lr_at(tokens_before, run.cfg)
+    t0 = time.time()
+    loss, grad_norm, skipped = run.engine.train_step(_batch(run.data.train, run.state["consumed_samples"], batch_size, run.device), lr)
+    run.seconds += time.time() - t0
+    tokens = batch_size * run.cfg.model.seq_length
+    run.state["consumed_samples"] += batch_size; run.state["tokens"] += tokens; run.tokens += tokens
+    if skipped:
+        run.state["skipped_steps"] += 1; run.skipped_in_a_row += 1
+        run.say(f"step {step}: loss {loss}, gradient norm {grad_norm}: step skipped ({run.state['skipped_steps']} so far)")
+        if run.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW:
+            raise FloatingPointError(f"{run.skipped_in_a_row} steps in a row had a NaN/Inf loss or gradient (last at step "
+                                     f"{step}); lower optimizer.lr or resume from an earlier checkpoint")
+    else: run.losses.append(loss); run.skipped_in_a_row = 0
+    return {"step": step, "lr": lr, "batch_size": batch_size, "loss": loss, "grad_norm": grad_norm, "skipped": skipped}
+
+# %% ../nbs/41_train.ipynb
 def speed_metrics(cfg: Config, layout: Layout, sequences: int, seconds: float, device: torch.device) -> dict:
     """What a log line says about speed, over `sequences` trained in `seconds` of training steps: tokens/s, TFLOP/s per
     device by the paper's formula (full recomputation counted, as its Table 1), MFU and HFU against the device's bf16
@@ -181,123 +258,113 @@ def log_line(row: dict, steps: int) -> str:
         parts.append(f"memory {row['max_allocated_gib']:.1f} GiB allocated, {row['max_reserved_gib']:.1f} reserved")
     return " | ".join(parts)
 
-def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: str = "auto") -> TrainResult:
-    """Train `cfg` on the layout it names (this process is one rank of it), from `checkpoint.resume` if set; write
-    metrics, TensorBoard events, plot and sharded checkpoints to `run_dir`. SIGUSR1/SIGTERM: checkpoint, return.
-    Without a progress bar, every log step prints `log_line`; with one, the bar shows it."""
-    deterministic_mode(cfg.deterministic)               # before the process group and the first CUDA kernel
-    layout = init_distributed(Layout.of(cfg))
-    rank, s, m = dist.get_rank(), cfg.schedule, cfg.model
-    run_dir = Path(run_dir or cfg.run_dir); ckpt_dir = checkpoint_dir(cfg, run_dir)
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    seed_everything(cfg.seed, device)
-    start = resume_from(cfg, run_dir, layout)          # a bad checkpoint fails here, before any data or model is built
-    if rank == 0: run_dir.mkdir(parents=True, exist_ok=True)
-    dist.barrier()
-    with StopRequest() as stop:          # from here on SIGUSR1/SIGTERM only set a flag, read after each step
-        steps = iterations(cfg)
-        quiet = lambda *a, **k: None
-        # the sample order depends on how many samples are asked for (Megatron's epochs): ask for the whole schedule's,
-        # whatever `train_iters` cuts it to, so runs of different lengths see the same order
-        samples = max(math.ceil(s.train_tokens / m.seq_length), sum(b for _, b in steps))
-        data = training_data(cfg, samples, s.micro_batch_size * s.eval_iters, run_dir, log if rank == 0 else quiet)
-        engine = make_backend(cfg, layout, backend, device)
-        say = log if engine.holds_loss else quiet
-        state = dict(FRESH_STATE)
-        if start:
-            if start.tokenizer_file.read_bytes() != Path(data.tokenizer_file).read_bytes():
-                raise ValueError(f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {data.tokenizer_file}: "
-                                 f"resume on the data it was trained on")
-            engine.load_checkpoint(start)
-            state.update({k: start.meta[k] for k in FRESH_STATE})
-            if start.layout == layout: set_rng_state(start.rng(rank))   # the same rank's streams; a new layout reseeds
-            say(f"resumed from {start.dir} (step {start.step}, {state['consumed_samples']:,} samples, saved on {start.layout})")
-        say(f"{count_parameters(m, layout.tp):,} parameters on {engine.description}; {data.description}; "
-            f"{len(steps)} steps")
-
-        metrics, out, tb = [], None, None
-        if engine.holds_loss:
-            path = run_dir / "metrics.jsonl"
-            if start and path.is_file():      # keep what the resumed checkpoint had seen, drop what came after it
-                metrics = [r for r in map(json.loads, path.read_text().splitlines()) if r["step"] <= state["step"]]
-            path.write_text("".join(json.dumps(r) + "\n" for r in metrics))
-            out = open(path, "a")
-            tb = tensorboard_writer(run_dir / "tensorboard", purge_step=state["step"] + 1)
-        def record(row):
-            metrics.append(row)
-            if out: out.write(json.dumps(row) + "\n"); out.flush()
-            if tb:
-                for k, v in row.items():
-                    if k not in ("step", "tokens") and v is not None: tb.add_scalar(k, v, row["step"])
-        window, in_a_row, stopped_by, last = list(state["loss_window"]), 0, None, None
-        window_seconds, window_tokens, t_start = 0.0, 0, time.time() - state["elapsed_s"]
-        bar = tqdm(range(state["step"] + 1, len(steps) + 1), desc=f"train {cfg.name} {layout}", initial=state["step"],
-                   total=len(steps), disable=not (progress and engine.holds_loss), mininterval=1.0)
-        for step in bar:
-            tokens_before, batch_size = steps[step - 1]
-            lr = lr_at(tokens_before, cfg)
-            t_step = time.time()               # speed counts training steps only, not evaluation or saving (as Megatron)
-            loss, grad_norm, skipped = engine.train_step(_batch(data.train, state["consumed_samples"], batch_size, device), lr)
-            window_seconds += time.time() - t_step
-            state["consumed_samples"] += batch_size; state["tokens"] += batch_size * m.seq_length
-            window_tokens += batch_size * m.seq_length
-            if skipped:
-                state["skipped_steps"] += 1; in_a_row += 1
-                say(f"step {step}: loss {loss}, gradient norm {grad_norm}: step skipped ({state['skipped_steps']} so far)")
-                if in_a_row > MAX_SKIPPED_IN_A_ROW:
-                    raise FloatingPointError(f"{in_a_row} steps in a row had a NaN/Inf loss or gradient (last at step "
-                                             f"{step}); lower optimizer.lr or resume from an earlier checkpoint")
-            else: window.append(loss); in_a_row = 0
-            if step % s.log_interval == 0 or step == len(steps):
-                row = {"step": step, "tokens": state["tokens"], "consumed_samples": state["consumed_samples"],
-                       "loss": float(np.mean(window)) if window else None, "lr": lr, "batch_size": batch_size,
-                       "grad_norm": grad_norm, "skipped_steps": state["skipped_steps"],
-                       **speed_metrics(cfg, layout, window_tokens // m.seq_length, window_seconds, device),
-                       "elapsed_s": time.time() - t_start}
-                record(row)
-                if bar.disable: say(log_line(row, len(steps)))
-                else: bar.set_postfix_str(log_line(row, len(steps)).split(" | ", 1)[1], refresh=False)
-                window = []
-                window_seconds, window_tokens = 0.0, 0
-            if step % s.eval_interval == 0 or step == len(steps):
-                batches = [_batch(data.valid, i, s.micro_batch_size, device) for i in range(0, s.micro_batch_size * s.eval_iters, s.micro_batch_size)]
-                record({"step": step, "tokens": state["tokens"], "valid_loss": engine.eval_loss(batches)})
-            stop_now = stop.requested()
-            if stop_now or step == len(steps) or (cfg.checkpoint.save_interval and step % cfg.checkpoint.save_interval == 0):
-                state["step"], state["elapsed_s"], state["loss_window"] = step, time.time() - t_start, list(window)
-                last = save_checkpoint(ckpt_dir, step, engine.checkpoint_shard(), cfg, layout, data.tokenizer_file,
-                                       dict(state, trained_on=str(layout)), cfg.checkpoint.keep_last)
-            if stop_now and step < len(steps):
-                stopped_by = stop.received or "a signal on another rank"
-                say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto"); break
-    if out: out.close()
-    if tb: tb.close()
-    last = last or latest_checkpoint(ckpt_dir)
-    result = None
-    if engine.holds_loss:
-        train_losses = [r["loss"] for r in metrics if r.get("loss") is not None]
-        valid_losses = [r["valid_loss"] for r in metrics if "valid_loss" in r]
-        result = TrainResult(run_dir, metrics, train_losses[-1] if train_losses else float("nan"),
-                             valid_losses[-1] if valid_losses else float("nan"), data.unigram_entropy, last,
-                             getattr(engine, "model", None), stopped_by)
-        plot_losses(result, f"{cfg.name} {layout}").savefig(run_dir / "loss.png", dpi=110, bbox_inches="tight")
-        (run_dir / "summary.json").write_text(json.dumps(
-            {"name": cfg.name, "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp}, "steps": state["step"],
-             "of_steps": len(steps), "tokens": state["tokens"], "consumed_samples": state["consumed_samples"],
-             "skipped_steps": state["skipped_steps"], "final_train_loss": result.final_train_loss,
-             "final_valid_loss": result.final_valid_loss, "unigram_entropy": data.unigram_entropy,
-             "checkpoint": str(last), "stopped_by": stopped_by, "seconds": time.time() - t_start}, indent=1))
-        if not stopped_by:
-            say(f"final loss: train {result.final_train_loss:.3f}, valid {result.final_valid_loss:.3f} nats "
-                f"vs unigram entropy {data.unigram_entropy:.3f}; wrote {run_dir}")
-    dist.barrier()
-    return result
-
 def tensorboard_writer(log_dir: Path, purge_step: int):
     "TensorBoard's writer (events beside metrics.jsonl); `purge_step` drops events a resumed run will write again."
     from torch.utils.tensorboard import SummaryWriter
     return SummaryWriter(str(log_dir), purge_step=purge_step)
 
+class MetricsLog:
+    "`metrics.jsonl` and TensorBoard on the rank that holds the loss (elsewhere only the rows in memory)."
+    def __init__(self, run: Run):
+        self.rows, self.out, self.tb = [], None, None
+        if not run.engine.holds_loss: return
+        path = run.run_dir / "metrics.jsonl"
+        if run.start and path.is_file():      # keep what the resumed checkpoint had seen, drop what came after it
+            self.rows = [r for r in map(json.loads, path.read_text().splitlines()) if r["step"] <= run.state["step"]]
+        path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        self.out = open(path, "a")
+        self.tb = tensorboard_writer(run.run_dir / "tensorboard", purge_step=run.state["step"] + 1)
+
+    def record(self, row: dict):
+        self.rows.append(row)
+        if self.out: self.out.write(json.dumps(row) + "\n"); self.out.flush()
+        if self.tb:
+            for k, v in row.items():
+                if k not in ("step", "tokens") and v is not None: self.tb.add_scalar(k, v, row["step"])
+
+    def close(self):
+        if self.out: self.out.close()
+        if self.tb: self.tb.close()
+
+def log_step(run: Run, done: dict, metrics: MetricsLog, bar, t_start: float) -> dict:
+    "The row of the log window that ends with step `done` (`train_one_step`'s), recorded and shown; the window restarts."
+    s = run.state
+    row = {"step": done["step"], "tokens": s["tokens"], "consumed_samples": s["consumed_samples"],
+           "loss": float(np.mean(run.losses)) if run.losses else None, "lr": done["lr"], "batch_size": done["batch_size"],
+           "grad_norm": done["grad_norm"], "skipped_steps": s["skipped_steps"],
+           **speed_metrics(run.cfg, run.layout, run.tokens // run.cfg.model.seq_length, run.seconds, run.device),
+           "elapsed_s": time.time() - t_start}
+    metrics.record(row)
+    if bar.disable: run.say(log_line(row, len(run.steps)))
+    else: bar.set_postfix_str(log_line(row, len(run.steps)).split(" | ", 1)[1], refresh=False)
+    run.losses, run.seconds, run.tokens = [], 0.0, 0
+    return row
+
+# %% ../nbs/41_train.ipynb
+def validation_loss(run: Run) -> float:
+    "Mean loss (nats/token) over the first `eval_iters` validation micro-batches."
+    s = run.cfg.schedule
+    return run.engine.eval_loss([_batch(run.data.valid, i, s.micro_batch_size, run.device)
+                                 for i in range(0, s.micro_batch_size * s.eval_iters, s.micro_batch_size)])
+
+# %% ../nbs/41_train.ipynb
+def checkpoint_if_due(run: Run, step: int, stop_now: bool, t_start: float) -> Path | None:
+    "Save step `step` if a signal asked for it, it is the last, or `checkpoint.save_interval` says so; the step directory, else None."
+    interval = run.cfg.checkpoint.save_interval
+    if not (stop_now or step == len(run.steps) or (interval and step % interval == 0)): return None
+    run.state.update(step=step, elapsed_s=time.time() - t_start, loss_window=list(run.losses))
+    return save_checkpoint(run.ckpt_dir, step, run.engine.checkpoint_shard(), run.cfg, run.layout, run.data.tokenizer_file,
+                           dict(run.state, trained_on=str(run.layout)), run.cfg.checkpoint.keep_last)
+
+# %% ../nbs/41_train.ipynb
+def finish_run(run: Run, metrics: list, last: Path | None, stopped_by: str | None, t_start: float) -> TrainResult | None:
+    "The result, plot and summary.json of a run (on the rank that holds the loss; None elsewhere)."
+    if not run.engine.holds_loss: return None
+    s, layout = run.state, run.layout
+    train_losses = [r["loss"] for r in metrics if r.get("loss") is not None]
+    valid_losses = [r["valid_loss"] for r in metrics if "valid_loss" in r]
+    result = TrainResult(run.run_dir, metrics, train_losses[-1] if train_losses else float("nan"),
+                         valid_losses[-1] if valid_losses else float("nan"), run.data.unigram_entropy, last,
+                         getattr(run.engine, "model", None), stopped_by)
+    plot_losses(result, f"{run.cfg.name} {layout}").savefig(run.run_dir / "loss.png", dpi=110, bbox_inches="tight")
+    (run.run_dir / "summary.json").write_text(json.dumps(
+        {"name": run.cfg.name, "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp}, "steps": s["step"],
+         "of_steps": len(run.steps), "tokens": s["tokens"], "consumed_samples": s["consumed_samples"],
+         "skipped_steps": s["skipped_steps"], "final_train_loss": result.final_train_loss,
+         "final_valid_loss": result.final_valid_loss, "unigram_entropy": run.data.unigram_entropy,
+         "checkpoint": str(last), "stopped_by": stopped_by, "seconds": time.time() - t_start}, indent=1))
+    if not stopped_by:
+        run.say(f"final loss: train {result.final_train_loss:.3f}, valid {result.final_valid_loss:.3f} nats "
+                f"vs unigram entropy {run.data.unigram_entropy:.3f}; wrote {run.run_dir}")
+    return result
+
+# %% ../nbs/41_train.ipynb
+def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: str = "auto") -> TrainResult:
+    """Train `cfg` on the layout it names (this process is one rank of it), from `checkpoint.resume` if set; write
+    metrics, TensorBoard events, plot and sharded checkpoints to `run_dir`. SIGUSR1/SIGTERM: checkpoint, return.
+    Without a progress bar, every log step prints `log_line`; with one, the bar shows it."""
+    run = open_run(cfg, run_dir)
+    s, last, stopped_by = cfg.schedule, None, None
+    with StopRequest() as stop:          # from here on SIGUSR1/SIGTERM only set a flag, read after each step
+        load_run(run, backend, log)
+        metrics, t_start = MetricsLog(run), time.time() - run.state["elapsed_s"]
+        n = len(run.steps)
+        bar = tqdm(range(run.state["step"] + 1, n + 1), desc=f"train {cfg.name} {run.layout}", initial=run.state["step"],
+                   total=n, disable=not (progress and run.engine.holds_loss), mininterval=1.0)
+        for step in bar:
+            done = train_one_step(run, step)
+            if step % s.log_interval == 0 or step == n: log_step(run, done, metrics, bar, t_start)
+            if step % s.eval_interval == 0 or step == n:
+                metrics.record({"step": step, "tokens": run.state["tokens"], "valid_loss": validation_loss(run)})
+            stop_now = stop.requested()
+            last = checkpoint_if_due(run, step, stop_now, t_start) or last
+            if stop_now and step < n:
+                stopped_by = stop.received or "a signal on another rank"
+                run.say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto"); break
+    metrics.close()
+    result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
+    dist.barrier()
+    return result
 
 def reshard(src, dst, cfg: Config | None = None, backend: str = "auto") -> Path:
     """Load checkpoint `src` onto `cfg`'s layout (default: the checkpoint's own config) and save it to `dst` at the

@@ -4,7 +4,7 @@
 that share a run directory (one trains a stand-in model there, the next reuses it) form one class and run in order;
 every other chapter is its own class, so the chapters spread over both workers."""
 from pathlib import Path
-import json, re
+import json, re, shutil
 import pytest, papermill as pm
 
 NBS = Path(__file__).resolve().parent.parent / "nbs"
@@ -24,6 +24,20 @@ def test_every_chapter_is_a_valid_notebook():
         assert all("id" in c for c in cells), f"{nb.name}: cells without an id (write them with nbformat, or run nbformat's normalize)"
         nbformat.validate(nbformat.reads(nb.read_text(), as_version=4))
 
+def test_every_chapter_ends_with_a_link_to_the_next():
+    """The book reads in numeric order: each chapter's last cell is one Markdown line linking the next chapter (by its
+    file, which the site resolves to its page), the last chapter's leads back to the map; docs/site.py's `next_line`."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("docs_site", NBS.parent / "docs" / "site.py")
+    site = importlib.util.module_from_spec(spec); spec.loader.exec_module(site)
+    wrong = []
+    for nb in NOTEBOOKS:
+        last, want = json.loads(nb.read_text())["cells"][-1], site.next_line(nb, NOTEBOOKS)
+        got = "".join(last["source"]).strip() if last["cell_type"] == "markdown" else f"a {last['cell_type']} cell"
+        if got != want: wrong.append(f"{nb.name}: the last cell should be the Markdown line {want!r}, not {got[:80]!r}")
+    assert not wrong, "\n".join(wrong)
+    assert site.next_line(NBS / "41_train.ipynb", NOTEBOOKS) == "Next: [42 — Training data](42_data_loading.ipynb)"
+
 def notebook_groups(notebooks) -> dict[str, list[Path]]:
     "Chapters that write or read the same `../runs/<dir>` -> one group, named after its first chapter, in book order."
     dirs = {nb: set(re.findall(r"\.\./runs/([\w-]+)", nb.read_text())) - {"tiny-3d"} for nb in notebooks}  # make demo's: read only
@@ -40,7 +54,9 @@ BOOK = NBS.parent / "runs" / "book"   # each chapter as executed here: the site 
 
 def run_notebook(nb: Path, tmp_path: Path, keep: Path | None = BOOK):
     "Execute `nb` under papermill (cwd `nbs/`); when it ran to the end, keep the executed copy as `keep/<name>.ipynb`."
-    params = {"run_dir": str(tmp_path / "run")} if nb.stem == "41_train" else {}
+    params = {}
+    if nb.stem == "41_train":     # its own default, `../runs/tiny-notebook`, emptied first: a path the page shows as it is
+        shutil.rmtree(NBS.parent / "runs" / "tiny-notebook", ignore_errors=True)
     out = tmp_path / nb.name
     tmp_path.mkdir(parents=True, exist_ok=True)
     for attempt in (1, 2):

@@ -61,6 +61,35 @@ def test_the_check_fails_on_a_deleted_image_and_a_broken_link(built, chromium, t
     assert f"chapters/12_pipeline_parallel.html: image did not load: {image}" in problems, problems
     assert "chapters/60_evaluate.html: broken link (404): chapters/61_task.html" in problems, problems
 
+def test_the_check_fails_on_a_machine_path_and_a_wide_printed_table(built, chromium, tmp_path):
+    """A copy of the site with chapter 61 showing the repository's absolute path in its text, /tmp in an image's alt, and a
+    printed pipe table wider than its box; a wide output that is not a table passes."""
+    copy = tmp_path / "site"
+    shutil.copytree(built, copy)
+    tasks = copy / "chapters" / "61_tasks.html"
+    table = "\n".join(["| task | " + " | ".join(f"column {i}" for i in range(30)) + " |", "|---" * 31 + "|",
+                        "| BoolQ | " + " | ".join("0.500 ± 0.144" for _ in range(30)) + " |"])
+    log = "x" * 400
+    injected = (f'<p>examples from {site.ROOT}/tests/fixtures/eval</p><img alt="from /tmp/pytest-7/eval" src="data:,">'
+                f'<div class="cell_output docutils container"><pre>{table}</pre></div>'
+                f'<div class="cell_output docutils container"><pre>{log}</pre></div>')
+    html = tasks.read_text()
+    at = html.index("</h1>") + len("</h1>")
+    tasks.write_text(html[:at] + injected + html[at:])
+    problems, _ = site.check_site(copy, chromium, ["chapters/61_tasks.html"])
+    page = "chapters/61_tasks.html: "
+    assert any(p.startswith(page + f"absolute path of the build machine {str(site.ROOT)!r} in the page's text") for p in problems), problems
+    assert page + "absolute path of the build machine '/tmp' in an image's alt or title: 'from /tmp/pytest-7/eval'" in problems, problems
+    wide = [p for p in problems if "a printed table wider than its box" in p]
+    assert len(wide) == 1 and "| task | column 0" in wide[0], problems
+
+def test_what_counts_as_a_machine_path_and_a_table():
+    paths = ["/work/repo", "/tmp", "/root"]
+    assert [p for p, _ in site.path_leaks("read /work/repo/tests/fixtures and /tmp/x; kept: https://a.b/tmp/q, /tmpfs, /work/repository", paths)] == ["/work/repo", "/tmp"]
+    assert site.path_leaks("tests/fixtures/eval, $MTNLG_DATA/eval, ~/data, …/run/eval", paths) == []
+    assert site.table_like("| a | b |\n|---|---|\n| 1 | 2 |") and site.table_like("name  GPUs  TFLOP/s\nA  8  126\nB  16  125")
+    assert not site.table_like("step 10 loss 5.1\nstep 20 loss 4.9\nstep 30 loss 4.7") and not site.table_like("x" * 400)
+
 def test_without_a_browser_it_says_why(monkeypatch, tmp_path):
     monkeypatch.setattr(site, "CHROMIUM", tmp_path / "no-chromium")
     monkeypatch.setattr(site.os, "geteuid", lambda: 1000)
