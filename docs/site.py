@@ -221,7 +221,7 @@ PAGE_STATE = """async () => {
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     ids: [...document.querySelectorAll('[id]')].map(e => e.id),
     all_text: [...document.body.querySelectorAll(':scope > *')].filter(e => !['SCRIPT', 'STYLE'].includes(e.tagName))
-                .map(e => e.textContent).join('\n'),
+                .map(e => e.textContent).join('\\n'),
     alts: [...document.images].flatMap(i => [i.getAttribute('alt'), i.getAttribute('title')]).filter(Boolean),
     wide_outputs: [...document.querySelectorAll('.cell_output pre, .output pre')]
       .filter(p => p.scrollWidth > p.clientWidth + 1)
@@ -248,11 +248,13 @@ def path_leaks(text: str, paths: list[str] | None = None) -> list[tuple[str, str
     return out
 
 def table_like(text: str) -> bool:
-    """Printed text a table would show better: at least three lines, and either pipe-separated columns (two or more `|` on
-    three lines, or a `|---|` rule) or columns aligned with runs of spaces (three or more fields on most lines)."""
+    """Printed text a table would show better: at least three lines, and either a pipe table (three rows that start and
+    end with `|`, or a `|---|` rule) or columns aligned with runs of spaces (three or more fields on most lines). A log
+    line with ` | ` between its fields (`step 10/40 | loss 5.1 | ...`) is a line, not a row."""
     lines = [l for l in text.splitlines() if l.strip()]
     if len(lines) < 3: return False
-    if sum(l.count("|") >= 2 for l in lines) >= 3 or any(re.match(r"\s*\|?\s*:?-{3,}.*\|", l) for l in lines): return True
+    rows = sum(l.strip().startswith("|") and l.strip().endswith("|") for l in lines)
+    if rows >= 3 or any(re.match(r"\s*\|\s*:?-{3,}.*\|", l) for l in lines): return True
     aligned = sum(len(re.split(r"\s{2,}", l.strip())) >= 3 for l in lines)
     return aligned >= max(3, 0.6 * len(lines))
 

@@ -71,8 +71,10 @@ def test_the_check_fails_on_a_machine_path_and_a_wide_printed_table(built, chrom
                         "| BoolQ | " + " | ".join("0.500 ± 0.144" for _ in range(30)) + " |"])
     log = "x" * 400
     injected = (f'<p>examples from {site.ROOT}/tests/fixtures/eval</p><img alt="from /tmp/pytest-7/eval" src="data:,">'
-                f'<div class="cell_output docutils container"><pre>{table}</pre></div>'
-                f'<div class="cell_output docutils container"><pre>{log}</pre></div>')
+                f'<div class="cell_output docutils container"><div class="output stream highlight-myst-ansi notranslate">'
+                f'<div class="highlight"><pre>{table}</pre></div></div></div>'
+                f'<div class="cell_output docutils container"><div class="output stream highlight-myst-ansi notranslate">'
+                f'<div class="highlight"><pre>{log}</pre></div></div></div>')
     html = tasks.read_text()
     at = html.index("</h1>") + len("</h1>")
     tasks.write_text(html[:at] + injected + html[at:])
@@ -89,6 +91,7 @@ def test_what_counts_as_a_machine_path_and_a_table():
     assert site.path_leaks("tests/fixtures/eval, $MTNLG_DATA/eval, ~/data, …/run/eval", paths) == []
     assert site.table_like("| a | b |\n|---|---|\n| 1 | 2 |") and site.table_like("name  GPUs  TFLOP/s\nA  8  126\nB  16  125")
     assert not site.table_like("step 10 loss 5.1\nstep 20 loss 4.9\nstep 30 loss 4.7") and not site.table_like("x" * 400)
+    assert not site.table_like("\n".join(f"step {i}/40 | loss 5.1 | lr 1e-3 | 9,000 tokens/s | MFU n/a" for i in (10, 20, 30)))
 
 def test_without_a_browser_it_says_why(monkeypatch, tmp_path):
     monkeypatch.setattr(site, "CHROMIUM", tmp_path / "no-chromium")
