@@ -45,6 +45,7 @@ class ModelConfig:
         multiple = self.make_vocab_size_divisible_by * tensor_parallel
         return math.ceil(self.vocab_size / multiple) * multiple
 
+# %% ../nbs/00_config.ipynb
 @dataclass
 class ParallelConfig:
     "3D layout: tensor (inside a node) x pipeline (across nodes) x data parallel."
@@ -88,6 +89,7 @@ class ScheduleConfig:
     eval_interval: int = 100
     eval_iters: int = 10
 
+# %% ../nbs/00_config.ipynb
 @dataclass
 class BlendEntry:
     "One dataset of a training blend: a Megatron indexed dataset (`<path>.bin` + `<path>.idx`) and its sampling weight."
@@ -116,6 +118,7 @@ class CheckpointConfig:
     resume: str | None = None            # "auto": continue from `latest` in `dir` if there is one; or a checkpoint path
     reshard: bool = True                 # allow resuming from a checkpoint saved on another TP x PP x DP layout
 
+# %% ../nbs/00_config.ipynb
 @dataclass
 class Config:
     "Everything one training run needs."

@@ -6,7 +6,8 @@
 __all__ = ['STAGES', 'DatasetSpec', 'ExtractSpec', 'QualitySpec', 'DedupSpec', 'DecontaminateSpec', 'TokenizeSpec', 'BlendSpec',
            'SlurmSpec', 'CurateConfig', 'load_curate_config', 'LocalExecutor', 'DaskExecutor', 'make_executor',
            'task_extract', 'task_quality', 'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate',
-           'task_tokenize', 'train_quality_model', 'train_tokenizer', 'discover_shards', 'summarize', 'curate',
+           'task_tokenize', 'train_quality_model', 'train_tokenizer', 'discover_shards', 'summarize', 'Curation',
+           'extract_stage', 'quality_stage', 'dedup_stage', 'decontaminate_stage', 'tokenize_stage', 'curate',
            'check_flow', 'blend_outputs', 'format_summary']
 
 # %% ../nbs/36_curate.ipynb
@@ -324,75 +325,96 @@ def summarize(manifests: list[dict]) -> dict:
     tot["documents_written"] = sum(m.get("extra", {}).get("documents_written", m["kept"]) for m in manifests)
     return tot
 
+@dataclass
+class Curation:
+    "One curation as its stages share it."
+    cfg: CurateConfig
+    out: Path
+    shards: dict                   # dataset -> its shard paths
+    ex: object                     # the executor (local pool or Dask)
+    progress: bool = True
+    log: object = print
+
+    @property
+    def spec(self) -> dict: return {d.name: d for d in self.cfg.datasets}
+    @property
+    def jobs(self) -> list: return [(d, s) for d in self.spec for s in self.shards[d]]
+    def file(self, stage: str, d: str, s: Path, ext: str = ".jsonl") -> Path: return self.out / stage / d / f"{s.stem}{ext}"
+    def manifest(self, stage: str, d: str, s: Path) -> Path: return self.out / "manifests" / stage / d / f"{s.stem}.json"
+    def map(self, task, args: list, what: str) -> list: return self.ex.map(task, args, what, self.progress)
+
+# %% ../nbs/36_curate.ipynb
+def extract_stage(c: Curation) -> dict:
+    e = c.cfg.extract
+    return summarize(c.map(task_extract, [(c.manifest("extract", d, s), s, c.file("extract", d, s), d, c.spec[d].format,
+                                           e.languages, e.min_words, e.max_line_bytes) for d, s in c.jobs], "extract"))
+
+def quality_stage(c: Curation) -> dict:
+    model, q = train_quality_model(c.cfg, c.shards, c.out, c.log), c.cfg.quality
+    return summarize(c.map(task_quality, [(c.manifest("quality", d, s), c.file("extract", d, s), c.file("quality", d, s),
+                                           model, c.spec[d].quality_filter, q.alpha, c.cfg.seed) for d, s in c.jobs], "quality"))
+
+# %% ../nbs/36_curate.ipynb
+def dedup_stage(c: Curation) -> dict:
+    from mtnlg.dedup import plan_dedup
+    dd = c.cfg.dedup
+    sigs = c.map(task_signatures, [(c.file("dedup_signatures", d, s, ".npz"), c.file("quality", d, s), dd.num_perm,
+                                    dd.ngram, c.cfg.seed, dd.engine) for d, s in c.jobs], "dedup signatures")
+    plan = c.out / "dedup_plan.json"
+    if not plan.is_file():
+        drops, info = plan_dedup(sigs, list(c.spec), dd.threshold, dd.bands, dd.rows, dd.engine)
+        plan.write_text(json.dumps({"drops": drops, "summary": info}))
+    ms = c.map(task_dedup, [(c.manifest("dedup", d, s), c.file("quality", d, s), c.file("dedup", d, s), plan)
+                            for d, s in c.jobs], "dedup")
+    return {**summarize(ms), "plan": json.loads(plan.read_text())["summary"]}
+
+# %% ../nbs/36_curate.ipynb
+def decontaminate_stage(c: Curation) -> dict:
+    from mtnlg.decontaminate import eval_task_texts, build_task_ngrams, frequent_ngrams
+    dc, out = c.cfg.decontaminate, c.out
+    ngrams_path = out / "task_ngrams.npz"
+    if not ngrams_path.is_file():
+        tasks = eval_task_texts(c.cfg.path(dc.eval_dir) if dc.eval_dir else data_path("eval"), dc.tasks)
+        table = build_task_ngrams([t for ts in tasks.values() for t in ts], dc.ngram, dc.min_ngram)
+        np.savez(out / "task_ngrams.tmp.npz", **{str(k): v for k, v in table.items()}); os.replace(out / "task_ngrams.tmp.npz", ngrams_path)
+    counts = c.map(task_count_ngrams, [(c.file("ngram_counts", d, s, ".json"), c.file("dedup", d, s), ngrams_path)
+                                       for d, s in c.jobs], "count task n-grams")
+    ignore_path = out / "frequent_ngrams.npy"
+    if not ignore_path.is_file():
+        ignore = frequent_ngrams(({int(k): v for k, v in json.loads(Path(f).read_text()).items()} for f in counts), dc.max_doc_freq)
+        np.save(ignore_path, ignore)
+    return summarize(c.map(task_decontaminate, [(c.manifest("decontaminate", d, s), c.file("dedup", d, s),
+                                                 c.file("decontaminate", d, s), ngrams_path, ignore_path, dc.remove_chars,
+                                                 dc.min_piece_chars, dc.max_splits) for d, s in c.jobs], "decontaminate"))
+
+# %% ../nbs/36_curate.ipynb
+def tokenize_stage(c: Curation) -> dict:
+    tok_path = train_tokenizer(c.cfg, [c.file("decontaminate", d, s) for d, s in c.jobs], c.out)
+    return summarize(c.map(task_tokenize, [(c.manifest("tokenize", d, s), c.file("decontaminate", d, s),
+                                            c.out / "tokenize" / d / s.stem, tok_path) for d, s in c.jobs], "tokenize"))
+
+# %% ../nbs/36_curate.ipynb
 def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
            progress: bool = True, log=print, scheduler_file=None) -> dict:
     "Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write) the summary."
-    from mtnlg.dedup import plan_dedup
-    from mtnlg.decontaminate import eval_task_texts, build_task_ngrams, frequent_ngrams
-    from mtnlg.indexed import merge_indexed, blended_gpt_samples, IndexedTokens
-    from mtnlg.blend import blend_documents
+    from mtnlg.indexed import merge_indexed
     t_start = time.time()
     out = Path(output_dir) if output_dir else cfg.path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     shards = discover_shards(cfg)
-    spec = {d.name: d for d in cfg.datasets}
-    jobs = [(d, s) for d in spec for s in shards[d]]
-    stage_file = lambda stage, d, s, ext=".jsonl": out / stage / d / f"{s.stem}{ext}"
-    man_file = lambda stage, d, s: out / "manifests" / stage / d / f"{s.stem}.json"
     ex = make_executor(executor or ("dask" if scheduler_file else cfg.executor), workers or cfg.workers, cfg.slurm, scheduler_file)
+    c = Curation(cfg, out, shards, ex, progress, log)
     summary = {"config": cfg.source, "output_dir": str(out), "stages": {}}
     try:
-        log(f"{cfg.name}: {len(jobs)} shards in {len(spec)} datasets -> {out}")
-        e = cfg.extract
-        ms = ex.map(task_extract, [(man_file("extract", d, s), s, stage_file("extract", d, s), d, spec[d].format, e.languages,
-                                    e.min_words, e.max_line_bytes) for d, s in jobs], "extract", progress)
-        summary["stages"]["extract"] = summarize(ms)
-
-        model = train_quality_model(cfg, shards, out, log)
-        q = cfg.quality
-        ms = ex.map(task_quality, [(man_file("quality", d, s), stage_file("extract", d, s), stage_file("quality", d, s),
-                                    model, spec[d].quality_filter, q.alpha, cfg.seed) for d, s in jobs], "quality", progress)
-        summary["stages"]["quality"] = summarize(ms)
-
-        dd = cfg.dedup
-        sigs = ex.map(task_signatures, [(stage_file("dedup_signatures", d, s, ".npz"), stage_file("quality", d, s), dd.num_perm,
-                                         dd.ngram, cfg.seed, dd.engine) for d, s in jobs], "dedup signatures", progress)
-        plan = out / "dedup_plan.json"
-        if not plan.is_file():
-            drops, info = plan_dedup(sigs, list(spec), dd.threshold, dd.bands, dd.rows, dd.engine)
-            plan.write_text(json.dumps({"drops": drops, "summary": info}))
-        ms = ex.map(task_dedup, [(man_file("dedup", d, s), stage_file("quality", d, s), stage_file("dedup", d, s), plan)
-                                 for d, s in jobs], "dedup", progress)
-        summary["stages"]["dedup"] = {**summarize(ms), "plan": json.loads(plan.read_text())["summary"]}
-
-        dc = cfg.decontaminate
-        ngrams_path = out / "task_ngrams.npz"
-        if not ngrams_path.is_file():
-            tasks = eval_task_texts(cfg.path(dc.eval_dir) if dc.eval_dir else data_path("eval"), dc.tasks)
-            table = build_task_ngrams([t for ts in tasks.values() for t in ts], dc.ngram, dc.min_ngram)
-            np.savez(out / "task_ngrams.tmp.npz", **{str(k): v for k, v in table.items()}); os.replace(out / "task_ngrams.tmp.npz", ngrams_path)
-        counts = ex.map(task_count_ngrams, [(stage_file("ngram_counts", d, s, ".json"), stage_file("dedup", d, s), ngrams_path)
-                                            for d, s in jobs], "count task n-grams", progress)
-        ignore_path = out / "frequent_ngrams.npy"
-        if not ignore_path.is_file():
-            ignore = frequent_ngrams(({int(k): v for k, v in json.loads(Path(c).read_text()).items()} for c in counts), dc.max_doc_freq)
-            np.save(ignore_path, ignore)
-        ms = ex.map(task_decontaminate, [(man_file("decontaminate", d, s), stage_file("dedup", d, s), stage_file("decontaminate", d, s),
-                                          ngrams_path, ignore_path, dc.remove_chars, dc.min_piece_chars, dc.max_splits)
-                                         for d, s in jobs], "decontaminate", progress)
-        summary["stages"]["decontaminate"] = summarize(ms)
-
-        tok_path = train_tokenizer(cfg, [stage_file("decontaminate", d, s) for d, s in jobs], out)
-        ms = ex.map(task_tokenize, [(man_file("tokenize", d, s), stage_file("decontaminate", d, s), out / "tokenize" / d / s.stem, tok_path)
-                                    for d, s in jobs], "tokenize", progress)
-        summary["stages"]["tokenize"] = summarize(ms)
+        log(f"{cfg.name}: {len(c.jobs)} shards in {len(c.spec)} datasets -> {out}")
+        for stage, run in zip(STAGES, (extract_stage, quality_stage, dedup_stage, decontaminate_stage, tokenize_stage)):
+            summary["stages"][stage] = run(c)
     finally: ex.close()
-
     prefixes = {}
-    for d in spec:
+    for d in c.spec:
         prefixes[d] = out / "indexed" / d
         if not Path(f"{prefixes[d]}.idx").is_file(): merge_indexed([out / "tokenize" / d / s.stem for s in shards[d]], prefixes[d])
-    summary["blend"] = blend_outputs(cfg, out, spec, shards, prefixes, stage_file)
+    summary["blend"] = blend_outputs(cfg, out, c.spec, shards, prefixes, c.file)
     summary["seconds"] = time.time() - t_start
     check_flow(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
