@@ -22,6 +22,7 @@ nb_execution_mode = "off"               # outputs come from the papermill runs o
 nb_merge_streams = True
 nb_output_stderr = "remove"           # progress bars and warnings stay in the notebooks, not on the page
 nb_render_text_lexer = "none"          # printed outputs as plain text: no per-line Pygments pass over every output
+nb_render_markdown_format = "myst"    # a chapter's display(Markdown(table)) renders as a table (commonmark has none)
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
 suppress_warnings = ["mystnb.unknown_mime_type", "myst.header", "misc.highlighting_failure"]

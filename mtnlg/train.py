@@ -258,6 +258,7 @@ def log_line(row: dict, steps: int) -> str:
         parts.append(f"memory {row['max_allocated_gib']:.1f} GiB allocated, {row['max_reserved_gib']:.1f} reserved")
     return " | ".join(parts)
 
+# %% ../nbs/41_train.ipynb
 def tensorboard_writer(log_dir: Path, purge_step: int):
     "TensorBoard's writer (events beside metrics.jsonl); `purge_step` drops events a resumed run will write again."
     from torch.utils.tensorboard import SummaryWriter

@@ -76,7 +76,7 @@ def test_the_check_fails_on_a_machine_path_and_a_wide_printed_table(built, chrom
                 f'<div class="cell_output docutils container"><div class="output stream highlight-myst-ansi notranslate">'
                 f'<div class="highlight"><pre>{log}</pre></div></div></div>')
     html = tasks.read_text()
-    at = html.index("</h1>") + len("</h1>")
+    at = html.index('<div class="cell docutils container"')     # among the chapter's cells (an output outside one is hidden)
     tasks.write_text(html[:at] + injected + html[at:])
     problems, _ = site.check_site(copy, chromium, ["chapters/61_tasks.html"])
     page = "chapters/61_tasks.html: "
