@@ -55,6 +55,7 @@ class ParallelConfig:
     world_size: int | None = None        # if given, must equal TP * PP * DP
     gpus_per_node: int = 8
     partition: str = "uniform"            # layers over pipeline stages: uniform (equal blocks) | balanced (equal FLOPs, output layer counted)
+    sequence_parallel: bool = False       # Korthikanti et al. 2022: LayerNorm and dropout on 1/TP of the sequence (a no-op at TP 1)
 
     @property
     def gpus_per_replica(self) -> int: return self.tensor_parallel * self.pipeline_parallel
@@ -252,6 +253,9 @@ def _validate(c: Config):
                           f"choose tensor_parallel among: {_divisors(m.num_attention_heads)}")
     if m.ffn_size % p.tensor_parallel:
         raise ConfigError(f"`model.ffn_hidden_size`={m.ffn_size} is not divisible by `parallel.tensor_parallel`={p.tensor_parallel}")
+    if p.sequence_parallel and m.seq_length % p.tensor_parallel:
+        raise ConfigError(f"`parallel.sequence_parallel` splits the sequence over TP ranks: `model.seq_length`={m.seq_length} is not "
+                          f"divisible by `parallel.tensor_parallel`={p.tensor_parallel}")
     if m.num_layers % p.pipeline_parallel:
         raise ConfigError(f"`model.num_layers`={m.num_layers} is not divisible by `parallel.pipeline_parallel`="
                           f"{p.pipeline_parallel}; choose pipeline_parallel among: {_divisors(m.num_layers)}")

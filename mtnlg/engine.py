@@ -18,6 +18,7 @@ from deepspeed.pipe import PipelineModule, LayerSpec, TiedLayerSpec
 from .config import Config, ModelConfig, count_parameters, reduce_bucket_elements
 from .topology import Layout, deepspeed_topology, seed_everything, plot_rank_grid
 from .model import Embedding, LayerNorm, TransformerBlock, megatron_config, token_losses, chunked_token_losses
+from .tensor_parallel import sequence_parallel_params
 from .pipeline_parallel import gpt_param_name, partition_uniform, partition_balanced, layer_flops
 from .data_parallel import make_optimizer
 from .checkpoint import make_shard, tp_dim
@@ -38,18 +39,18 @@ def lm_head(embedding: Embedding, hidden, chunked: bool = False):
     `model.loss_chunk`, the hidden state and the tied matrix, which the loss multiplies a chunk at a time."""
     return (hidden, embedding.tokens.weight) if chunked else embedding.logits(hidden)
 
-def pipeline_loss(outputs, labels, model: ModelConfig):
+def pipeline_loss(outputs, labels, model: ModelConfig, sequence_parallel: bool = False):
     "Mean next-token cross-entropy of the micro-batch, computed on vocabulary slices (no rank holds all logits)."
-    if model.loss_chunk: return chunked_token_losses(*outputs, labels, model).mean()
+    if model.loss_chunk: return chunked_token_losses(*outputs, labels, model, sequence_parallel).mean()
     return token_losses(outputs, labels, model.tp_layers).mean()
 
 def gpt_layer_specs(cfg: Config) -> list:
     "Our GPT as a flat list: tied embedding, `num_layers` blocks, final LayerNorm, tied output layer."
-    m, mp = cfg.model, megatron_config(cfg.model)
+    m, mp = cfg.model, megatron_config(cfg.model, sequence_parallel=cfg.parallel.sequence_parallel)
     tied = dict(tied_weight_attr=["tokens.weight"])
     return ([TiedLayerSpec("embed", Embedding, m, mp, **tied)]
             + [LayerSpec(TransformerBlock, m, mp) for _ in range(m.num_layers)]
-            + [LayerSpec(LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels),     # model.kernels picks its kernel
+            + [LayerSpec(LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels, mp.sequence_parallel),  # model.kernels picks its kernel
                TiedLayerSpec("embed", Embedding, m, mp, forward_fn=partial(lm_head, chunked=m.loss_chunk > 0), **tied)])
 
 def stage_bounds(cfg: Config) -> list[int]:
@@ -70,6 +71,14 @@ class GPTPipelineModule(PipelineModule):
         self.parts = list(method)
         self._set_bounds(start=self.parts[self.stage_id], stop=self.parts[self.stage_id + 1])
 
+    def get_tied_weights_and_groups(self):
+        """What DeepSpeed all-reduces after the last backward of a step, before the data-parallel reduction: the tied
+        embedding over the first and last stage and, under sequence parallelism, the gradients of the LayerNorms and
+        row-parallel biases over the tensor-parallel group (each rank computed them on its slice of the sequence)."""
+        from megatron.core import parallel_state
+        tp = parallel_state.get_tensor_model_parallel_group()
+        return super().get_tied_weights_and_groups() + [(p, tp) for p in sequence_parallel_params(self)]
+
 def check_stages(module: PipelineModule, cfg: Config):
     "Assert the stages hold the layers `stage_bounds` says (for uniform: where DeepSpeed's type:TransformerBlock cut)."
     assert module.parts == stage_bounds(cfg), (module.parts, stage_bounds(cfg))
@@ -77,8 +86,9 @@ def check_stages(module: PipelineModule, cfg: Config):
 def gpt_pipeline(cfg: Config, layout: Layout) -> PipelineModule:
     "This rank's stage of the GPT; layer i initialised from seed cfg.seed + i, as `GPT(init_seed=cfg.seed)`."
     uniform = cfg.parallel.partition == "uniform"
+    sequence_parallel = cfg.parallel.sequence_parallel and layout.tp > 1
     module = GPTPipelineModule(layers=gpt_layer_specs(cfg), topology=deepspeed_topology(layout),
-                               loss_fn=partial(pipeline_loss, model=cfg.model),
+                               loss_fn=partial(pipeline_loss, model=cfg.model, sequence_parallel=sequence_parallel),
                                partition_method="type:TransformerBlock" if uniform else stage_bounds(cfg),
                                seed_layers=True, seed_fn=torch.manual_seed, base_seed=cfg.seed)
     check_stages(module, cfg)
@@ -101,7 +111,7 @@ def gpt_name(name: str, num_layers: int) -> str:
 def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
     "The DeepSpeed config of `cfg`: ZeRO-1, bf16 with fp32 master weights (or fp32), clipping, micro-batching."
     s, p = cfg.schedule, cfg.parallel
-    batch = batch_size or s.global_batch_size
+    batch, sequence_parallel = batch_size or s.global_batch_size, p.sequence_parallel and p.tensor_parallel > 1
     return {
         "train_batch_size": batch,
         "train_micro_batch_size_per_gpu": s.micro_batch_size,
@@ -118,6 +128,9 @@ def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
         "steps_per_print": 10**9,                       # we log ourselves, from the rank holding the loss
         "wall_clock_breakdown": False,
         "timers": {"throughput": {"enabled": False}},   # its per-micro-batch timer synchronizes the device twice a forward
+        # DeepSpeed sends 1/TP of a stage's output from each TP rank and all-gathers it on the next stage, which is right
+        # for activations every TP rank holds whole; under sequence parallelism each rank holds (and sends) its own slice
+        "pipeline": {"pipe_partitioned": not sequence_parallel, "grad_partitioned": not sequence_parallel},
     }
 
 # %% ../nbs/14_engine_3d.ipynb

@@ -4,7 +4,9 @@
 
 # %% auto 0
 __all__ = ['tp_group', 'copy_to_tp', 'reduce_from_tp', 'gather_from_tp', 'shard', 'split_parameter', 'ColumnParallelLinear',
-           'RowParallelLinear', 'VocabParallelEmbedding', 'vocab_parallel_cross_entropy', 'layer_costs']
+           'RowParallelLinear', 'VocabParallelEmbedding', 'vocab_parallel_cross_entropy', 'layer_costs',
+           'scatter_to_sequence', 'gather_from_sequence', 'reduce_scatter_to_sequence', 'linear_gathering_sequence',
+           'mark_sequence_parallel', 'sequence_parallel_params', 'allreduce_sequence_parallel_grads']
 
 # %% ../nbs/11_tensor_parallel.ipynb
 import math
@@ -76,9 +78,12 @@ class ColumnParallelLinear(nn.Module):
         self.group, self.gather_output, self.skip_bias_add = tp_group(group), gather_output, skip_bias_add
         self.weight = split_parameter((output_size, input_size), 0, init_method, config.params_dtype, self.group)
         self.bias = split_parameter((output_size,), 0, nn.init.zeros_, config.params_dtype, self.group) if bias else None
+        self.sequence_parallel = getattr(config, "sequence_parallel", False)   # input: a slice of the sequence (below)
 
     def forward(self, x):
-        y = F.linear(copy_to_tp(x, self.group), self.weight, None if self.skip_bias_add else self.bias)
+        bias = None if self.skip_bias_add else self.bias
+        if self.sequence_parallel: y = linear_gathering_sequence(x, self.weight, bias, self.group)
+        else: y = F.linear(copy_to_tp(x, self.group), self.weight, bias)
         if self.gather_output: y = gather_from_tp(y, self.group)
         return y, (self.bias if self.skip_bias_add else None)
 
@@ -92,9 +97,12 @@ class RowParallelLinear(nn.Module):
         self.group, self.skip_bias_add = tp_group(group), skip_bias_add
         self.weight = split_parameter((output_size, input_size), 1, init_method, config.params_dtype, self.group)
         self.bias = split_parameter((output_size,), None, nn.init.zeros_, config.params_dtype) if bias else None
+        self.sequence_parallel = getattr(config, "sequence_parallel", False)   # output: reduce-scattered over the sequence
+        if self.bias is not None: self.bias.sequence_parallel = self.sequence_parallel   # added on a slice: grads summed
 
     def forward(self, x_parallel):
-        y = reduce_from_tp(F.linear(x_parallel, self.weight), self.group)
+        y = F.linear(x_parallel, self.weight)
+        y = reduce_scatter_to_sequence(y, self.group) if self.sequence_parallel else reduce_from_tp(y, self.group)
         if self.bias is None or self.skip_bias_add: return y, self.bias
         return y + self.bias, None
 
@@ -154,3 +162,78 @@ def layer_costs(model, tp: int, tokens: int, bytes_per_value: int = 2) -> dict:
     weights = layer_params_per_rank(model, tp)              # sliced matrices and column biases + replicated biases/LayerNorms
     allreduce = 4 * tokens * model.hidden_size if tp > 1 else 0   # f and g: 2 forward + 2 backward all-reduces of [tokens, h]
     return {"weight_bytes": weights * bytes_per_value, "allreduce_bytes": allreduce * bytes_per_value}
+
+# %% ../nbs/11_tensor_parallel.ipynb
+def _split_sequence(x, group):
+    "This rank's contiguous 1/p of `x` along dim 0, the sequence in megatron's [s, b, h] layout."
+    return x.chunk(dist.get_world_size(group), dim=0)[dist.get_rank(group)].contiguous()
+
+def _gather_sequence(x, group):
+    out = x.new_empty((x.shape[0] * dist.get_world_size(group), *x.shape[1:]))
+    dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+    return out
+
+def _reduce_scatter_sequence(x, group):
+    out = x.new_empty((x.shape[0] // dist.get_world_size(group), *x.shape[1:]))
+    dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
+    return out
+
+class _ScatterToSequence(torch.autograd.Function):
+    "Forward: keep this rank's slice of the sequence; backward: all-gather the slices' gradients."
+    @staticmethod
+    def forward(ctx, x, group): ctx.group = group; return _split_sequence(x, group)
+    @staticmethod
+    def backward(ctx, grad): return _gather_sequence(grad, ctx.group), None
+
+class _GatherFromSequence(torch.autograd.Function):
+    "Forward: all-gather the sequence slices; backward: reduce-scatter (every rank's partial gradient of the whole)."
+    @staticmethod
+    def forward(ctx, x, group): ctx.group = group; return _gather_sequence(x, group)
+    @staticmethod
+    def backward(ctx, grad): return _reduce_scatter_sequence(grad, ctx.group), None
+
+class _ReduceScatterToSequence(torch.autograd.Function):
+    "ḡ: forward reduce-scatter of the partial sums over the sequence; backward all-gather."
+    @staticmethod
+    def forward(ctx, x, group): ctx.group = group; return _reduce_scatter_sequence(x, group)
+    @staticmethod
+    def backward(ctx, grad): return _gather_sequence(grad, ctx.group), None
+
+class _LinearGatheringSequence(torch.autograd.Function):
+    """g then a linear layer: Y = all-gather(X) Wᵀ + b, keeping only this rank's slice X for backward, which gathers it
+    again for ∂L/∂W = Σ_tokens ∂L/∂Y ⊗ X and reduce-scatters ∂L/∂X = ∂L/∂Y W over the sequence."""
+    @staticmethod
+    def forward(ctx, x, weight, bias, group):
+        ctx.save_for_backward(x, weight); ctx.group, ctx.has_bias = group, bias is not None
+        return F.linear(_gather_sequence(x, group), weight, bias)
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        whole = _gather_sequence(x, ctx.group)
+        grad_x = _reduce_scatter_sequence(grad.matmul(weight), ctx.group)
+        grad_2d = grad.reshape(-1, grad.shape[-1])
+        grad_w = grad_2d.t().matmul(whole.reshape(-1, whole.shape[-1]))
+        return grad_x, grad_w, grad_2d.sum(0) if ctx.has_bias else None, None
+
+def scatter_to_sequence(x, group=None): return _ScatterToSequence.apply(x, tp_group(group))
+def gather_from_sequence(x, group=None): return _GatherFromSequence.apply(x, tp_group(group))
+def reduce_scatter_to_sequence(x, group=None): return _ReduceScatterToSequence.apply(x, tp_group(group))
+def linear_gathering_sequence(x, weight, bias=None, group=None):
+    return _LinearGatheringSequence.apply(x, weight, bias, tp_group(group))
+
+# %% ../nbs/11_tensor_parallel.ipynb
+def mark_sequence_parallel(module: nn.Module, on: bool = True) -> nn.Module:
+    "Tag every parameter of `module` as used on a sequence slice (its gradient is then summed over the TP group)."
+    for p in module.parameters(): p.sequence_parallel = on
+    return module
+
+def sequence_parallel_params(module: nn.Module) -> list:
+    "The parameters of `module` tagged `sequence_parallel` (LayerNorms and row-parallel biases under sequence parallelism)."
+    return [p for p in module.parameters() if getattr(p, "sequence_parallel", False)]
+
+def allreduce_sequence_parallel_grads(module: nn.Module, group=None, grad_of=lambda p: p.grad) -> int:
+    """Sum over the tensor-parallel group the gradients of the parameters used on sequence slices; `grad_of` picks
+    where the gradient lives (DeepSpeed's bf16 optimizer keeps its fp32 accumulation in `p._hp_grad`). Returns how many."""
+    grads = [g for g in map(grad_of, sequence_parallel_params(module)) if g is not None]
+    for g in grads: dist.all_reduce(g, group=tp_group(group))
+    return len(grads)
