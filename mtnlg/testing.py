@@ -107,14 +107,18 @@ def gpt_batch(cfg, batch_size: int = 2, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, cfg.model.vocab_size, (batch_size, cfg.model.seq_length + 1), generator=g)
 
-def gpt_loss_and_grads(model, tokens, reduce_sequence_grads: bool = True) -> tuple[torch.Tensor, dict, dict]:
+def gpt_loss_and_grads(model, tokens, sum_layernorm_grads: bool = True) -> tuple[torch.Tensor, dict, dict]:
     """Mean loss, full parameters and full gradients (split ones gathered over the TP group) by name; under sequence
-    parallelism the slices' LayerNorm and bias gradients summed over the TP group first (unless asked not to: the guard)."""
-    from mtnlg.tensor_parallel import allreduce_sequence_parallel_grads
+    parallelism the LayerNorm and row-parallel bias gradients of each rank's slice summed over the TP group first
+    (`sum_layernorm_grads=False` leaves the LayerNorms' out: the broken model a guard must catch)."""
+    from mtnlg.tensor_parallel import allreduce_sequence_parallel_grads, mark_sequence_parallel
     model.zero_grad()
     loss = model(tokens[:, :-1], tokens[:, 1:]).mean()
     loss.backward()
-    if getattr(model, "sequence_parallel", False) and reduce_sequence_grads: allreduce_sequence_parallel_grads(model)
+    if not sum_layernorm_grads:
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm): mark_sequence_parallel(m, False)
+    if getattr(model, "sequence_parallel", False): allreduce_sequence_parallel_grads(model)
     params = {n: full_tensor(p.detach(), p) for n, p in model.named_parameters()}
     grads = {n: full_tensor(p.grad, p) for n, p in model.named_parameters()}
     return loss.detach(), params, grads
@@ -144,7 +148,7 @@ def _hidden(model, tokens):
     for block in model.blocks: x = block(x)
     return x
 
-def gpt_tp_worker(config_path: str, tensor_parallel: int, overrides: dict | None = None, reduce_sequence_grads: bool = True):
+def gpt_tp_worker(config_path: str, tensor_parallel: int, overrides: dict | None = None, sum_layernorm_grads: bool = True):
     """Build our GPT with TP = `tensor_parallel` (the world) from `config_path` (with `parallel.sequence_parallel` if
     it says so); return its loss, full parameters and gradients."""
     from mtnlg.model import GPT
@@ -153,7 +157,7 @@ def gpt_tp_worker(config_path: str, tensor_parallel: int, overrides: dict | None
     init_distributed(Layout(tensor_parallel, 1, dist.get_world_size() // tensor_parallel))
     seed_everything(cfg.seed)
     model = GPT(cfg.model, sequence_parallel=cfg.parallel.sequence_parallel)
-    return gpt_loss_and_grads(model, gpt_batch(cfg), reduce_sequence_grads)
+    return gpt_loss_and_grads(model, gpt_batch(cfg), sum_layernorm_grads)
 
 # %% ../nbs/98_testing.ipynb
 def pipeline_worker(config_path: str, schedule: str = "1f1b", num_micro: int = 4, micro_batch: int = 2,

@@ -1,7 +1,7 @@
 """The training job survives what ends jobs (chapters 41, 43): `kill -9` mid-run, a crash inside a save, SIGUSR1 before
 a time limit — each followed by `mtnlg train --resume auto` that finishes *bit for bit* like an uninterrupted run, on one
-process and on TP 2 x PP 2 x DP 2; a checkpoint resharded TP2xPP2xDP2 -> TP1xPP1xDP1 -> TP2xPP1xDP4 gives the same logits
-and keeps training like the original; bad checkpoints are one-line errors. Real processes, real signals."""
+process and on TP 2 x PP 2 x DP 2; a checkpoint resharded TP2xPP2xDP2 -> TP1xPP1xDP1 -> TP2xPP1xDP4 (with sequence
+parallelism) -> TP1 (without) gives the same logits and keeps training like the original; bad checkpoints are one-line errors. Real processes, real signals."""
 import hashlib, json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
@@ -162,8 +162,10 @@ def logits(ckpt) -> torch.Tensor:
     with torch.no_grad(): return model(tokens)
 
 def test_reshard_round_trip(straight_3d, tmp_path):
-    """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 (resharded on load, training on): the same logits,
-    the same model and optimizer state, and the next steps' losses and weights of the original layout."""
+    """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 with sequence parallelism (resharded on load, training
+    on) -> one process again without it (resharded on load): the same logits, the same model and optimizer state, and
+    the next steps' losses and weights of the original layout. (Sequence parallelism changes where activations live,
+    never a weight's shape or slice: its checkpoints are every other run's.)"""
     from mtnlg.checkpoint import Checkpoint, OPTIMIZER_STATES
     src = straight_3d / "checkpoints/step-0000004"
     r = subprocess.run([MTNLG, "reshard", str(src), str(tmp_path / "tp1"), "--set", "parallel.tensor_parallel=1",
@@ -177,11 +179,17 @@ def test_reshard_round_trip(straight_3d, tmp_path):
         for what in ("model",) + OPTIMIZER_STATES: assert torch.equal(a.full(n, what), b.full(n, what)), (n, what)
     assert (logits(src) - logits(b.dir)).abs().max() <= 1e-6
     # continue on TP 2 x PP 1 x DP 4 from the TP1 checkpoint: the original layout's losses for steps 5-8, and its weights
-    run(tmp_path / "continued", {**THREE_D, "parallel.pipeline_parallel": 1, "parallel.data_parallel": 4,
-                                 "schedule.micro_batch_size": 2, "checkpoint.resume": b.dir}, "--nproc", "8")
+    run(tmp_path / "continued", {**THREE_D, "parallel.pipeline_parallel": 1, "parallel.data_parallel": 4, "checkpoint.save_interval": 2,
+                                 "parallel.sequence_parallel": True, "schedule.micro_batch_size": 2, "checkpoint.resume": b.dir},
+        "--nproc", "8")
     want, got = dict((s, l) for s, l, *_ in losses(straight_3d)), losses(tmp_path / "continued")
     assert [s for s, *_ in got] == [5, 6, 7, 8]
     assert max(abs(l - want[s]) for s, l, *_ in got) <= 1e-6
+    # and back: the sequence-parallel run's step 6, resumed on one process without it
+    run(tmp_path / "back", {**THREE_D, "parallel.tensor_parallel": 1, "parallel.pipeline_parallel": 1, "parallel.data_parallel": 1,
+                            "checkpoint.resume": tmp_path / "continued/checkpoints/step-0000006"})
+    assert [s for s, *_ in losses(tmp_path / "back")] == [7, 8]
+    assert max(abs(l - want[s]) for s, l, *_ in losses(tmp_path / "back")) <= 1e-6
     final_a, final_c = Checkpoint(straight_3d / "checkpoints"), Checkpoint(tmp_path / "continued/checkpoints")
     assert (final_c.layout.tp, final_c.layout.pp, final_c.layout.dp, len(final_c.meta["shards"])) == (2, 1, 4, 8)
     assert max((final_a.full(n, w) - final_c.full(n, w)).abs().max().item() for n in final_a.names()

@@ -28,6 +28,37 @@ def test_gpt_tp2_equals_tp1(tp_layers):
     scale = max(g.abs().max().item() for g in grads1.values())
     assert max((grads2[n] - g).abs().max().item() for n, g in grads1.items()) < 1e-5 * max(scale, 1.0)
 
+SEQUENCE_PARALLEL = {"parallel.tensor_parallel": 2, "parallel.sequence_parallel": True}
+
+def tp_parity(reference, result) -> dict:
+    "Max |difference| of the loss (relative), the weights, and the gradients (over the largest) against `reference`, by name."
+    (loss1, params1, grads1), (loss2, params2, grads2) = reference, result
+    assert params2.keys() == params1.keys()
+    scale = max(max(g.abs().max().item() for g in grads1.values()), 1.0)
+    return {"loss": abs(loss1.item() - loss2.item()) / loss1.item(),
+            "params": max((params2[n] - p).abs().max().item() for n, p in params1.items()),
+            "grads": {n: (grads2[n] - g).abs().max().item() / scale for n, g in grads1.items()}}
+
+@pytest.mark.parametrize("tp_layers,loss_chunk", [("megatron", 0), ("scratch", 16)])
+def test_sequence_parallel_tp2_equals_tp1(tp_layers, loss_chunk):
+    """TP 2 with sequence parallelism equals TP 1 (megatron-core's layers, and chapter 11's twin with the chunked loss):
+    the same weights, the loss within 1e-6 relative, every gradient within 1e-6 of the largest. Without summing the
+    LayerNorm weights' gradients over the TP group (the rest still summed), the LayerNorm gradients are wrong and the
+    same check fails: each rank's are only its half of the sequence's."""
+    over = {"model.tp_layers": tp_layers, "model.loss_chunk": loss_chunk}
+    (ref,) = launch(testing.gpt_tp_worker, 1, TINY, 1, {"model.loss_chunk": loss_chunk})
+    for summed in (True, False):
+        ranks = launch(testing.gpt_tp_worker, 2, TINY, 2, {**over, **SEQUENCE_PARALLEL}, summed)
+        err = tp_parity(ref, ranks[0])
+        worst = max(err["grads"], key=err["grads"].get)
+        print(f"{tp_layers}, LayerNorm grads {'summed' if summed else 'NOT summed'}: loss {err['loss']:.1e}, "
+              f"weights {err['params']:.1e}, worst gradient {worst} {err['grads'][worst]:.1e}")
+        assert err["params"] == 0.0 and err["loss"] <= 1e-6
+        ln = max(v for n, v in err["grads"].items() if "ln" in n)
+        if summed: assert max(err["grads"].values()) <= 1e-6, worst
+        else: assert ln > 1e-3 and max(v for n, v in err["grads"].items() if "ln" not in n) <= 1e-6   # the guard fails there
+        assert ranks[0][0].item() == ranks[1][0].item()
+
 def test_three_stage_1f1b_equals_unpipelined():
     "3 processes, 3 layers: the middle stage both receives and sends in each direction."
     results = launch(testing.pipeline_worker, 3, TINY, "1f1b", 4, 2, {"model.num_layers": 3})
