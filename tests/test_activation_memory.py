@@ -1,6 +1,6 @@
 """Chapter 50's activation-memory model held against what autograd really keeps (chapter 01's `saved_tensor_bytes`):
-one transformer layer of the tiny and the 125M shapes, at TP 1 and TP 2, micro-batches 1 and 2, recompute none,
-selective and full. The model counts exactly the bytes measured — the issue asked for 5%; we assert equality.
+one transformer layer of the tiny and the 125M shapes, at TP 1 and TP 2 (with and without sequence parallelism),
+micro-batches 1 and 2, recompute none, selective and full. The model counts exactly the bytes measured — the issue asked for 5%; we assert equality.
 On this CPU the attention runs PyTorch's math path when attention dropout is on (125M) and its flash kernel when
 it is off (tiny), so both of the model's attention kinds are measured. (GPU kernels are not measured here.)"""
 import json, subprocess, sys, textwrap
@@ -24,10 +24,13 @@ MEASURE = textwrap.dedent('''
             cfg = load_config(path, {"model.recompute": recompute, "parallel.tensor_parallel": tp,
                                      "parallel.data_parallel": 1, "parallel.world_size": None})
             m = cfg.model
-            block = TransformerBlock(m, megatron_config(m)).train()
-            for b in (1, 2):
-                x = torch.randn(b, m.seq_length, m.hidden_size, requires_grad=True)
-                _, out[f"{name}/{recompute}/{b}"] = saved_tensor_bytes(block, x, exclude=list(block.parameters()))
+            for sp in (False, True) if tp > 1 else (False,):    # sequence parallelism: the block sees [s/t, b, h]
+                block = TransformerBlock(m, megatron_config(m, sequence_parallel=sp)).train()
+                for b in (1, 2):
+                    shape = (m.seq_length // tp, b, m.hidden_size) if sp else (b, m.seq_length, m.hidden_size)
+                    x = torch.randn(*shape, requires_grad=True)
+                    key = f"{name}/{recompute}/{b}" + ("/sp" if sp else "")
+                    _, out[key] = saved_tensor_bytes(block, x, exclude=list(block.parameters()))
     if not dist.is_initialized() or dist.get_rank() == 0: json.dump(out, open(sys.argv[1], "w"))
 ''')
 
@@ -45,17 +48,24 @@ def measured(tmp_path_factory):
         result[tp] = json.loads((d / f"tp{tp}.json").read_text())
     return result
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp,sp", [(1, False), (2, False), (2, True)], ids=["tp1", "tp2", "tp2-sequence-parallel"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_saved_activation_bytes_equal_the_model(measured, shape, tp):
+def test_saved_activation_bytes_equal_the_model(measured, shape, tp, sp):
+    """Exact, per layer, in every mode; with sequence parallelism the LayerNorm inputs and statistics, the QKV and fc1
+    inputs and the dropout masks — what Korthikanti et al. put outside the tensor-parallel region — are 1/t of them."""
     from mtnlg.config import load_config
     from mtnlg.perf import stored_activation_bytes
     m = load_config(ROOT / SHAPES[shape]).model
     attention = "math" if m.attention_dropout > 0 else "flash"      # what PyTorch's CPU attention runs
+    key = lambda recompute, b: f"{shape}/{recompute}/{b}" + ("/sp" if sp else "")
     for recompute in MODES:
         for b in (1, 2):
-            got = measured[tp][f"{shape}/{recompute}/{b}"]
-            want = stored_activation_bytes(m, b, tp, recompute, act_bytes=4, mask_bytes=4, attention=attention)  # fp32 CPU
-            print(f"{shape} TP{tp} micro {b} {recompute:9s}: measured {got:>12,} B, model {want:>14,.0f} B")
-            assert got == want, (shape, tp, recompute, b, got, want)
-    assert measured[tp][f"{shape}/none/1"] > measured[tp][f"{shape}/selective/1"] > measured[tp][f"{shape}/full/1"]
+            got = measured[tp][key(recompute, b)]
+            want = stored_activation_bytes(m, b, tp, recompute, act_bytes=4, mask_bytes=4, attention=attention,  # fp32 CPU
+                                           sequence_parallel=sp)
+            print(f"{shape} TP{tp}{' SP' if sp else ''} micro {b} {recompute:9s}: measured {got:>12,} B, model {want:>14,.0f} B")
+            assert got == want, (shape, tp, sp, recompute, b, got, want)
+    assert measured[tp][key("none", 1)] > measured[tp][key("selective", 1)] > measured[tp][key("full", 1)]
+    if sp:                     # selective recomputation drops exactly the attention core, as Korthikanti et al. define it
+        for b in (1, 2):
+            assert measured[tp][key("full", b)] * tp == measured[tp][f"{shape}/full/{b}"]    # the layer input: 1/t of it

@@ -39,7 +39,7 @@ def tp_parity(reference, result) -> dict:
             "params": max((params2[n] - p).abs().max().item() for n, p in params1.items()),
             "grads": {n: (grads2[n] - g).abs().max().item() / scale for n, g in grads1.items()}}
 
-@pytest.mark.parametrize("tp_layers,loss_chunk", [("megatron", 0), ("scratch", 16)])
+@pytest.mark.parametrize("tp_layers,loss_chunk", [pytest.param("megatron", 0, marks=pytest.mark.slow), ("scratch", 16)])   # chapter 11 runs both
 def test_sequence_parallel_tp2_equals_tp1(tp_layers, loss_chunk):
     """TP 2 with sequence parallelism equals TP 1 (megatron-core's layers, and chapter 11's twin with the chunked loss):
     the same weights, the loss within 1e-6 relative, every gradient within 1e-6 of the largest. Without summing the
