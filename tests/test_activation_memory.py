@@ -66,6 +66,8 @@ def test_saved_activation_bytes_equal_the_model(measured, shape, tp, sp):
             print(f"{shape} TP{tp}{' SP' if sp else ''} micro {b} {recompute:9s}: measured {got:>12,} B, model {want:>14,.0f} B")
             assert got == want, (shape, tp, sp, recompute, b, got, want)
     assert measured[tp][key("none", 1)] > measured[tp][key("selective", 1)] > measured[tp][key("full", 1)]
-    if sp:                     # selective recomputation drops exactly the attention core, as Korthikanti et al. define it
-        for b in (1, 2):
-            assert measured[tp][key("full", b)] * tp == measured[tp][f"{shape}/full/{b}"]    # the layer input: 1/t of it
+    from mtnlg.perf import layer_activation_bytes
+    for b in (1, 2):           # selective recomputation drops exactly the attention core (softmax, its dropout mask and
+        core = layer_activation_bytes(m, b, tp, 4, 4, attention, sp)["attention core"]     # the s x s products) and no more
+        assert measured[tp][key("none", b)] - measured[tp][key("selective", b)] == core, (b, core)
+        if sp: assert measured[tp][key("full", b)] * tp == measured[tp][f"{shape}/full/{b}"]   # full keeps 1/t of the input

@@ -48,6 +48,8 @@ INVALID = {
     "unknown kernels": (TINY, {"model.kernels": "cuda"}, ["`model.kernels` must be reference, triton or compile, got 'cuda'"]),
     "negative loss chunk": (TINY, {"model.loss_chunk": -16}, ["`model.loss_chunk` must be >= 0, got -16"]),
     "list expected": (TINY, {"data.train_files": "a.jsonl"}, ["`data.train_files` must be a list"]),
+    "sequence not divisible for sequence parallelism": (TINY, {"parallel.tensor_parallel": 4, "parallel.sequence_parallel": True,
+        "model.seq_length": 66}, ["`parallel.sequence_parallel` splits the sequence", "`model.seq_length`=66", "`parallel.tensor_parallel`=4"]),
 }
 
 @pytest.mark.parametrize("case", list(INVALID))
