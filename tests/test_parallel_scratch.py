@@ -39,13 +39,15 @@ def tp_parity(reference, result) -> dict:
             "params": max((params2[n] - p).abs().max().item() for n, p in params1.items()),
             "grads": {n: (grads2[n] - g).abs().max().item() / scale for n, g in grads1.items()}}
 
-@pytest.mark.parametrize("tp_layers,loss_chunk", [pytest.param("megatron", 0, marks=pytest.mark.slow), ("scratch", 16)])   # chapter 11 runs both
-def test_sequence_parallel_tp2_equals_tp1(tp_layers, loss_chunk):
-    """TP 2 with sequence parallelism equals TP 1 (megatron-core's layers, and chapter 11's twin with the chunked loss):
+@pytest.mark.parametrize("tp_layers,loss_chunk,recompute", [pytest.param("megatron", 0, "selective", marks=pytest.mark.slow),
+                                                             ("scratch", 16, "full")])   # chapter 11 runs both without recomputation
+def test_sequence_parallel_tp2_equals_tp1(tp_layers, loss_chunk, recompute):
+    """TP 2 with sequence parallelism and recomputation equals TP 1 without (megatron-core's layers with selective
+    recomputation, and chapter 11's twin with full recomputation and the chunked loss):
     the same weights, the loss within 1e-6 relative, every gradient within 1e-6 of the largest. Without summing the
     LayerNorm weights' gradients over the TP group (the rest still summed), the LayerNorm gradients are wrong and the
     same check fails: each rank's are only its half of the sequence's."""
-    over = {"model.tp_layers": tp_layers, "model.loss_chunk": loss_chunk}
+    over = {"model.tp_layers": tp_layers, "model.loss_chunk": loss_chunk, "model.recompute": recompute}
     (ref,) = launch(testing.gpt_tp_worker, 1, TINY, 1, {"model.loss_chunk": loss_chunk})
     for summed in (True, False):
         ranks = launch(testing.gpt_tp_worker, 2, TINY, 2, {**over, **SEQUENCE_PARALLEL}, summed)
