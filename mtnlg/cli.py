@@ -160,7 +160,7 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     p.set_defaults(func=run)
 
 def add_plan_arguments(p: argparse.ArgumentParser):
-    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|deepspeed-2022|megatron-lm] [--even-only]`;
+    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|deepspeed-2022|megatron-lm|megatron-lm-2022] [--even-only] [--sequence-parallel auto|on|off] [--compare-sequence-parallel]`;
     `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
     `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
     config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51);
@@ -185,6 +185,10 @@ def add_plan_arguments(p: argparse.ArgumentParser):
                         "deepspeed-2022 (the engine BLOOM ran, and chapter 50 gives MT-NLG) or megatron-lm "
                         "(interleaved 1F1B: the ranking also tries virtual stages)")
     p.add_argument("--even-only", action="store_true", help="rank only uniform layer splits (default: also embeddings counted as layers)")
+    p.add_argument("--sequence-parallel", choices=("auto", "on", "off"),
+                   help="rank layouts with sequence parallelism (on), without (off) or both (auto); default: the config's parallel.sequence_parallel")
+    p.add_argument("--compare-sequence-parallel", action="store_true", help="after the ranking, the fastest layout without "
+                   "sequence parallelism vs the fastest with it + selective recomputation, and the speed-up beside Korthikanti et al.'s 29%%")
     p.add_argument("--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout")
     p.add_argument("--schedule", action="store_true", help="plan the config's whole run on its own layout: steps, days, "
                    "allocations, checkpoint size, save time, the Young/Daly save interval (chapter 51)")
@@ -206,7 +210,8 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     p.add_argument("--show-infeasible", type=int, default=8, help="how many infeasible layouts to explain (default 8)")
     def run(args):
         from dataclasses import replace
-        from mtnlg.perf import plan, format_plan, format_stages, predict, Assumptions, Setup
+        from mtnlg.perf import (plan, format_plan, format_stages, predict, Assumptions, Setup, sequence_parallel_gain,
+                                format_sequence_parallel_gain)
         if args.gpus_per_node < 1: raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
         cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
         if args.job:
@@ -232,10 +237,17 @@ def add_plan_arguments(p: argparse.ArgumentParser):
             return 0 if predict(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm,
                                 cfg.parallel.gpus_per_node).fits else 1
         if args.gpus is None: raise ValueError("--gpus is required to rank layouts (or --stages / --schedule for the config's own layout)")
-        feasible, infeasible = plan(cfg, args.gpus, args.gpu, args.gpus_per_node, tuple(args.micro_batch or (1, 2, 4)),
+        sps = {"auto": (False, True), "on": (True,), "off": (False,), None: None}[args.sequence_parallel]
+        micro = tuple(args.micro_batch or (1, 2, 4))
+        feasible, infeasible = plan(cfg, args.gpus, args.gpu, args.gpus_per_node, micro,
                                     tuple(args.recompute or RECOMPUTE), asm=asm, tp=args.tp, pp=args.pp,
-                                    system=args.system, uneven=not args.even_only)
+                                    system=args.system, uneven=not args.even_only, sequence_parallels=sps)
         print(format_plan(cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible))
+        if args.compare_sequence_parallel:
+            print()
+            print(format_sequence_parallel_gain(sequence_parallel_gain(
+                cfg, args.gpus, args.gpu, args.gpus_per_node, asm, args.system, micro_batches=micro, tp=args.tp, pp=args.pp,
+                uneven=not args.even_only), args.attention))
         return 0 if feasible else 1
     p.set_defaults(func=run)
 

@@ -4,15 +4,17 @@
 
 # %% auto 0
 __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'FUSIONS', 'SYSTEMS', 'MT_NLG_SYSTEM', 'NARAYANAN', 'JEAN_ZAY',
-           'uniform_layers', 'embedding_weighted_layers', 'Setup', 'setup_problems', 'check_setup',
-           'layer_forward_flops', 'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes',
-           'layer_activation_bytes', 'stored_activation_bytes', 'in_flight', 'stage_params', 'GPU', 'Assumptions',
-           'output_layer_bytes', 'stage_memory', 'memory_per_gpu', 'largest_term', 'gpu_for', 'utilization',
-           'memory_table', 'format_stages', 'plot_recompute_tradeoff', 'link', 'allreduce_time', 'reduce_scatter_time',
-           'p2p_time', 'Op', 'layer_ops', 'ridge_point', 'layer_time', 'System', 'interleaved_bubble', 'pipeline_time',
-           'Prediction', 'predict', 'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'PublishedRun',
-           'gpt', 'best_virtual_stages', 'published_runs', 'validate', 'plot_validation', 'stage_splits', 'plan',
-           'format_plan', 'measure_matmul_tflops', 'measure_memory_gbps', 'calibrate_cpu', 'cpu_as_gpu']
+           'KORTHIKANTI', 'KORTHIKANTI_COPY', 'KORTHIKANTI_TABLES', 'KORTHIKANTI_2240', 'uniform_layers',
+           'embedding_weighted_layers', 'Setup', 'setup_problems', 'check_setup', 'layer_forward_flops',
+           'logits_forward_flops', 'recompute_flops', 'flops_per_iteration', 'state_bytes', 'layer_activation_bytes',
+           'stored_activation_bytes', 'in_flight', 'stage_params', 'GPU', 'Assumptions', 'output_layer_bytes',
+           'stage_memory', 'memory_per_gpu', 'largest_term', 'gpu_for', 'utilization', 'memory_table', 'format_stages',
+           'plot_recompute_tradeoff', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Op', 'layer_ops',
+           'ridge_point', 'layer_time', 'System', 'interleaved_bubble', 'pipeline_time', 'Prediction', 'predict',
+           'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'PublishedRun', 'gpt',
+           'best_virtual_stages', 'published_runs', 'validate', 'plot_validation', 'tflops_of', 'korthikanti_runs',
+           'stage_splits', 'plan', 'format_plan', 'sequence_parallel_gain', 'format_sequence_parallel_gain',
+           'measure_matmul_tflops', 'measure_memory_gbps', 'calibrate_cpu', 'cpu_as_gpu']
 
 # %% ../nbs/50_perf_model.ipynb
 import math, re, time
@@ -46,20 +48,25 @@ def embedding_weighted_layers(num_layers: int, pp: int) -> tuple[int, ...]:
 class Setup:
     """A 3D layout (chapter 10) with a micro-batch size, an activation-recomputation mode, Megatron's virtual
     pipeline stages (`virtual_stages` model chunks per GPU: the interleaved 1F1B schedule; 1 = plain 1F1B) and,
-    optionally, an uneven split of the layers over the stages (`layers_per_stage`; None = uniform)."""
+    optionally, an uneven split of the layers over the stages (`layers_per_stage`; None = uniform) and Korthikanti et
+    al.'s sequence parallelism (`sequence_parallel`: LayerNorm and dropout on 1/t of the sequence; at TP 1 there is
+    nothing to split it over, so it is a no-op there, as the config and megatron-core treat it)."""
     layout: Layout
     micro_batch: int = 1
     recompute: str = "full"            # full | selective | none
     virtual_stages: int = 1
     layers_per_stage: tuple[int, ...] | None = None
+    sequence_parallel: bool = False
 
     tp = property(lambda self: self.layout.tp)
     pp = property(lambda self: self.layout.pp)
     dp = property(lambda self: self.layout.dp)
     gpus = property(lambda self: self.layout.world_size)
+    sp = property(lambda self: self.sequence_parallel and self.layout.tp > 1)   # what runs: sequence parallel only at TP > 1
     def __str__(self):
         extra = (f", {self.virtual_stages} virtual stages" if self.virtual_stages > 1 else "") + \
-                (f", layers {'/'.join(map(str, self.layers_per_stage))}" if self.layers_per_stage else "")
+                (f", layers {'/'.join(map(str, self.layers_per_stage))}" if self.layers_per_stage else "") + \
+                (", sequence parallel" if self.sp else "")
         return f"{self.layout}, micro {self.micro_batch}, recompute {self.recompute}{extra}"
 
     def stage_layers(self, model: ModelConfig) -> tuple[int, ...]:
@@ -69,7 +76,7 @@ class Setup:
     @classmethod
     def of(cls, cfg: Config, recompute: str = "full") -> "Setup":
         "The setup a config asks for."
-        return cls(Layout.of(cfg), cfg.schedule.micro_batch_size, recompute)
+        return cls(Layout.of(cfg), cfg.schedule.micro_batch_size, recompute, sequence_parallel=cfg.parallel.sequence_parallel)
 
 # %% ../nbs/50_perf_model.ipynb
 def setup_problems(model: ModelConfig, L: Setup, global_batch: int, gpus_per_node: int = 8) -> list[str]:
@@ -82,6 +89,8 @@ def setup_problems(model: ModelConfig, L: Setup, global_batch: int, gpus_per_nod
         if len(split) != L.pp: out.append(f"layers_per_stage has {len(split)} entries for PP {L.pp}")
         elif sum(split) != model.num_layers: out.append(f"layers_per_stage {list(split)} sums to {sum(split)}, not {model.num_layers} layers")
         elif min(split) < 1: out.append(f"layers_per_stage {list(split)}: every stage needs at least one layer")
+    if L.sp and model.seq_length % L.tp:
+        out.append(f"sequence parallelism splits the sequence over TP ranks: seq {model.seq_length} is not divisible by TP {L.tp}")
     if v < 1: out.append(f"virtual stages must be >= 1, got {v}")
     elif v > 1:
         if L.pp == 1: out.append("virtual stages need pipeline parallelism (PP > 1)")
@@ -131,24 +140,30 @@ def state_bytes(precision: str, dp: int) -> dict:
     return {"weights": 4, "gradients": 4, "optimizer": 12 / dp}                             # DeepSpeedZeroOptimizer
 
 def layer_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, act_bytes: int = 2, mask_bytes: int = 1,
-                           attention: str = "flash") -> dict:
-    "Bytes one of our transformer layers keeps for backward per micro-batch, by what keeps them (attention: flash | math)."
+                           attention: str = "flash", sequence_parallel: bool = False) -> dict:
+    """Bytes one of our transformer layers keeps for backward per micro-batch, by what keeps them (attention: flash | math).
+    With `sequence_parallel` (at TP > 1) what lies outside the tensor-parallel region is kept for 1/t of the sequence:
+    the LayerNorms' inputs and statistics, the residual dropout masks, and the inputs of the QKV and fc1 linears (the
+    column-parallel layers keep their rank's slice and all-gather it again in backward, Korthikanti et al. §4.2.2)."""
     s, b, h, f, a = model.seq_length, micro_batch, model.hidden_size, model.ffn_size, model.num_attention_heads
     sbh, e, stats = s * b * h, act_bytes, 2 * s * b * 4
+    outside = tp if sequence_parallel else 1                  # the sequence slice of the replicated region
     if attention == "flash": core = a * s * b * 4 / tp        # a log-sum-exp per row; its output is the proj input
     elif attention == "math":                                 # softmax (+ dropout mask and output), all s x s
         core = a * s * s * b * (e + (e + mask_bytes if model.attention_dropout > 0 else 0)) / tp
-        if b == 1: core += 2 * sbh * e / tp                   # Q and K copies, while V (a view) keeps the QKV output alive
+        if b == 1 or sequence_parallel:                       # Q and K copies, while V (a view) keeps the QKV output alive:
+            core += 2 * sbh * e / tp                          # measured at micro-batch 1, and at any in the [s, b] layout
     else: raise ValueError(f"attention must be flash or math, got {attention!r}")
-    return {"layernorm inputs": 2 * (sbh * e + stats), "qkv and fc1 inputs": 2 * sbh * e, "q, k, v": 3 * sbh * e / tp,
-            "proj and fc2 inputs": (sbh + s * b * f) * e / tp, "gelu input": s * b * f * e / tp,
-            "dropout masks": 2 * sbh * mask_bytes if model.hidden_dropout > 0 else 0, "attention core": core}
+    return {"layernorm inputs": 2 * (sbh * e + stats) / outside, "qkv and fc1 inputs": 2 * sbh * e / outside,
+            "q, k, v": 3 * sbh * e / tp, "proj and fc2 inputs": (sbh + s * b * f) * e / tp, "gelu input": s * b * f * e / tp,
+            "dropout masks": 2 * sbh * mask_bytes / outside if model.hidden_dropout > 0 else 0, "attention core": core}
 
 def stored_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, recompute: str, act_bytes: int = 2,
-                            mask_bytes: int = 1, attention: str = "flash") -> float:
-    "Bytes one layer stores across the forward-backward gap, per micro-batch, for each recomputation mode."
-    parts = layer_activation_bytes(model, micro_batch, tp, act_bytes, mask_bytes, attention)
-    if recompute == "full": return model.seq_length * micro_batch * model.hidden_size * act_bytes
+                            mask_bytes: int = 1, attention: str = "flash", sequence_parallel: bool = False) -> float:
+    """Bytes one layer stores across the forward-backward gap, per micro-batch, for each recomputation mode (full: the
+    layer's input, which sequence parallelism keeps as this rank's slice of the sequence)."""
+    parts = layer_activation_bytes(model, micro_batch, tp, act_bytes, mask_bytes, attention, sequence_parallel)
+    if recompute == "full": return model.seq_length * micro_batch * model.hidden_size * act_bytes / (tp if sequence_parallel else 1)
     return sum(parts.values()) - (parts["attention core"] if recompute == "selective" else 0)
 
 def in_flight(stage: int, pp: int, micro_batches: int, virtual_stages: int = 1) -> int:
@@ -215,16 +230,18 @@ def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict
             "backward": chunk + tokens * h * e + weight_grad}                     # + the hidden state's gradient
 
 def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
-                 asm: Assumptions = Assumptions()) -> list[dict]:
+                 asm: Assumptions = Assumptions(), zero1: bool = True) -> list[dict]:
     """Memory (bytes) of one GPU of every pipeline stage at its peak, by term, as our engine allocates it. The peak is
     the largest of three moments: the first backward of the 1F1B schedule (most micro-batches in flight), the gradient
     reduction after the flush (fp32: ZeRO flattens a bucket of gradients to reduce it) and the optimizer step
-    (activations gone, ZeRO's flat gradient partition and Adam's temporaries there)."""
-    e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, L.dp)
+    (activations gone, ZeRO's flat gradient partition and Adam's temporaries there). `zero1=False`: a system that keeps
+    all of Adam's state on every replica (`System.zero1`: Megatron-LM without its distributed optimizer)."""
+    shards = L.dp if zero1 else 1                          # how many replicas share the fp32 master weights and moments
+    e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, shards)
     s, b, h = model.seq_length, L.micro_batch, model.hidden_size
-    sbh = s * b * h
+    sbh, outside = s * b * h, (L.tp if L.sp else 1)      # sequence parallelism: the replicated region's tensors are 1/t
     m, v, split = global_batch // (L.micro_batch * L.dp), L.virtual_stages, L.stage_layers(model)
-    layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention)
+    layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention, L.sp)
     recomputed = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
     mlp_grads = 2 * s * b * model.ffn_size // L.tp * e    # GeLU's backward: the gradients of its output and its input
     # ZeRO's fp32 reduce bucket, flattened; over one data-parallel rank our engine skips that identity (chapter 14)
@@ -233,9 +250,9 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
     for i in range(L.pp):
         first, last = i == 0, i == L.pp - 1
         per_micro_batch = (split[i] * layer(L.recompute)
-                           + (sbh * asm.dropout_mask_bytes if first and model.hidden_dropout > 0 else 0)  # embedding dropout
-                           + (sbh * e if not last else 0)                 # the stage's output, kept for its backward
-                           + (2 * sbh * e + 2 * s * b * 4 if last else 0))  # final LayerNorm
+                           + ((sbh * asm.dropout_mask_bytes if first and model.hidden_dropout > 0 else 0)  # embedding dropout
+                              + (sbh * e if not last else 0)                 # the stage's output, kept for its backward
+                              + (2 * sbh * e + 2 * s * b * 4 if last else 0)) / outside)  # final LayerNorm
         n = stage_params(model, L, i)
         frozen = s * h * per_param["weights"] if last and L.pp > 1 else 0  # the last stage's unused copy of the positions
         states = {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
@@ -252,7 +269,7 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
         # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in place
         reduce = states | {"reduce buckets": min(bucket, n * 4), "activations": 0, "backward working": 0,
                            "logits": kept_logits, "optimizer step": 0, "reserved": asm.reserved_gib * GiB}
-        partition = n / L.dp * 4                                        # this rank's fp32 share of the stage
+        partition = n / shards * 4                                      # this rank's fp32 share of the stage
         if precision == "fp32": states_at_step = states | {"gradients": 0}
         else: states_at_step = states
         step = states_at_step | {"reduce buckets": 0, "activations": 0, "backward working": 0, "logits": kept_logits,
@@ -266,9 +283,9 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
     return stages
 
 def memory_per_gpu(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
-                   asm: Assumptions = Assumptions()) -> dict:
+                   asm: Assumptions = Assumptions(), zero1: bool = True) -> dict:
     "Memory (bytes) of the fullest GPU: the stage of `stage_memory` with the largest total."
-    return max(stage_memory(model, L, global_batch, precision, asm), key=lambda m: m["total"])
+    return max(stage_memory(model, L, global_batch, precision, asm, zero1), key=lambda m: m["total"])
 
 def largest_term(mem: dict) -> str:
     "The name of the biggest term of a stage's memory."
@@ -378,9 +395,11 @@ class Op:
 
 FUSIONS = ("none", "megatron", "flash")
 
-def layer_ops(model: ModelConfig, tp: int = 1, micro_batch: int = 1, fusion: str = "none", e: int = 2) -> list[Op]:
+def layer_ops(model: ModelConfig, tp: int = 1, micro_batch: int = 1, fusion: str = "none", e: int = 2,
+              sequence_parallel: bool = False) -> list[Op]:
     """A transformer layer's forward, op by op, for one of `tp` ranks (`e` bytes per activation). `fusion`: none
-    (one PyTorch kernel per step), megatron (the paper's fused kernels), flash (megatron + one attention kernel)."""
+    (one PyTorch kernel per step), megatron (the paper's fused kernels), flash (megatron + one attention kernel).
+    With `sequence_parallel` the LayerNorms and the bias-dropout-adds run on this rank's 1/t of the tokens."""
     if fusion not in FUSIONS: raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
     s, h, f, a = model.seq_length, model.hidden_size, model.ffn_size // tp, model.num_attention_heads // tp
     T, d, hl = micro_batch * s, model.head_dim, h // tp               # tokens, head size, this rank's hidden
@@ -389,8 +408,9 @@ def layer_ops(model: ModelConfig, tp: int = 1, micro_batch: int = 1, fusion: str
     gemm = lambda name, n, k, m: Op(name, 2.0 * n * k * m, (n * k + k * m + n * m) * e, "matmul")   # read A, B; write C
     def mem(name, elems, passes, flops_per_elem, extra=0):            # `passes` reads+writes of `elems` elements
         return Op(name, flops_per_elem * elems, passes * elems * e + extra, "memory")
-    ln = lambda name: mem(name, T * h, 2 if fused else 8, 8, 2 * h * e)    # fused: read x, write y
-    bda = lambda name: mem(name, T * h, 3 if fused else 7, 3, h * e + (0 if fused else T * h))  # unfused keeps a 1-byte mask
+    Ts = T // tp if sequence_parallel else T                          # tokens of the replicated region on this rank
+    ln = lambda name: mem(name, Ts * h, 2 if fused else 8, 8, 2 * h * e)    # fused: read x, write y
+    bda = lambda name: mem(name, Ts * h, 3 if fused else 7, 3, h * e + (0 if fused else Ts * h))  # unfused keeps a 1-byte mask
     ops = [ln("LayerNorm 1"), gemm("QKV GEMM", T, h, 3 * hl)]
     if fusion == "flash":
         ops.append(Op("flash attention", 4.0 * ss * d, 4 * T * hl * e, "attention"))
@@ -407,10 +427,11 @@ def ridge_point(gpu: GPU) -> float:
     "FLOPs per byte above which a kernel is compute-bound: peak / bandwidth."
     return gpu.peak_tflops * 1e12 / (gpu.hbm_gbps * 1e9)
 
-def layer_time(model: ModelConfig, gpu: GPU | str, tp: int = 1, micro_batch: int = 1, fusion: str = "none") -> float:
+def layer_time(model: ModelConfig, gpu: GPU | str, tp: int = 1, micro_batch: int = 1, fusion: str = "none",
+               sequence_parallel: bool = False) -> float:
     "Roofline lower bound (s) of one layer's forward on one GPU: the sum over its ops. (The perf model's compute term could add this memory-bound time.)"
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
-    return sum(o.time(gpu) for o in layer_ops(model, tp, micro_batch, fusion))
+    return sum(o.time(gpu) for o in layer_ops(model, tp, micro_batch, fusion, sequence_parallel=sequence_parallel))
 
 # %% ../nbs/50_perf_model.ipynb
 @dataclass(frozen=True)
@@ -427,6 +448,8 @@ class System:
     grad_accum_bytes: float     # bytes moved per parameter per micro-batch to add its gradient into the accumulated one,
                                 # outside the weight-gradient GEMMs (bf16/fp16 runs; fp32 runs: autograd's in-place add, 12)
     dp_overlap: float = 0.0     # fraction of the data-parallel gradient reduction hidden behind the backward pass
+    tp_backward_overlap: bool = False   # the backward collective of each column-parallel input gradient runs while the
+                                # weight-gradient GEMM does (Megatron-LM's async TP communication, 2022): not exposed
 
 SYSTEMS = {
     # DeepSpeed's PipelineEngine, the installed 0.19 (this book's engine): TrainSchedule's SendActivation / RecvActivation /
@@ -449,6 +472,14 @@ SYSTEMS = {
     # add without contiguous buffers), read 2 + 2, write 2: 6 bytes.
     "megatron-lm": System("Megatron-LM PTD-P (2021)", interleaving=True, pp_scatter_gather=True, p2p_batched=True,
                           zero1=False, grad_accum_bytes=6),
+    # Megatron-LM as Korthikanti et al. ran it in 2022 (bf16 mixed precision on Selene, no data parallelism in their
+    # Table 5): the 2021 traits, plus two the same 530B layout on the same 2240 GPUs shows (159 TFLOP/s in 2021's
+    # Table 2, ~175 in 2022) and the code names: the column-parallel layers' input-gradient collective overlapped with
+    # the weight-gradient GEMM (their §6.2: "we overlap all-reduce communication with the linear weight's gradient
+    # computation"), and gradient-accumulation fusion (`LinearWithGradAccumulationAndAsyncCommunication`: the
+    # weight-gradient GEMM accumulates straight into the fp32 `main_grad`, C = AB + C, no separate pass: 0 bytes).
+    "megatron-lm-2022": System("Megatron-LM (2022)", interleaving=True, pp_scatter_gather=True, p2p_batched=True,
+                               zero1=False, grad_accum_bytes=0, tp_backward_overlap=True),
 }
 MT_NLG_SYSTEM = "deepspeed-2022"     # what the paper's rows are predicted with (see its comment above)
 
@@ -501,9 +532,19 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
     activation = tokens * model.hidden_size * act
     per_layer_allreduces = 4 + (2 if L.recompute == "full" else 0)
     nvlink = link(gpu, asm, inter_node=False)
-    tp_comm = [n * per_layer_allreduces * allreduce_time(activation, t, *nvlink) for n in split]
+    # sequence parallelism: each all-reduce becomes an all-gather (g) and a reduce-scatter (g-bar) of the same tensor, the
+    # two halves a ring all-reduce is made of: the same bytes and steps (its backward re-gather of the QKV and fc1 inputs
+    # overlaps the weight-gradient GEMMs, Korthikanti et al. §4.2.2, and is not charged)
+    collective = 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
+    # overlapped backward: the column-parallel input gradients' collectives are hidden (without sequence parallelism, the
+    # two backward all-reduces; with it, the two reduce-scatters, while the two all-gathers before the row-parallel
+    # layers' backward stay exposed: half an all-reduce each)
+    hidden = (1 if L.sp else 2) if system.tp_backward_overlap else 0
+    tp_comm = [n * (per_layer_allreduces - hidden) * collective for n in split]
     pp_link = link(gpu, asm, inter_node=t * d >= gpus_per_node)
-    if system.pp_scatter_gather and t > 1:     # 1/t over each NIC, then an all-gather over NVLink at the receiver
+    if L.sp:                                   # the stage's output is already this rank's 1/t of the sequence: no gather
+        transfer = p2p_time(activation / t, *pp_link)
+    elif system.pp_scatter_gather and t > 1:   # 1/t over each NIC, then an all-gather over NVLink at the receiver
         transfer = p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
     else: transfer = p2p_time(activation, *pp_link)
     pp_comm = 0.0 if p == 1 else v * (2 if system.p2p_batched else 4) * transfer   # v chunk boundaries per micro-batch
@@ -529,7 +570,7 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
     breakdown = {"compute": m * compute[slow], "tp comm": m * tp_comm[slow], "pp comm": m * pp_comm,
                  "grad accum": m * grad_accum[slow], "bubble": pipeline - m * stage[slow],
                  "dp comm": (1 - system.dp_overlap) * dp_comm, "optimizer": optimizer}
-    mem = memory_per_gpu(model, L, global_batch, precision, asm)
+    mem = memory_per_gpu(model, L, global_batch, precision, asm, system.zero1)
     capacity = gpu.memory_gib * GiB
     fits = mem["total"] <= capacity
     over = f"stage {mem['stage']} needs {mem['total']/GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by {(mem['total'] - capacity)/GiB:.1f} GiB"
@@ -604,6 +645,7 @@ class PublishedRun:
     system: str
     reported_tflops: float     # per GPU, the papers' accounting: 96·B·s·l·h²(1 + s/6h + V/16lh) / (GPUs · seconds)
     verified: str = ""         # where the numbers were checked
+    given_virtual_stages: bool = False   # the source gives the interleaving (`setup.virtual_stages`): validate keeps it
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, seq: int = 2048) -> ModelConfig:
     "A GPT of Narayanan et al.'s Table 1 (vocabulary 51,200, sequence 2048), trained with full recomputation."
@@ -654,7 +696,8 @@ def validate(runs: list[PublishedRun] | None = None, asm: Assumptions = Assumpti
     "Predicted vs reported TFLOP/s per GPU for every published run, all with the same `Assumptions`."
     rows = []
     for r in runs or published_runs():
-        L = best_virtual_stages(r.model, r.setup, r.global_batch, r.gpu, asm) if SYSTEMS[r.system].interleaving and r.setup.pp > 1 else r.setup
+        choose_v = SYSTEMS[r.system].interleaving and r.setup.pp > 1 and not r.given_virtual_stages
+        L = best_virtual_stages(r.model, r.setup, r.global_batch, r.gpu, asm, r.system) if choose_v else r.setup
         pr = predict(r.model, L, r.global_batch, r.gpu, "bf16", asm, system=r.system)
         rows.append({"run": r.name, "system": r.system, "layout": str(L), "reported": r.reported_tflops,
                      "predicted": pr.hw_tflops, "error": pr.hw_tflops / r.reported_tflops - 1, "prediction": pr, "source": r})
@@ -665,19 +708,69 @@ def plot_validation(mt_rows: list[dict], rows: list[dict], title: str = "one par
     "Predicted vs reported TFLOP/s per GPU, one point per run, with the ±10% band."
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 5))
-    lo, hi = 100, 180
+    lo, hi = 100, 190
     ax.fill_between([lo, hi], [0.9 * lo, 0.9 * hi], [1.1 * lo, 1.1 * hi], color="0.9", label="±10%")
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     groups = {"MT-NLG (DeepSpeed)": mt_rows,
               "Megatron-LM (Narayanan et al. 2021)": [r for r in rows if r["system"] == "megatron-lm"],
-              "BLOOM (Megatron-DeepSpeed)": [r for r in rows if r["system"].startswith("deepspeed")]}
-    for (label, g), mk in zip(groups.items(), "osD"):
+              "BLOOM (Megatron-DeepSpeed)": [r for r in rows if r["system"].startswith("deepspeed")],
+              "Megatron-LM 2022 (Korthikanti et al.)": [r for r in rows if r["system"] == "megatron-lm-2022"]}
+    for (label, g), mk in zip(groups.items(), "osD^"):
+        if not g: continue
         ax.plot([r["reported"] for r in g], [r["predicted"] for r in g], mk, label=label, ms=7, alpha=0.8)
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="reported TFLOP/s per GPU", ylabel="predicted TFLOP/s per GPU",
            title=title)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout(); plt.close(fig)
     return fig
+
+# %% ../nbs/50_perf_model.ipynb
+KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models (arXiv 2205.05198)"
+KORTHIKANTI_COPY = ("checked in a stored copy of the paper (a full-text Markdown conversion of the arXiv PDF in a public "
+                    "GitHub wiki, found through the code index)")
+# Table 3 (heads, hidden, layers, TP, PP, GPUs, global batch, micro-batch; seq 2048, vocabulary 51,200, §6: the 175B
+# and 530B interleaved with m = 3 stages, no data parallelism) and Table 5 (iteration time, s: full recomputation
+# without sequence parallelism, and "present work" = sequence parallelism + selective recomputation). v: the virtual
+# stages §6 gives (3); the 22B has no pipeline (1); the 1T's the paper does not give (None: its two layers per stage
+# cannot take §6's 3), so `validate` picks them as for Narayanan et al.'s rows, which give none: `best_virtual_stages`
+KORTHIKANTI_TABLES = [  # (name, a, h, l, t, p, GPUs, B, b, v, full recompute s, SP + selective s)
+    ("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10),
+    ("175B (GPT-3)", 96, 12288, 96, 8, 8, 64, 64, 1, 3, 18.13, 13.75),
+    ("530B (MT-NLG)", 128, 20480, 105, 8, 35, 280, 280, 1, 3, 49.05, 37.83),
+    ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, None, 94.42, 71.49)]
+KORTHIKANTI_2240 = {"selective_s": 39.15, "sp_mfu": 0.542, "full_mfu": 0.421, "speedup": 0.29}   # §6.3 and the abstract
+
+def tflops_of(model: ModelConfig, global_batch: int, recompute: str, tp: int, gpus: int, seconds: float) -> float:
+    "TFLOP/s per GPU of a run that took `seconds` per iteration, counted as `flops_per_iteration` counts (full: the papers' 96·...)."
+    return flops_per_iteration(model, global_batch, recompute, tp) / (gpus * seconds) / 1e12
+
+def korthikanti_runs() -> list[PublishedRun]:
+    """Korthikanti et al.'s runs on Selene (Megatron-LM, 2022): each of Table 3's four models twice — full recomputation
+    without sequence parallelism, and sequence parallelism + selective recomputation — plus the 530B on 2240 GPUs
+    (DP 8, batch 2240): 39.15 s with both (§6.3), and the abstract's 42.1% MFU with full recomputation."""
+    a100, runs = GPUS["a100-80gb"], []
+    for name, a, h, l, t, p, n, B, b, v, full_s, sp_s in KORTHIKANTI_TABLES:
+        model = gpt(l, h, a)
+        for recompute, sp, seconds, mode in (("full", False, full_s, "full recompute"), ("selective", True, sp_s, "SP + selective")):
+            runs.append(PublishedRun(f"GPT {name}, {n} GPUs, {mode}", f"{KORTHIKANTI}, Tables 3 and 5", model,
+                                     Setup(Layout(t, p, n // (t * p)), b, recompute, v or 1, None, sp), B, a100, "megatron-lm-2022",
+                                     tflops_of(model, B, recompute, t, n, seconds),
+                                     f"{seconds} s per iteration (Table 5), layout and batch (Table 3), "
+                                     + ("no pipeline" if p == 1 else f"m = {v} interleaved stages (§6)" if v else
+                                        "v not given (§6 names m = 3 for the 175B and 530B only; v: best_virtual_stages)")
+                                     + f": {KORTHIKANTI_COPY}", given_virtual_stages=v is not None))
+    model, B, n = gpt(105, 20480, 128), 2240, 2240
+    runs.append(PublishedRun("GPT 530B (MT-NLG), 2240 GPUs, SP + selective", f"{KORTHIKANTI}, §6.3", model,
+                             Setup(Layout(8, 35, 8), 1, "selective", 3, None, True), B, a100, "megatron-lm-2022",
+                             tflops_of(model, B, "selective", 8, n, KORTHIKANTI_2240["selective_s"]),
+                             f"39.15 s, MFU 54.2% at DP 8 with the batch 8 x 280 (§6.3): {KORTHIKANTI_COPY}", given_virtual_stages=True))
+    full_s = flops_per_iteration(model, B, "none", 8) / (n * a100.peak_tflops * 1e12 * KORTHIKANTI_2240["full_mfu"])
+    runs.append(PublishedRun("GPT 530B (MT-NLG), 2240 GPUs, full recompute", f"{KORTHIKANTI}, abstract", model,
+                             Setup(Layout(8, 35, 8), 1, "full", 3), B, a100, "megatron-lm-2022",
+                             tflops_of(model, B, "full", 8, n, full_s),
+                             f"MFU 42.1% with full recomputation on 2240 A100s (the abstract; the time, {full_s:.2f} s, is that "
+                             f"MFU's; the layout is assumed to be §6.3's): {KORTHIKANTI_COPY}", given_virtual_stages=True))
+    return runs
 
 # %% ../nbs/50_perf_model.ipynb
 def stage_splits(model: ModelConfig, pp: int) -> list[tuple[int, ...] | None]:
@@ -691,10 +784,13 @@ def stage_splits(model: ModelConfig, pp: int) -> list[tuple[int, ...] | None]:
 def plan(cfg: Config, gpus: int, gpu: GPU | str = "a100-80gb", gpus_per_node: int = 8,
          micro_batches=(1, 2, 4), recomputes=RECOMPUTE, asm: Assumptions = Assumptions(),
          tp: int | None = None, pp: int | None = None, system: System | str = "deepspeed",
-         uneven: bool = True) -> tuple[list[Prediction], list[tuple[Setup, list[str], float | None]]]:
+         uneven: bool = True, sequence_parallels: tuple[bool, ...] | None = None
+         ) -> tuple[list[Prediction], list[tuple[Setup, list[str], float | None]]]:
     """Rank layouts of `cfg` on `gpus` GPUs: (feasible predictions fastest first, [(layout, reasons, predicted s or None)]).
     With a system that interleaves, every virtual-stage count that splits the stages' layers is tried; with `uneven`,
-    pipeline depths whose stages cannot be equal, or are better balanced with the embeddings counted as layers, too."""
+    pipeline depths whose stages cannot be equal, or are better balanced with the embeddings counted as layers, too.
+    `sequence_parallels`: with and/or without sequence parallelism ((False, True): both; default: the config's own
+    `parallel.sequence_parallel`); at TP 1 it is a no-op, so only `False` is tried there."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
     if gpus < 1: raise ValueError(f"--gpus must be >= 1, got {gpus}")
@@ -705,7 +801,9 @@ def plan(cfg: Config, gpus: int, gpu: GPU | str = "a100-80gb", gpus_per_node: in
     pps = [pp] if pp else [p for p in range(1, m.num_layers + 1)
                            if m.num_layers % p == 0 or (uneven and (m.num_layers + 2) % p == 0)]
     feasible, infeasible = [], []
+    sequence_parallels = (cfg.parallel.sequence_parallel,) if sequence_parallels is None else tuple(sequence_parallels)
     for t in tps:
+        sps = [sp for sp in dict.fromkeys(sequence_parallels) if not (sp and t == 1)] or [False]
         for p in pps:
             if gpus % (t * p): continue          # not a layout of this many GPUs at all
             splits = (stage_splits(m, p) if uneven else [None]) or [None]
@@ -713,16 +811,14 @@ def plan(cfg: Config, gpus: int, gpu: GPU | str = "a100-80gb", gpus_per_node: in
                 least = min(split or uniform_layers(m.num_layers, p)) if p <= m.num_layers else 1
                 vs = [v for v in range(1, least + 1) if all(n % v == 0 for n in (split or uniform_layers(m.num_layers, p)))] \
                      if system.interleaving and p > 1 else [1]
-                for b in micro_batches:
-                    for r in recomputes:
-                        for v in vs:
-                            L = Setup(Layout(t, p, gpus // (t * p)), b, r, v, split)
-                            if problems := setup_problems(m, L, B, gpus_per_node):
-                                if v == 1: infeasible.append((L, problems, None))
-                                continue
-                            pr = predict(m, L, B, gpu, cfg.precision, asm, gpus_per_node, system)
-                            if pr.fits: feasible.append(pr)
-                            elif v == 1: infeasible.append((L, pr.problems, pr.iteration_s))
+                for b, r, v, sp in ((b, r, v, sp) for b in micro_batches for r in recomputes for v in vs for sp in sps):
+                    L = Setup(Layout(t, p, gpus // (t * p)), b, r, v, split, sp)
+                    if problems := setup_problems(m, L, B, gpus_per_node):
+                        if v == 1: infeasible.append((L, problems, None))
+                        continue
+                    pr = predict(m, L, B, gpu, cfg.precision, asm, gpus_per_node, system)
+                    if pr.fits: feasible.append(pr)
+                    elif v == 1: infeasible.append((L, pr.problems, pr.iteration_s))
     if tp and pp and not feasible and not any(s for *_, s in infeasible):
         if gpus % (tp * pp): raise ValueError(f"TP {tp} x PP {pp} = {tp * pp} GPUs does not divide {gpus} GPUs")
         raise ValueError(f"TP {tp} x PP {pp} cannot run {cfg.name}: " + "; ".join(infeasible[0][1]))
@@ -745,15 +841,17 @@ def format_plan(cfg: Config, gpus: int, feasible, infeasible, gpu: GPU | str = "
     system = f", {feasible[0].system}" if feasible and feasible[0].system else ""
     lines = [f"{cfg.name} on {gpus} x {gpu.name}{nodes}: global batch {cfg.schedule.global_batch_size}, "
              f"seq {cfg.model.seq_length}, {cfg.precision}{system}",
-             f"{'rank':>4s} {'TP':>3s} {'PP':>4s} {'DP':>5s} {'micro':>5s} {'recompute':>9s} {'v':>2s} {'layers':>9s} {'mem/GPU':>9s} "
+             f"{'rank':>4s} {'TP':>3s} {'PP':>4s} {'DP':>5s} {'micro':>5s} {'recompute':>9s} {'v':>2s} {'SP':>3s} {'layers':>9s} {'mem/GPU':>9s} "
              f"{'iteration':>10s} {'TFLOP/s':>7s} {'MFU':>5s} {'bubble':>6s}"]
     for i, pr in enumerate(feasible[:top], 1):
         L = pr.layout
         lines.append(f"{i:4d} {L.tp:3d} {L.pp:4d} {L.dp:5d} {L.micro_batch:5d} {L.recompute:>9s} {L.virtual_stages:2d} "
+                     f"{'on' if L.sp else 'off':>3s} "
                      f"{_split_label(L):>9s} {pr.memory['total']/GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} {pr.hw_tflops:7.1f} "
                      f"{pr.mfu:5.1%} {interleaved_bubble(L.pp, pr.micro_batches, L.virtual_stages):6.1%}")
     if not feasible: lines.append("   (no layout fits)")
-    else: lines.append("(v: virtual stages per GPU, Megatron's interleaved 1F1B; layers: per stage, first/second..last when uneven; "
+    else: lines.append("(v: virtual stages per GPU, Megatron's interleaved 1F1B; SP: sequence parallelism; "
+                       "layers: per stage, first/second..last when uneven; "
                        "mem: fullest GPU; TFLOP/s: executed FLOPs incl. recomputation, the paper's accounting; "
                        "MFU: model FLOPs / peak; bubble: idle fraction (PP-1)/(v x micro-batches + PP-1))")
     lines.append(f"{len(feasible)} layouts fit; {len(infeasible)} do not" + (", for example:" if infeasible and show_infeasible else ""))
@@ -763,6 +861,26 @@ def format_plan(cfg: Config, gpus: int, feasible, infeasible, gpu: GPU | str = "
         kinds = Counter(re.sub(r"\d+(\.\d+)?", "N", r.split(":")[0]) for _, reasons, _ in infeasible for r in reasons)
         lines.append("reasons: " + "; ".join(f"{k} ({n})" for k, n in kinds.most_common()))
     return "\n".join(lines)
+
+def sequence_parallel_gain(cfg: Config, gpus: int, gpu: GPU | str = "a100-80gb", gpus_per_node: int = 8,
+                           asm: Assumptions = Assumptions(), system: System | str = "deepspeed", **plan_kw) -> dict:
+    """The planner's fastest layout without sequence parallelism (any recomputation mode that fits), its fastest with
+    sequence parallelism + selective recomputation (Korthikanti et al.'s combination), and the predicted speed-up."""
+    kw = dict(gpu=gpu, gpus_per_node=gpus_per_node, asm=asm, system=system, **plan_kw)
+    without, _ = plan(cfg, gpus, **kw, sequence_parallels=(False,))
+    with_sp, _ = plan(cfg, gpus, **(kw | {"recomputes": ("selective",)}), sequence_parallels=(True,))
+    if not without or not with_sp: raise ValueError(f"no layout of {cfg.name} fits {gpus} GPUs " + ("without" if not without else "with") + " sequence parallelism")
+    return {"without": without[0], "with": with_sp[0], "speedup": without[0].iteration_s / with_sp[0].iteration_s - 1}
+
+def format_sequence_parallel_gain(g: dict, attention: str = "flash") -> str:
+    "The two layouts, their time and MFU, and the speed-up, beside Korthikanti et al.'s 530B on 2240 A100s."
+    row = lambda name, pr: (f"  {name:34s} {str(pr.layout):62s} {_seconds(pr.iteration_s):>8s}  MFU {pr.mfu:5.1%}  "
+                            f"{pr.memory['total'] / GiB:4.1f} GiB")
+    return "\n".join([f"sequence parallelism, {g['with'].system}, attention {attention}:",
+                      row("fastest without sequence parallel:", g["without"]),
+                      row("fastest with it + selective:", g["with"]),
+                      f"  predicted speed-up {g['speedup']:+.1%}; Korthikanti et al. 2022, 530B on 2240 A100s: +29% "
+                      f"(MFU 42.1% with full recomputation -> 54.2%)"])
 
 # %% ../nbs/50_perf_model.ipynb
 def measure_matmul_tflops(m: int, k: int, n: int, repeats: int = 20, dtype=None, clock=time.perf_counter) -> float:
