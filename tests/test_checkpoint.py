@@ -125,7 +125,9 @@ def test_kill9_then_resume_is_bitwise_3d(straight_3d, tmp_path):
 BF16 = {**COMMON, "schedule.train_iters": 4, "checkpoint.save_interval": 2, "schedule.micro_batch_size": 4,
         "model.seq_length": 32, "precision": "bf16", "parallel.pipeline_parallel": 2}
 
-# in make test: bf16 pipelines resume through DeepSpeed's BF16_Optimizer, which keeps its fp32 masters where ZeRO-1 does not
+# make test resumes DeepSpeed's BF16_Optimizer (fp32 masters kept where ZeRO-1 does not keep them) bit for bit after a
+# kill -9 in tests/test_deterministic.py (the engine, one process) and pipelines in test_slurm's preempted 3D job (fp32)
+@pytest.mark.slow
 def test_bf16_pipeline_resume_is_bitwise(tmp_path):
     """bf16, as the 530B trains: DeepSpeed's BF16_Optimizer keeps its fp32 masters elsewhere than the fp32 ZeRO
     optimizer. Two steps, stop, resume to four: every step's loss and the last checkpoint equal an uninterrupted run."""
