@@ -192,7 +192,8 @@ GRADS = textwrap.dedent('''
 
 GRAD_CASES = [pytest.param({}, False, marks=pytest.mark.slow, id="tp2-pp2"),   # make test: the 3D runs above and test_checkpoint's
               pytest.param({"parallel.sequence_parallel": "true"}, False, id="tp2-pp2-sequence-parallel"),
-              pytest.param({"parallel.sequence_parallel": "true"}, True, id="tp2-pp2-sequence-parallel-unsummed-layernorms")]
+              pytest.param({"parallel.sequence_parallel": "true"}, True, marks=pytest.mark.slow,   # make test: chapter 11's guard
+                           id="tp2-pp2-sequence-parallel-unsummed-layernorms")]
 
 @pytest.mark.parametrize("extra,unsummed_layernorms", GRAD_CASES)
 def test_pipelined_gradients_equal_unpipelined(tmp_path, extra, unsummed_layernorms):

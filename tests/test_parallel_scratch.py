@@ -9,6 +9,7 @@ from mtnlg import pipeline_parallel as pp, testing
 
 TINY = str(Path(__file__).resolve().parent.parent / "scaled_configs" / "tiny.yaml")
 
+@pytest.mark.slow             # chapter 11's notebook runs the same check (make test executes it)
 def test_tensor_parallel_layers_equal_megatron_and_dense():
     results = launch(testing.toy_parity_worker, 2, 3)
     for r in results:
@@ -17,7 +18,8 @@ def test_tensor_parallel_layers_equal_megatron_and_dense():
         assert max(testing.max_differences(r, "megatron")["scratch"].values()) < 1e-6
     assert results[0]["scratch"][0].item() == results[1]["scratch"][0].item()
 
-@pytest.mark.parametrize("tp_layers", ["scratch"])   # megatron-core's layers: chapter 11's notebook runs both
+@pytest.mark.slow             # chapter 11's notebook runs it on both sets of layers (make test executes it)
+@pytest.mark.parametrize("tp_layers", ["scratch"])
 def test_gpt_tp2_equals_tp1(tp_layers):
     "The whole GPT at TP 2 on chapter 11's layers equals the TP 1 model on megatron-core's layers."
     (loss1, params1, grads1), = launch(testing.gpt_tp_worker, 1, TINY, 1)
@@ -39,8 +41,8 @@ def tp_parity(reference, result) -> dict:
             "params": max((params2[n] - p).abs().max().item() for n, p in params1.items()),
             "grads": {n: (grads2[n] - g).abs().max().item() / scale for n, g in grads1.items()}}
 
-@pytest.mark.parametrize("tp_layers,loss_chunk,recompute", [pytest.param("megatron", 0, "selective", marks=pytest.mark.slow),
-                                                             ("scratch", 16, "full")])   # chapter 11 runs both without recomputation
+@pytest.mark.slow             # make test: chapter 11 runs both (with recomputation) and the guard; the 3D engine case the chunked loss
+@pytest.mark.parametrize("tp_layers,loss_chunk,recompute", [("megatron", 0, "selective"), ("scratch", 16, "full")])
 def test_sequence_parallel_tp2_equals_tp1(tp_layers, loss_chunk, recompute):
     """TP 2 with sequence parallelism and recomputation equals TP 1 without (megatron-core's layers with selective
     recomputation, and chapter 11's twin with full recomputation and the chunked loss):
