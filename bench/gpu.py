@@ -50,7 +50,7 @@ OOM = re.compile(r"out of memory|OutOfMemoryError", re.I)
 # the engine, the data index) and in torch.compile (kernels: ~3 s there; the whole HF model: a guess): the plan's
 # estimate, to be corrected from what each run records (`startup_s`, `wall_s`)
 START_S = {"cuda": 20, "cpu": 11}
-COMPILE_S = {"kernels=compile": 15, "hf-compile": 60}
+COMPILE_S = {"kernels=compile": 15, "hf-compile": 60, "compile_blocks": 40, "compile_blocks+cudnn": 40, "profile": 10}
 
 
 @dataclass
@@ -63,6 +63,8 @@ class Row:
     hf: str | None = None                         # the Hugging Face anchor: eager | compile
     alias: str | None = None                      # the same configuration as this row: measured once
     skip: str | None = None                       # why it is not measured here
+    config: str | None = None                     # another config than the timed one (the memory rows' gpt-125m)
+    profile: bool = False                         # one step under torch.profiler: where the time goes
 
 
 def plan(config: str, device: str, cfg) -> list[Row]:
@@ -79,20 +81,39 @@ def plan(config: str, device: str, cfg) -> list[Row]:
     for r in ("none", "selective", "full"):
         rows.append(Row(f"recompute={r}", "recompute", f"--set model.recompute={r}", {"model.recompute": r}))
     rows.append(Row("deterministic", "deterministic", "--set deterministic=true", {"deterministic": "true"}))
+    # the levers, one at a time against the default (issue 36): SDPA's kernels, one compiled graph per layer, the
+    # chunked loss, a smaller micro-batch
+    for b in ("flash", "cudnn", "efficient"):
+        rows.append(Row(f"attention={b}", "levers", f"--set model.attention_backend={b}: SDPA's {b} kernel only", {"model.attention_backend": b}))
+    rows += [Row("compile_blocks", "levers", "--set model.compile_blocks=true: torch.compile of each transformer layer", {"model.compile_blocks": "true"}),
+             Row("compile_blocks+cudnn", "levers", "compile_blocks and SDPA's cudnn kernel", {"model.compile_blocks": "true", "model.attention_backend": "cudnn"}),
+             Row("loss_chunk=4096", "levers", "--set model.loss_chunk=4096: the linear cross-entropy, 4096 tokens' logits at a time", {"model.loss_chunk": 4096}),
+             Row("micro=4", "levers", "--set schedule.micro_batch_size=4", {"schedule.micro_batch_size": 4})]
+    rows.append(Row("profile", "profile", "the default's step under torch.profiler: GPU time by kernel kind, idle time", profile=True))
+    small = "scaled_configs/gpt-125m.yaml" if config != "scaled_configs/tiny.yaml" else config
+    for r in ("none", "selective", "full"):
+        rows.append(Row(f"125m:recompute={r}", "memory", f"{small} with --set model.recompute={r}: memory against stage_memory",
+                        {"model.recompute": r}, config=small))
     hf = "Hugging Face GPT2LMHeadModel, same shape, SDPA, fp32 weights under bf16 autocast, AdamW, clipping, dropout 0.1"
     rows += [Row("hf-eager", "hf", hf + ", eager", hf="eager"), Row("hf-compile", "hf", hf + ", torch.compile(model and loss)", hf="compile")]
     for r in rows:
-        if r.name == "default": continue
+        if r.name == "default" or r.config or r.profile: continue
         if r.group == "backend" and r.flags[1] == auto: r.alias = "default"
         if r.group == "kernels" and r.sets["model.kernels"] == cfg.model.kernels: r.alias = "default"
         if r.group == "recompute" and r.sets["model.recompute"] == cfg.model.recompute: r.alias = "default"
+        if r.group == "levers" and all(str(getattr(cfg.model if k.startswith("model.") else cfg.schedule, k.split(".")[1])).lower() == str(v)
+                                       for k, v in r.sets.items()): r.alias = "default"
         if r.group == "deterministic" and cfg.deterministic: r.alias = "default"
     if device == "cpu":
         for r in rows:
             if r.name == "kernels=triton":
                 r.skip = "Triton kernels need a GPU (a CPU runs them only in Triton's interpreter, ~1000x slower: bench/kernels.py checks them there)"
-            if r.name in ("kernels=compile", "hf-compile"):
+            if r.name in ("kernels=compile", "hf-compile") or "compile_blocks" in r.name:
                 r.skip = "torch.compile on a CPU spends about a minute in C++ code generation on 2 shared cores; the GPU run measures it"
+            if r.name in ("attention=cudnn", "attention=efficient"):
+                r.skip = f"SDPA's {r.name.split('=')[1]} kernel is a CUDA kernel"
+            if r.name == "attention=flash":
+                r.skip = "SDPA's flash kernel for the CPU takes no dropout"
     return rows
 
 
@@ -102,7 +123,9 @@ def selected(rows: list[Row], only: str | None) -> tuple[list[Row], bool]:
     want = {w.strip() for w in only.split(",") if w.strip()}
     known = {r.name for r in rows} | {r.group for r in rows} | {"determinism"}
     if want - known: raise SystemExit(f"--only: unknown {', '.join(sorted(want - known))}; choose from {', '.join(sorted(known))}")
-    return [r for r in rows if r.name in want or r.group in want], "determinism" in want
+    order = [w.strip() for w in only.split(",") if w.strip()]
+    first = lambda r: min(order.index(w) for w in (r.name, r.group) if w in order)
+    return sorted((r for r in rows if r.name in want or r.group in want), key=first), "determinism" in want   # in --only's order
 
 
 # ---------------------------------------------------------------------------------------------------- running `mtnlg train`
@@ -189,6 +212,13 @@ def common_sets(cfg, steps: int) -> dict:
     return {**DATA, "schedule.train_iters": steps, "schedule.log_interval": 1, "schedule.eval_interval": 10**6,
             "schedule.eval_iters": 1, "checkpoint.save_interval": "null", "schedule.train_tokens": int(min(s.train_tokens, tokens))}
 
+def common_for(config: str, steps: int) -> dict:
+    "The overrides every timed run of `config` shares, dropout on (the recipe's; tiny.yaml turns it off)."
+    base = load(config, {})
+    common = common_sets(base, steps)
+    if not (base.model.hidden_dropout and base.model.attention_dropout): common.update(DROPOUT)
+    return common
+
 def load(config: str, sets: dict):
     from mtnlg.config import load_config, parse_override
     return load_config(ROOT / config, dict(parse_override(f"{k}={v}") for k, v in sets.items()))
@@ -223,17 +253,22 @@ def predicted_gib(cfg) -> float:
 def measure(row: Row, ctx) -> dict:
     """One row: its process at the largest micro-batch that fits; the summary of its steps and what ran."""
     out = {"name": row.name, "group": row.group, "what": row.what, "overrides": {}, "tried_micro_batches": []}
-    base = {**ctx.common, **row.sets}
-    cfg = load(ctx.config, base)
+    config = row.config or ctx.config
+    if config != ctx.config: out["config"] = config
+    base = {**(common_for(config, ctx.steps) if config != ctx.config else ctx.common), **row.sets}
+    cfg = load(config, base)
     for mb in micro_batches(cfg):
         sets = dict(base, **({} if mb == cfg.schedule.micro_batch_size else {"schedule.micro_batch_size": mb}))
         run_dir = ctx.tmp / re.sub(r"[^a-z0-9]+", "-", row.name) / f"micro-{mb}"
-        if row.hf: cmd = [sys.executable, __file__, "--hf-worker", json.dumps({"config": ctx.config, "sets": sets, "mode": row.hf,
+        if row.hf: cmd = [sys.executable, __file__, "--hf-worker", json.dumps({"config": config, "sets": sets, "mode": row.hf,
                                                                                  "run_dir": str(run_dir)})]
-        else: cmd = train_command(ctx.config, run_dir, sets, row.flags)
+        elif row.profile: cmd = [sys.executable, __file__, "--profile-worker", json.dumps({"config": config, "sets": sets,
+                                                                                             "run_dir": str(run_dir), "steps": ctx.steps})]
+        else: cmd = train_command(config, run_dir, sets, row.flags)
         job = Job(cmd, run_dir, last_step_logged(run_dir, ctx.steps), timeout=ctx.timeout)
         run_jobs([job])
         rows, text = loss_rows(run_dir), job.output()
+        profiled = json.loads((run_dir / "profile.json").read_text()) if (run_dir / "profile.json").is_file() else None
         shutil.rmtree(run_dir.parent, ignore_errors=True)
         out["tried_micro_batches"].append(mb)
         if len(rows) >= ctx.steps and job.ok:
@@ -246,7 +281,8 @@ def measure(row: Row, ctx) -> dict:
                         "startup_s": job.wall_s - sum(r.get("elapsed_s", 0) for r in rows[-1:]) if not row.hf else None,
                         **summarise(rows)})
             if len(out["batch_sizes"]) != 1: out["note"] = f"the batch changed during the run: {out['batch_sizes']}"
-            run_cfg = load(ctx.config, sets)
+            if profiled: out["profile"] = profiled
+            run_cfg = load(config, sets)
             if out["backend"] == "deepspeed":
                 out["predicted_gib"] = predicted_gib(run_cfg)
                 if out["max_allocated_gib"]:
@@ -258,6 +294,56 @@ def measure(row: Row, ctx) -> dict:
         return out
     out.update({"error": f"out of memory at every micro-batch tried ({out['tried_micro_batches']})"})
     return out
+
+
+# ---------------------------------------------------------------------------------------------------- where a step's time goes
+
+KERNEL_KINDS = [("matrix products", re.compile(r"gemm|nvjet|xmma|cutlass|sm90_|sm80_|cublas", re.I)),
+                ("attention", re.compile(r"flash|fmha|cudnn|attention|sdpa", re.I)),
+                ("communication", re.compile(r"nccl", re.I)),
+                ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),
+                ("copies", re.compile(r"memcpy|memset|copy", re.I))]
+
+def kernel_kind(name: str) -> str:
+    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), "elementwise and reductions")
+
+def profile_worker(spec: dict) -> int:
+    """`mtnlg train`'s step, in its own process: the config's steps, then one more under torch.profiler. Writes
+    profile.json beside metrics.jsonl: the step's wall time, its GPU kernel time by kind (matrix products, attention,
+    elementwise and reductions, optimizer, communication, copies), the time no kernel runs, the top kernels and the
+    top operators by their own device time (on a CPU: by their own CPU time)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from mtnlg.train import MetricsLog, open_run, load_run, train_one_step, log_step
+    cfg = load(spec["config"], spec["sets"])
+    run = open_run(cfg, spec["run_dir"])
+    load_run(run)
+    metrics, t_start, steps, bar = MetricsLog(run), time.time(), spec["steps"], argparse.Namespace(disable=True)
+    for step in range(1, steps):
+        log_step(run, train_one_step(run, step), metrics, bar, t_start)
+    cuda = run.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        t0 = time.time(); done = train_one_step(run, steps); sync(); wall = time.time() - t0
+    events = prof.key_averages()
+    kernels = [e for e in events if cuda and e.device_type == torch.autograd.DeviceType.CUDA]
+    by_kind: dict = {}
+    for e in kernels: by_kind[kernel_kind(e.key)] = by_kind.get(kernel_kind(e.key), 0.0) + e.self_device_time_total / 1e6
+    busy = sum(by_kind.values())
+    time_key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    ops = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CPU), key=lambda e: -getattr(e, time_key))
+    out = {"step": steps, "wall_s": wall, "kernel_s": busy, "idle_s": wall - busy if cuda else None,
+           "by_kind_s": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+           "top_kernels": [{"name": e.key[:160], "s": e.self_device_time_total / 1e6, "calls": e.count, "kind": kernel_kind(e.key)}
+                           for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:25]],
+           "top_ops": [{"name": e.key[:120], "s": getattr(e, time_key) / 1e6, "calls": e.count} for e in ops[:25]],
+           "ops_timed_by": "device" if cuda else "cpu"}
+    (Path(spec["run_dir"]) / "profile.json").write_text(json.dumps(out, indent=1))
+    log_step(run, done, metrics, bar, t_start)           # the profiled step's row last: the runner stops the process here
+    print(f"profiled step {steps}: {wall:.3f} s wall" + (f", kernels {busy:.3f} s ({', '.join(f'{k} {v:.3f}' for k, v in out['by_kind_s'].items())})" if cuda else ""), flush=True)
+    metrics.close()
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------- the Hugging Face anchor
@@ -441,7 +527,7 @@ def pct(s) -> str: return "   n/a" if s is None else f"{100 * (s['median'] if is
 
 def table(results: list[dict], det: dict | None) -> str:
     lines = [f"{'row':30s} {'micro':>5s} {'tokens/s median (min-max)':>30s} {'MFU':>6s} {'HFU':>6s} {'peak GiB':>8s} "
-             f"{'pred.':>6s} {'meas/pred':>9s} {'x engine':>8s} {'x HF comp.':>10s}"]
+             f"{'pred.':>6s} {'meas/pred':>9s} {'x default':>9s} {'x HF comp.':>10s}"]
     for r in results:
         if "tokens_per_s" not in r:
             lines.append(f"{r['name']:30s} " + (f"skipped: {r['skipped']}" if "skipped" in r else f"FAILED: {r.get('error', '')[:200]!r}"))
@@ -452,7 +538,7 @@ def table(results: list[dict], det: dict | None) -> str:
         lines.append(f"{r['name'] + (' (= ' + r['alias_of'] + ')' if r.get('alias_of') else ''):30s} {r['micro_batch']:5d} "
                      f"{rate:>30s} {pct(r['mfu'])} {pct(r['hfu'])} "
                      f"{f(mem and mem['max'], '8.1f'):>8s} {f(r.get('predicted_gib'), '6.1f'):>6s} "
-                     f"{f(r.get('measured_over_predicted'), '9.2f'):>9s} {f(r.get('vs_engine'), '8.2f'):>8s} "
+                     f"{f(r.get('measured_over_predicted'), '9.2f'):>9s} {f(r.get('vs_default'), '9.2f'):>9s} "
                      f"{f(r.get('vs_hf_compile'), '10.2f'):>10s}")
     if det:
         if "error" in det: lines.append(f"determinism ({det['config']}): FAILED: {det['error'][:300]!r}")
@@ -467,8 +553,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--save", action="store_true", help="write bench/results/gpu-<date>-<device>.json")
     ap.add_argument("--out", help="write the results JSON here instead (any path)")
-    ap.add_argument("--only", help="comma-separated rows or groups: default, engine, single, backend, kernels, kernels=compile, "
-                                   "recompute, recompute=full, deterministic, hf, hf-eager, hf-compile, determinism")
+    ap.add_argument("--only", help="comma-separated rows or groups, run in this order: default, engine, single, backend, kernels, "
+                                   "kernels=compile, recompute, recompute=full, deterministic, levers, attention=cudnn, compile_blocks, "
+                                   "profile, memory, hf, hf-eager, hf-compile, determinism")
     ap.add_argument("--steps", type=int, default=WARMUP + MIN_RUNS, help=f"training steps per run (>= {WARMUP + MIN_RUNS}: "
                     f"{WARMUP} of warm-up, then at least {MIN_RUNS} measured)")
     ap.add_argument("--det-steps", type=int, default=8, help="steps of each determinism run (a checkpoint halfway)")
@@ -477,9 +564,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=420, help="seconds after which one run is killed and reported as failed")
     ap.add_argument("--dry-run", action="store_true", help="the same code at the tiny shape on the CPU (about two minutes)")
     ap.add_argument("--hf-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-worker", help=argparse.SUPPRESS)
     ap.add_argument("--device-info", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.hf_worker: return hf_worker(json.loads(args.hf_worker))
+    if args.profile_worker: return profile_worker(json.loads(args.profile_worker))
     if args.device_info: return _device_info_child()
     if args.steps < WARMUP + MIN_RUNS: ap.error(f"--steps must be >= {WARMUP + MIN_RUNS}")
     if args.save and args.dry_run: ap.error("a dry run measures nothing worth keeping: --save writes bench/results from a GPU run only")
@@ -492,8 +581,7 @@ def main(argv=None) -> int:
     config = args.config or (tiny if args.dry_run else "scaled_configs/gpt-1.3b.yaml")
     det_config = args.det_config or (tiny if args.dry_run else "scaled_configs/gpt-125m.yaml")
     base = load(config, {})
-    common = common_sets(base, args.steps)
-    if not (base.model.hidden_dropout and base.model.attention_dropout): common.update(DROPOUT)   # tiny.yaml: the recipe has it
+    common = common_for(config, args.steps)
     cfg = load(config, common)
     tmp = Path(tempfile.mkdtemp(prefix="mtnlg-bench-gpu-"))
     ctx = argparse.Namespace(config=config, det_config=det_config, steps=args.steps, det_steps=args.det_steps, device=info["device"],
@@ -511,7 +599,8 @@ def main(argv=None) -> int:
     est = 0.0
     print("plan:")
     for r in rows:
-        e = 0 if (r.alias and any(x.name == r.alias for x in rows)) or r.skip else estimate_s(r, ctx, load(config, {**common, **r.sets}))
+        e = 0 if (r.alias and any(x.name == r.alias for x in rows)) or r.skip else \
+            estimate_s(r, ctx, load(r.config or config, {**(common_for(r.config, args.steps) if r.config else common), **r.sets}))
         est += e
         print(f"  {r.name:18s} {r.what}" + (f"  [= {r.alias}: measured once]" if e == 0 and r.alias and not r.skip else "")
               + (f"  [skipped: {r.skip}]" if r.skip else f"  ~{e:.0f} s" if e else ""))
@@ -529,6 +618,34 @@ def main(argv=None) -> int:
 def run(args, argv, rows, with_det, ctx, info, cfg, batch, vocab, est) -> int:
     config = ctx.config
     t_start, results, done = time.time(), [], {}
+    out = Path(args.out) if args.out else (ROOT / "bench" / "results" /
+                                            f"gpu-{datetime.date.today()}-{re.sub(r'[^a-z0-9]+', '-', info['name'].lower()).strip('-')}.json"
+                                            if args.save else None)
+
+    def record(det, partial: bool) -> dict:
+        "The results so far (written after every row, so that a run cut short keeps what it measured)."
+        engine = next((r for r in results if r["name"] == "engine" and "tokens_per_s" in r), None)
+        anchor = next((r for r in results if r["name"] == "hf-compile" and "tokens_per_s" in r), None)
+        default = next((r for r in results if r["name"] == "default" and "tokens_per_s" in r), None)
+        for r in results:
+            if "tokens_per_s" in r and r["group"] != "memory":
+                r["vs_engine"], r["vs_hf_compile"], r["vs_default"] = ratio(r, engine), ratio(r, anchor), ratio(r, default)
+        dcost = done.get("deterministic")
+        cost = ratio(dcost, default) if dcost and default and "tokens_per_s" in dcost else None
+        rec = {"date": str(datetime.date.today()), "device": info["name"], "dry_run": args.dry_run, "partial": partial,
+               "hardware": info["hardware"], "peak_tflops": info["peak_tflops"], "memory_gib": info.get("memory_gib"),
+               "command": shlex.join(["python", "bench/gpu.py", *(sys.argv[1:] if argv is None else argv)]),
+               "config": config, "steps": args.steps, "warmup_steps": WARMUP, "global_batch": batch, "seq": cfg.model.seq_length,
+               "tokenizer_vocab": vocab, "data": DATA, "common_overrides": {k: v for k, v in ctx.common.items() if k not in DATA},
+               "recipe": "bf16 weights with fp32 master weights and Adam states (engine) / fp32 weights under bf16 autocast "
+                         "(single, HF); AdamW beta2 0.95, weight decay 0.1, clipping 1.0, dropout 0.1",
+               "rows": results, "deterministic_cost": cost, "determinism": det, "seconds": time.time() - t_start,
+               "estimated_seconds": est}
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(rec, indent=1))
+        return rec
+
     for i, r in enumerate(rows, 1):
         if r.skip: res = {"name": r.name, "group": r.group, "what": r.what, "skipped": r.skip}
         elif r.alias and r.alias in done:
@@ -542,7 +659,9 @@ def run(args, argv, rows, with_det, ctx, info, cfg, batch, vocab, est) -> int:
                   + (f", peak {mem['max']:.1f} GiB allocated" if mem else "")
                   + (f" (predicted {res['predicted_gib']:.1f})" if res.get("predicted_gib") else "")
                   + (f" [= {r.alias}]" if res.get("alias_of") else f", {res['wall_s']:.0f} s"), flush=True)
+            if res.get("profile"): print("  profile: " + json.dumps({k: v for k, v in res["profile"].items() if k in ("wall_s", "kernel_s", "idle_s", "by_kind_s")}), flush=True)
         else: print(f"[{i}/{len(rows)}] {r.name}: " + (f"skipped ({res['skipped']})" if "skipped" in res else f"FAILED: {res['error'][-600:]}"), flush=True)
+        record(None, partial=True)
     det = None
     if with_det:
         det = determinism(ctx)
@@ -550,32 +669,12 @@ def run(args, argv, rows, with_det, ctx, info, cfg, batch, vocab, est) -> int:
               f"deterministic=true: two runs bitwise {det['deterministic']['two_runs']['bitwise']}, kill -9 + resume bitwise "
               f"{det['deterministic']['kill9_resume']['bitwise']}; without it: two runs bitwise {det['default']['two_runs']['bitwise']} "
               f"({det['wall_s']:.0f} s)"), flush=True)
-
-    engine = next((r for r in results if r["name"] == "engine" and "tokens_per_s" in r), None)
-    anchor = next((r for r in results if r["name"] == "hf-compile" and "tokens_per_s" in r), None)
-    for r in results:
-        if "tokens_per_s" in r: r["vs_engine"], r["vs_hf_compile"] = ratio(r, engine), ratio(r, anchor)
-    default = done.get("default"); dcost = done.get("deterministic")
-    cost = ratio(dcost, default) if dcost and default and "tokens_per_s" in dcost and "tokens_per_s" in default else None
-    total = time.time() - t_start
+    rec = record(det, partial=False)
     print()
     print(table(results, det))
-    if cost: print(f"deterministic=true trains at x{cost:.3f} the default's tokens/s ({config}, medians, this run)")
-    print(f"total {total:.0f} s ({total / 60:.1f} min; estimated {est / 60:.1f})")
-    record = {"date": str(datetime.date.today()), "device": info["name"], "dry_run": args.dry_run,
-              "hardware": info["hardware"], "peak_tflops": info["peak_tflops"], "memory_gib": info.get("memory_gib"),
-              "command": shlex.join(["python", "bench/gpu.py", *(sys.argv[1:] if argv is None else argv)]),
-              "config": config, "steps": args.steps, "warmup_steps": WARMUP, "global_batch": batch, "seq": cfg.model.seq_length,
-              "tokenizer_vocab": vocab, "data": DATA, "common_overrides": {k: v for k, v in ctx.common.items() if k not in DATA},
-              "recipe": "bf16 weights with fp32 master weights and Adam states (engine) / fp32 weights under bf16 autocast "
-                        "(single, HF); AdamW beta2 0.95, weight decay 0.1, clipping 1.0, dropout 0.1",
-              "rows": results, "deterministic_cost": cost, "determinism": det, "seconds": total, "estimated_seconds": est}
-    out = Path(args.out) if args.out else (ROOT / "bench" / "results" /
-                                            f"gpu-{datetime.date.today()}-{re.sub(r'[^a-z0-9]+', '-', info['name'].lower()).strip('-')}.json"
-                                            if args.save else None)
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(record, indent=1)); print(f"wrote {out}")
+    if rec["deterministic_cost"]: print(f"deterministic=true trains at x{rec['deterministic_cost']:.3f} the default's tokens/s ({config}, medians, this run)")
+    print(f"total {rec['seconds']:.0f} s ({rec['seconds'] / 60:.1f} min; estimated {est / 60:.1f})")
+    if out: print(f"wrote {out}")
     failed = [r["name"] for r in results if "error" in r] + (["determinism"] if det and "error" in det else [])
     if failed: print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
