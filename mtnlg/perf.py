@@ -221,7 +221,13 @@ def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict
     output pipe buffers (the logits; with `model.loss_chunk`, the final LayerNorm's output); `for the loss`, kept from
     the loss's forward to its backward; `backward`, the loss's backward working set."""
     V, h = model.padded_vocab_size(tp) // tp, model.hidden_size
-    if not model.loss_chunk:          # the logits, their fp32 copy; backward: the fp32 softmax and the logits' gradient
+    if not model.loss_chunk and model.tp_layers == "megatron":
+        # megatron-core's cross-entropy works in place on the logits' fp32 copy (in fp32: on the logits themselves), leaves
+        # the softmax there and writes the gradient over it; its backward adds only the gradient's cast to bf16. So the
+        # loss's fullest moment is the next forward: new logits (and their fp32 copy) while both pipe buffers still hold
+        # older ones (measured on an H200: 4 of 4 peaks within 1%, bench/results/gpu-2026-11-26-nvidia-h200.json)
+        return {"buffers": 2 * tokens * V * e, "for the loss": tokens * V * (e + (4 if e != 4 else 0)), "backward": 0}
+    if not model.loss_chunk:          # chapter 11's: a new fp32 softmax kept; backward: the logits' gradient, times the loss's
         return {"buffers": 2 * tokens * V * e, "for the loss": tokens * V * 4 if e != 4 else 0, "backward": 2 * tokens * V * 4}
     copy = 4 if e != 4 and model.kernels != "triton" else 0     # the PyTorch twin widens a chunk to fp32
     chunk = min(model.loss_chunk, tokens) * V * (e + copy)
@@ -259,8 +265,9 @@ def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str
         out = output_layer_bytes(model, s * b, L.tp, e) if last else {"buffers": 0, "for the loss": 0, "backward": 0}
         kept_logits = out["buffers"]          # DeepSpeed's two pipe buffers keep the last logits (chunked loss: the LN output)
         # on top of what is stored: a layer's backward (its recomputed activations, the MLP's gradients) or, on the last
-        # stage, the loss's backward before it (the fp32 softmax it kept, and the logits' gradient); not both at once
-        working = max(recomputed + mlp_grads, out["backward"])
+        # stage, the loss's backward before it (on top of what the loss kept); not both at once, and what the loss kept
+        # is gone by the time a layer's backward runs
+        working = max(recomputed + mlp_grads - out["for the loss"], out["backward"], 0)
         backward = states | {"reduce buckets": 0,
                              "activations": in_flight(i, L.pp, m, v) * per_micro_batch / v, "backward working": working,
                              "logits": kept_logits + out["for the loss"],   # + what the loss keeps (their fp32 copy)
