@@ -298,8 +298,8 @@ def measure(row: Row, ctx) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- where a step's time goes
 
-KERNEL_KINDS = [("matrix products", re.compile(r"gemm|nvjet|xmma|cutlass|sm90_|sm80_|cublas", re.I)),
-                ("attention", re.compile(r"flash|fmha|cudnn|attention|sdpa", re.I)),
+KERNEL_KINDS = [("attention", re.compile(r"flash|fmha|sdpa|attention", re.I)),     # first: cuDNN's and FA2's names say sm90 / cutlass too
+                ("matrix products", re.compile(r"gemm|nvjet|xmma|cutlass|sm90_|sm80_|cublas", re.I)),
                 ("communication", re.compile(r"nccl", re.I)),
                 ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),
                 ("copies", re.compile(r"memcpy|memset|copy", re.I))]

@@ -89,7 +89,9 @@ def rows() -> list[str]:
                f"{rng(t['ours, KV cache'], ',.0f')} vs {rng(t['ours, recomputed'], ',.0f')} vs {rng(t['Hugging Face generate'], ',.0f')} "
                f"tokens/s, {t['ours, KV cache']['runs']} runs; same greedy tokens: {'yes' if g['same_tokens'] else 'NO'} | > 1× |")
     gpu = newest_gpu()
-    out += kernel_rows(with_model=gpu is None) + (gpu_rows(gpu[1]) if gpu else [])
+    # bench/kernels.py's end-to-end steps stay until a bench/gpu.py run has measured the kernel choices on the recipe
+    measured_kernels = gpu is not None and any(r["name"].startswith("kernels=") and "tokens_per_s" in r for r in gpu[1]["rows"])
+    out += kernel_rows(with_model=not measured_kernels) + (gpu_rows(gpu[1]) if gpu else [])
     return out
 
 def kernel_rows(with_model: bool = True) -> list[str]:
@@ -130,43 +132,70 @@ def newest_gpu() -> tuple[Path, dict] | None:
         if not g.get("dry_run"): return path, g
     return None
 
+def predicted_now(row: dict, g: dict) -> float:
+    "Chapter 50's `stage_memory` (no reserve), as the package computes it today, for the config a row ran."
+    from gpu import load, predicted_gib
+    return predicted_gib(load(row.get("config", g["config"]), row["overrides"]))
+
+def by_kind(prof: dict) -> dict:
+    "A profile's kernel seconds by kind, its top kernels classified by today's `gpu.kernel_kind` (a result can predate a fix)."
+    from gpu import kernel_kind
+    out = dict(prof["by_kind_s"])
+    for k in prof["top_kernels"]:
+        if kernel_kind(k["name"]) != k["kind"]:
+            out[k["kind"]] -= k["s"]; out[kernel_kind(k["name"])] = out.get(kernel_kind(k["name"]), 0.0) + k["s"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
 def gpu_rows(g: dict) -> list[str]:
-    """`bench/gpu.py` on one GPU: `mtnlg train` with the recipe — the default path against the engine, the one-process loop
-    and Hugging Face GPT-2 (eager, compiled); per kernel choice; per recompute mode with memory measured against chapter
-    50's prediction; determinism and its cost."""
+    """`bench/gpu.py` on one GPU: `mtnlg train` with the recipe — the default path against Hugging Face GPT-2 (compiled,
+    eager) and the one-process loop where measured; the levers, one at a time; where a step's time goes; peak memory
+    against chapter 50's prediction (recomputed here from today's model); determinism and its cost."""
     rows = {r["name"]: r for r in g["rows"]}
     dev = g["device"].replace("NVIDIA ", "")
     ok = lambda n: n in rows and "tokens_per_s" in rows[n]
     def tps(n): return f"{rows[n]['tokens_per_s']['median']:,.0f}" if ok(n) else "—"
     def mfu(n, key="mfu"): return f"{rows[n][key]['median']:.1%}" if ok(n) and rows[n].get(key) else "—"
-    def x(n, key="vs_engine"): return f"{rows[n][key]:.2f}×" if ok(n) and rows[n].get(key) else ("skipped" if n in rows and "skipped" in rows[n] else "—")
+    def x(n, key="vs_default"): return f"{rows[n][key]:.2f}×" if ok(n) and rows[n].get(key) else ("skipped" if n in rows and "skipped" in rows[n] else "not measured")
     steps = next((r["tokens_per_s"]["runs"] for r in g["rows"] if "tokens_per_s" in r), 0)
     shape = f"{g['config'].split('/')[-1].removesuffix('.yaml')}, {g['global_batch']} × {g['seq']} tokens a step"
+    src = f"`bench/gpu.py`, {g['date']}"
     out = []
     if ok("default"):
         d = rows["default"]
+        anchor = f"{1 / rows['hf-compile']['vs_default']:.2f}×" if ok("hf-compile") else "not measured"
         out.append(f"| {shape}, `mtnlg train` on 1 {dev} with the paper's recipe (bf16 weights, fp32 masters and Adam, clipping, "
-                   f"dropout) (`bench/gpu.py`, {g['date']}) | default path ({d['backend']}): {tps('default')} "
-                   f"({d['tokens_per_s']['min']:,.0f}–{d['tokens_per_s']['max']:,.0f}) tokens/s, MFU {mfu('default')}, HFU "
-                   f"{mfu('default', 'hfu')}, micro-batch {d['micro_batch']}; against the engine: one-process loop {x('single')}, "
-                   f"Hugging Face GPT-2 eager {x('hf-eager')} (micro-batch {rows.get('hf-eager', {}).get('micro_batch', '—')}), "
-                   f"compiled {x('hf-compile')} (micro-batch {rows.get('hf-compile', {}).get('micro_batch', '—')}); "
-                   f"medians of {steps} steps | — |")
-    names = [n for n in ("kernels=reference", "kernels=compile", "kernels=triton") if n in rows]
-    if names:
-        out.append(f"| the same per `model.kernels` ({' / '.join(n.split('=')[1] for n in names)}) (`bench/gpu.py`) | MFU "
-                   + " / ".join(mfu(n) for n in names) + ": " + " / ".join(tps(n) for n in names) + " tokens/s, "
-                   + " / ".join(x(n) for n in names) + " the engine's | — |")
-    names = [n for n in ("recompute=none", "recompute=selective", "recompute=full") if n in rows]
-    if names:
-        mem = lambda n: f"{rows[n]['max_allocated_gib']['max']:.1f}" if ok(n) and rows[n].get("max_allocated_gib") else "—"
-        pred = lambda n: f"{rows[n]['predicted_gib']:.1f}" if ok(n) and rows[n].get("predicted_gib") else "—"
-        r = lambda n: f"{rows[n]['measured_over_predicted']:.2f}" if ok(n) and rows[n].get("measured_over_predicted") else "—"
-        out.append(f"| the same per `model.recompute` ({' / '.join(n.split('=')[1] for n in names)}): peak allocated memory "
-                   f"against chapter 50's `stage_memory` without its reserve (`bench/gpu.py`) | MFU " + " / ".join(mfu(n) for n in names)
-                   + ", HFU " + " / ".join(mfu(n, "hfu") for n in names) + "; " + " / ".join(mem(n) for n in names)
-                   + " GiB measured, " + " / ".join(pred(n) for n in names) + " predicted: " + " / ".join(r(n) for n in names)
-                   + " | within 10% |")
+                   f"dropout) ({src}) | default path ({d['backend']}): {tps('default')} "
+                   f"({d['tokens_per_s']['min']:,.0f}–{d['tokens_per_s']['max']:,.0f}) tokens/s, MFU {mfu('default')}, "
+                   f"micro-batch {d['micro_batch']}; {anchor} Hugging Face GPT-2 compiled ({tps('hf-compile')} tokens/s, MFU "
+                   f"{mfu('hf-compile')}, micro-batch {rows.get('hf-compile', {}).get('micro_batch', '—')})"
+                   + "".join(f"; {label} {x(n)} the default's" for n, label in (("single", "one-process loop"), ("hf-eager", "HF eager")) if ok(n))
+                   + f"; medians of {steps} steps | ≥ 55% MFU, ≥ 1.3× HF compiled |")
+    levers = [n for n in ("compile_blocks", "attention=cudnn", "attention=flash", "attention=efficient", "compile_blocks+cudnn",
+                          "loss_chunk=4096", "micro=4", "kernels=compile", "kernels=triton", "recompute=selective",
+                          "recompute=full", "deterministic") if ok(n)]
+    if levers:
+        def lever(n):
+            r, mem = rows[n], ""
+            if r.get("max_allocated_gib") and ok("default") and rows["default"].get("max_allocated_gib"):
+                delta = r["max_allocated_gib"]["max"] - rows["default"]["max_allocated_gib"]["max"]
+                mem = f", {delta:+.1f} GiB" if abs(delta) >= 0.5 else ""
+            return f"{n} {r['vs_default']:.2f}×{mem}" + (" (another machine of the kind)" if r.get("machine") else "")
+        out.append(f"| levers, one at a time against that default, same run ({src}) | " + "; ".join(lever(n) for n in levers) + " | — |")
+    prof = rows.get("profile", {}).get("profile")
+    if prof and prof.get("kernel_s"):
+        kinds = "; ".join(f"{k} {v:.2f} s ({v / prof['wall_s']:.0%})" for k, v in by_kind(prof).items())
+        out.append(f"| where one step of the default goes, `torch.profiler` on 1 {dev} ({src}) | {prof['wall_s']:.2f} s: {kinds}; "
+                   f"no kernel running {prof['idle_s']:.2f} s ({prof['idle_s'] / prof['wall_s']:.0%}) | — |")
+    mem_rows = [n for n in ("default", "recompute=selective", "recompute=full", "125m:recompute=none", "125m:recompute=selective",
+                            "125m:recompute=full") if ok(n) and rows[n].get("max_allocated_gib")]
+    if mem_rows:
+        def case(n):
+            r = rows[n]
+            name = f"{Path(r.get('config', g['config'])).stem} {r['overrides'].get('model.recompute', 'none')}"
+            measured, predicted = r["max_allocated_gib"]["max"], predicted_now(r, g)
+            return f"{name} {measured:.1f}/{predicted:.1f} ({measured / predicted:.3f})"
+        out.append(f"| peak allocated memory, measured / chapter 50's `stage_memory` without its reserve, micro-batch × sequence "
+                   f"16,384 tokens, on 1 {dev} ({src}) | " + "; ".join(case(n) for n in mem_rows) + " GiB | within 5% |")
     det = g.get("determinism")
     if det and "error" not in det:
         word = lambda c: "bitwise" if c["bitwise"] else f"differ ({c['tensors_differing']} of {c['tensors_compared']} tensors, ≤ {c['largest_difference']:.1e})"

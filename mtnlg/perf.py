@@ -11,7 +11,7 @@ __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'FUSIONS', 'SYSTEMS', 'MT_N
            'stage_memory', 'memory_per_gpu', 'largest_term', 'gpu_for', 'utilization', 'memory_table', 'format_stages',
            'plot_recompute_tradeoff', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time', 'Op', 'layer_ops',
            'ridge_point', 'layer_time', 'System', 'interleaved_bubble', 'pipeline_time', 'Prediction', 'predict',
-           'paper_predictions', 'fit_matmul_efficiency', 'plot_paper_rows', 'PublishedRun', 'gpt',
+           'paper_predictions', 'fit_gpu_efficiency', 'fit_matmul_efficiency', 'plot_paper_rows', 'PublishedRun', 'gpt',
            'best_virtual_stages', 'published_runs', 'validate', 'plot_validation', 'tflops_of', 'korthikanti_runs',
            'stage_splits', 'plan', 'format_plan', 'sequence_parallel_gain', 'format_sequence_parallel_gain',
            'measure_matmul_tflops', 'measure_memory_gbps', 'calibrate_cpu', 'cpu_as_gpu']
@@ -190,6 +190,7 @@ class GPU:
     hbm_gbps: float         # memory bandwidth
     nvlink_gbps: float      # inside a node, through NVSwitch
     ib_gbps: float          # across nodes: one InfiniBand NIC per GPU
+    matmul_efficiency: float | None = None   # measured on one such GPU through our engine (`Assumptions`' fit where None)
 
 GPUS = {
     # A100 80GB SXM: 312 TFLOP/s bf16 dense (156 TF32), 80 GiB HBM2e at 2039 GB/s, NVLink 3 600 GB/s bidirectional through
@@ -197,9 +198,13 @@ GPUS = {
     "a100-80gb": GPU("A100 80GB", 312, 156, 80, 2039, 300, 25),
     # H100 SXM: 989 TFLOP/s bf16 dense (495 TF32), 80 GiB HBM3 at 3350 GB/s, NVLink 4 900 GB/s bidirectional;
     # DGX H100: 8 ConnectX-7 NDR 400 Gb/s = 50 GB/s per GPU (NVIDIA H100 and DGX H100 datasheets).
-    "h100": GPU("H100 SXM", 989, 495, 80, 3350, 450, 50),
+    # Both Hopper parts: the efficiency that makes the model's gpt-1.3b step on one GPU (TP 1, micro-batch 8, 64 sequences,
+    # our engine) take what `mtnlg train` took on one H200 (bench/results/gpu-2026-11-26-nvidia-h200.json: 2.56 s, MFU
+    # 46.9%); the A100 fit (0.578, the paper's rows) is 0.09 above it. One measurement, on an H200 (an H100's arithmetic
+    # with faster memory): an H100 runs the elementwise third of that step somewhat slower. `fit_gpu_efficiency` refits it.
+    "h100": GPU("H100 SXM", 989, 495, 80, 3350, 450, 50, matmul_efficiency=0.485),
     # H200 SXM: H100's compute and links, 141 GB HBM3e (nvidia-smi: 143771 MiB) at 4800 GB/s (H200 datasheet).
-    "h200": GPU("H200 SXM", 989, 495, 140, 4800, 450, 50),
+    "h200": GPU("H200 SXM", 989, 495, 140, 4800, 450, 50, matmul_efficiency=0.485),
 }
 
 @dataclass(frozen=True)
@@ -530,7 +535,7 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
     act = 2 if precision == "bf16" else 4
     w_bytes, g_bytes = (2 if precision == "bf16" else 4), 4     # gradients are reduced in fp32 in both precisions
     peak = (gpu.peak_tflops if precision == "bf16" else gpu.tf32_tflops) * 1e12
-    flops_per_s = peak * asm.matmul_efficiency
+    flops_per_s = peak * (asm.matmul_efficiency if gpu.matmul_efficiency is None else gpu.matmul_efficiency)
 
     # per micro-batch, per GPU of each stage
     layer_flops = 3 * sum(layer_forward_flops(model, tokens)) + recompute_flops(model, tokens, L.recompute)
@@ -599,6 +604,14 @@ def paper_predictions(cfg: Config, asm: Assumptions = Assumptions(), system: Sys
                      "error": pr.iteration_s / t_paper - 1, "paper_tflops": tflops_paper,
                      "predicted_tflops": pr.hw_tflops, "bubble": bubble_formula(35, pr.micro_batches), "prediction": pr})
     return rows
+
+def fit_gpu_efficiency(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str, seconds: float,
+                       system: System | str = "deepspeed", asm: Assumptions = Assumptions()) -> float:
+    "The matmul efficiency (to 0.001) at which the model's step of `model` on `L` takes the `seconds` measured on `gpu`."
+    gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
+    step = lambda e: predict(model, L, global_batch, replace(gpu, matmul_efficiency=e), asm=asm,
+                             gpus_per_node=L.tp * L.dp, system=system).iteration_s
+    return min((e / 1000 for e in range(200, 1000)), key=lambda e: abs(step(e) - seconds))
 
 def fit_matmul_efficiency(cfg: Config, asm: Assumptions = Assumptions(), paper: bool = True, runs: list | None = None,
                           paper_system: System | str = MT_NLG_SYSTEM) -> float:

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
     before = sorted((ROOT / "bench" / "results").iterdir())
-    r = subprocess.run([sys.executable, "bench/gpu.py", "--dry-run", "--only", "default,engine,single,kernels=triton,hf-eager,determinism",
+    r = subprocess.run([sys.executable, "bench/gpu.py", "--dry-run", "--only", "default,engine,single,kernels=triton,hf-eager,profile,determinism",
                         "--det-steps", "4", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted((ROOT / "bench" / "results").iterdir()) == before          # only --save writes bench/results
@@ -22,7 +22,7 @@ def dry_run(tmp_path_factory):
 def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
     d, stdout = dry_run
     rows = {r["name"]: r for r in d["rows"]}
-    assert list(rows) == ["default", "engine", "single", "kernels=triton", "hf-eager"]
+    assert list(rows) == ["default", "engine", "single", "kernels=triton", "hf-eager", "profile"]
     assert d["dry_run"] and d["device"] == "cpu" and d["config"] == "scaled_configs/tiny.yaml" and d["steps"] == 7
     assert "shared" in d["hardware"]["shared_machine"] and d["hardware"]["torch"] == torch.__version__
     for name in ("default", "engine", "single", "hf-eager"):
@@ -43,7 +43,10 @@ def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
     assert "Hugging Face" in rows["hf-eager"]["what"] and rows["hf-eager"]["command"].startswith("python bench/gpu.py --hf-worker")
     assert "Triton" in rows["kernels=triton"]["skipped"] and "tokens_per_s" not in rows["kernels=triton"]
     for name in rows: assert f"] {name}:" in stdout                                   # one progress line per measurement
-    assert "x engine" in stdout and "total" in stdout
+    assert "x default" in stdout and "total" in stdout
+    prof = rows["profile"]["profile"]                                                 # one more step, under torch.profiler
+    assert prof["step"] == 7 and prof["ops_timed_by"] == "cpu" and prof["wall_s"] > 0 and prof["by_kind_s"] == {}
+    assert any(op["name"] == "aten::mm" for op in prof["top_ops"])                    # no CUDA kernels here: the CPU's operators
 
 def test_dry_run_determinism_is_bitwise_on_the_cpu(dry_run):
     d, _ = dry_run
@@ -71,10 +74,11 @@ def test_dry_run_refuses_to_save(tmp_path):
     r = subprocess.run([sys.executable, "bench/gpu.py", "--dry-run", "--save"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--save" in r.stderr
 
-def test_report_writes_the_gpu_rows_from_a_gpu_result_and_drops_the_kernels_model_rows(dry_run, tmp_path, monkeypatch):
+def test_report_writes_the_gpu_rows_from_a_gpu_result(dry_run, tmp_path, monkeypatch):
     """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives one
-    row per part — recipe and baselines, kernels, recompute with memory against the prediction, determinism — each naming
-    bench/gpu.py in its first cell (so `--check` regenerates it), and bench/kernels.py's end-to-end rows, not the recipe, go."""
+    row per part it has — recipe and baselines, memory against today's prediction, determinism — each naming
+    bench/gpu.py in its first cell (so `--check` regenerates it); bench/kernels.py's end-to-end rows, not the recipe, stay
+    until a GPU result has measured the kernel choices on the recipe."""
     import report
     d, _ = dry_run
     monkeypatch.setattr(report, "RESULTS", tmp_path)
@@ -82,9 +86,12 @@ def test_report_writes_the_gpu_rows_from_a_gpu_result_and_drops_the_kernels_mode
     assert report.newest_gpu() is None                                            # a dry run is not a measurement
     g = {**d, "dry_run": False, "device": "NVIDIA H100 80GB HBM3"}
     for r in g["rows"]:
-        if r["name"] == "engine": r.update(max_allocated_gib={"median": 0.1, "min": 0.1, "max": 0.12, "runs": 5}, measured_over_predicted=1.05)
+        if r["name"] == "default": r.update(max_allocated_gib={"median": 0.1, "min": 0.1, "max": 0.12, "runs": 5})
     rows = report.gpu_rows(g)
-    assert len(rows) == 3 and all("`bench/gpu.py`" in r.split("|")[1] for r in rows)   # no recompute rows were asked for
-    assert "H100 80GB HBM3" in rows[0] and f"{g['rows'][0]['tokens_per_s']['median']:,.0f}" in rows[0] and "skipped" in rows[1]
+    assert len(rows) == 3 and all("`bench/gpu.py`" in r.split("|")[1] for r in rows)   # no lever, profile on a GPU, or memory but the default's
+    assert "H100 80GB HBM3" in rows[0] and f"{g['rows'][0]['tokens_per_s']['median']:,.0f}" in rows[0]
+    assert "one-process loop 1.00× the default's" in rows[0] and "HF eager" in rows[0]   # single = default on a CPU
+    predicted = report.predicted_now(g["rows"][0], g)                                     # chapter 50, today's model
+    assert 0 < predicted < 1 and f"tiny none 0.1/{predicted:.1f} ({0.12 / predicted:.3f})" in rows[1]
     assert "bitwise / bitwise" in rows[2] and "without the switch two runs bitwise" in rows[2]
     assert len(report.kernel_rows(with_model=False)) == 0                          # no kernels JSON in this results folder
