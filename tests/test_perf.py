@@ -112,7 +112,8 @@ def test_h200_fits_what_a100_does_not():
     a100 = predict(CFG.model, L, 1920, "a100-80gb", asm=PAPER_KERNELS)
     assert not a100.fits and a100.problems[0].startswith("does not fit: stage 0 needs 113.6 GiB > 80 GiB, over by 33.6 GiB")
     h200 = predict(CFG.model, L, 1920, "h200", asm=PAPER_KERNELS)
-    assert h200.fits and h200.iteration_s < a100.iteration_s / 2.5
+    # 3.2x the arithmetic at the efficiency measured on Hopper (0.485 against the A100 fit's 0.578), faster links
+    assert h200.fits and a100.iteration_s / 3 < h200.iteration_s < a100.iteration_s / 2.2
 
 def test_cli_plan_ranks_layouts():
     r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--top", "3")
