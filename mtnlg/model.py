@@ -4,8 +4,8 @@
 
 # %% auto 0
 __all__ = ['tp_layers', 'megatron_on_this_device', 'init_normal', 'megatron_config', 'ParallelAttention', 'sdpa_backend',
-           'ParallelMLP', 'LayerNorm', 'TransformerBlock', 'sequence_dropout', 'Embedding', 'parallel_lm_logits',
-           'token_losses', 'chunked_token_losses', 'seeded_build', 'GPT', 'dense_reference_loss',
+           'ParallelMLP', 'add_bias', 'LayerNorm', 'TransformerBlock', 'sequence_dropout', 'Embedding',
+           'parallel_lm_logits', 'token_losses', 'chunked_token_losses', 'seeded_build', 'GPT', 'dense_reference_loss',
            'recompute_in_backward', 'saved_tensor_bytes']
 
 # %% ../nbs/01_model.ipynb
@@ -84,21 +84,22 @@ class ParallelAttention(nn.Module):
         self.fused = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels).attention   # chapter 20
         self.backend = cfg.attention_backend
         out_std = cfg.init_method_std / math.sqrt(2 * cfg.num_layers)
+        # compiled layers add the biases themselves (`add_bias`), where the compiler can fuse them with what follows
         self.qkv = L.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, config=mp, bias=True,
-                                        init_method=init_normal(cfg.init_method_std), gather_output=False)
+                                        init_method=init_normal(cfg.init_method_std), gather_output=False,
+                                        skip_bias_add=cfg.compile_blocks)
         self.proj = L.RowParallelLinear(cfg.hidden_size, cfg.hidden_size, config=mp, bias=True, input_is_parallel=True,
-                                      init_method=init_normal(out_std), skip_bias_add=False)
+                                      init_method=init_normal(out_std), skip_bias_add=cfg.compile_blocks)
 
     def forward(self, x):          # x: [batch, seq, hidden]; under sequence parallelism [seq/tp, batch, hidden]
-        qkv, _ = self.qkv(x)       # [b, s, 3*hidden/tp]; under sequence parallelism gathered: [s, b, 3*hidden/tp]
+        qkv = add_bias(*self.qkv(x))   # [b, s, 3*hidden/tp]; under sequence parallelism gathered: [s, b, 3*hidden/tp]
         seq_first = self.sequence_parallel
         heads = qkv.unflatten(-1, (self.heads, 3, self.head_dim))
         q, k, v = heads.permute(3, 1, 2, 0, 4) if seq_first else heads.permute(3, 0, 2, 1, 4)   # each [b, heads, s, d]
         core = recompute_in_backward if self.recompute == "selective" and torch.is_grad_enabled() else (lambda f, *a: f(*a))
         out = core(self.core, q, k, v)                    # [b, heads, s, d]
         out = out.permute(2, 0, 1, 3) if seq_first else out.transpose(1, 2)     # back to the input's layout
-        out, _ = self.proj(out.reshape(*qkv.shape[:2], self.heads * self.head_dim))   # sequence parallel: reduce-scattered
-        return out
+        return add_bias(*self.proj(out.reshape(*qkv.shape[:2], self.heads * self.head_dim)))   # sequence parallel: reduce-scattered
 
     def core(self, q, k, v):
         "softmax(QK^T/sqrt(d)) V with dropout on the probabilities: the part whose memory grows with seq^2."
@@ -126,14 +127,19 @@ class ParallelMLP(nn.Module):
         out_std, L = cfg.init_method_std / math.sqrt(2 * cfg.num_layers), tp_layers(cfg.tp_layers)
         self.ops = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels)
         self.fc1 = L.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, config=mp, bias=True, gather_output=False,
-                                        init_method=init_normal(cfg.init_method_std), skip_bias_add=self.ops is not None)
+                                        init_method=init_normal(cfg.init_method_std),
+                                        skip_bias_add=self.ops is not None or cfg.compile_blocks)
         self.fc2 = L.RowParallelLinear(cfg.ffn_size, cfg.hidden_size, config=mp, bias=True, input_is_parallel=True,
-                                     init_method=init_normal(out_std), skip_bias_add=False)
+                                     init_method=init_normal(out_std), skip_bias_add=cfg.compile_blocks)
 
     def forward(self, x):
-        h, bias = self.fc1(x)                               # bias: None unless a fused kernel adds it
-        out, _ = self.fc2(F.gelu(h) if bias is None else self.ops.bias_gelu(h, bias))
-        return out
+        h, bias = self.fc1(x)                               # bias: None unless a fused kernel or the compiler adds it
+        h = self.ops.bias_gelu(h, bias) if self.ops is not None else F.gelu(add_bias(h, bias))
+        return add_bias(*self.fc2(h))
+
+def add_bias(y, bias=None):
+    "A linear layer's output with its bias added, if the layer left it out (`skip_bias_add`): the same sum either way."
+    return y if bias is None else y + bias
 
 # %% ../nbs/01_model.ipynb
 class LayerNorm(nn.LayerNorm):

@@ -57,14 +57,16 @@ def test_dropout_mask_is_the_seeds_and_exact(interpreter):
     assert got["equal"] and got["grad equal"] and got["same seed"] and not got["other seed"], got
     assert abs(got["kept"] - 0.75) < 0.03, got                        # 3700 draws: 4 standard deviations
 
-def _model_run(kernels: str, recompute: str = "none", dropout: float = 0.0, dtype: str = "float32", loss_chunk: int = 0):
+def _model_run(kernels: str, recompute: str = "none", dropout: float = 0.0, dtype: str = "float32", loss_chunk: int = 0,
+               compile_blocks: bool = False):
     "The tiny GPT (2 layers, seq 32): loss and every gradient for one batch."
     from mtnlg.model import GPT
     from mtnlg.topology import init_distributed, seed_everything
     init_distributed()
     cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "scaled_configs", "tiny.yaml"),
                       {"model.kernels": kernels, "model.recompute": recompute, "model.hidden_dropout": dropout,
-                       "model.attention_dropout": dropout, "model.seq_length": 32, "model.loss_chunk": loss_chunk})
+                       "model.attention_dropout": dropout, "model.seq_length": 32, "model.loss_chunk": loss_chunk,
+                       "model.compile_blocks": compile_blocks})
     seed_everything(3)
     model = GPT(cfg.model, init_seed=1).to(getattr(torch, dtype)).train()   # bf16: as DeepSpeed's bf16 engine casts it
     tokens = torch.randint(0, cfg.model.vocab_size, (2, 33), generator=torch.Generator().manual_seed(0))
@@ -135,6 +137,18 @@ def test_model_loss_without_logits_equals_reference():
     assert loss < 1e-6 and grad < 1e-5, (loss, grad)
     (kept, logits), (chunked, _) = _saved_bytes(0), _saved_bytes(16)
     assert kept - chunked >= logits - 16 * 64, (kept, chunked, logits)   # less what it keeps per token (log-sum-exp)
+
+def test_model_with_compiled_layers_equals_reference():
+    """`model.compile_blocks`: each layer one `torch.compile` graph, its biases added outside megatron-core's linear
+    layers where the compiler can fuse them: the reference's loss and gradients (fp32, no dropout; the compiler's
+    summation order differs in the last bits); with dropout, full recomputation replays the compiled layer's masks."""
+    ref_loss, ref = _model_run("reference")
+    loss, grads = _model_run("reference", compile_blocks=True)
+    assert abs(loss - ref_loss).item() < 1e-5
+    assert max(((g - ref[n]).abs().max() / ref[n].abs().max()).item() for n, g in grads.items()) < 1e-4
+    loss, grads = _model_run("reference", "none", 0.1, compile_blocks=True)
+    l, g = _model_run("reference", "full", 0.1, compile_blocks=True)
+    assert torch.equal(l, loss) and all(torch.equal(g[n], grads[n]) for n in grads)
 
 def test_model_with_compiled_kernels_equals_reference():
     loss, grad = _model_errors("compile")
