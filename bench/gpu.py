@@ -50,7 +50,8 @@ OOM = re.compile(r"out of memory|OutOfMemoryError", re.I)
 # the engine, the data index) and in torch.compile (kernels: ~3 s there; the whole HF model: a guess): the plan's
 # estimate, to be corrected from what each run records (`startup_s`, `wall_s`)
 START_S = {"cuda": 20, "cpu": 11}
-COMPILE_S = {"kernels=compile": 15, "hf-compile": 60, "compile_blocks": 40, "compile_blocks+cudnn": 40, "profile": 10}
+COMPILE_S = {"kernels=compile": 15, "hf-compile": 60, "compile_blocks": 40, "compile_blocks+cudnn": 40, "profile": 10,
+             "profile:compile_blocks": 50}
 
 
 @dataclass
@@ -90,6 +91,8 @@ def plan(config: str, device: str, cfg) -> list[Row]:
              Row("loss_chunk=4096", "levers", "--set model.loss_chunk=4096: the linear cross-entropy, 4096 tokens' logits at a time", {"model.loss_chunk": 4096}),
              Row("micro=4", "levers", "--set schedule.micro_batch_size=4", {"schedule.micro_batch_size": 4})]
     rows.append(Row("profile", "profile", "the default's step under torch.profiler: GPU time by kernel kind, idle time", profile=True))
+    rows.append(Row("profile:compile_blocks", "compiled-profile", "the same with model.compile_blocks=true: what the compiled layers fuse",
+                    {"model.compile_blocks": "true"}, profile=True))
     small = "scaled_configs/gpt-125m.yaml" if config != "scaled_configs/tiny.yaml" else config
     for r in ("none", "selective", "full"):
         rows.append(Row(f"125m:recompute={r}", "memory", f"{small} with --set model.recompute={r}: memory against stage_memory",

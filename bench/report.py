@@ -181,11 +181,12 @@ def gpu_rows(g: dict) -> list[str]:
                 mem = f", {delta:+.1f} GiB" if abs(delta) >= 0.5 else ""
             return f"{n} {r['vs_default']:.2f}×{mem}" + (" (another machine of the kind)" if r.get("machine") else "")
         out.append(f"| levers, one at a time against that default, same run ({src}) | " + "; ".join(lever(n) for n in levers) + " | — |")
-    prof = rows.get("profile", {}).get("profile")
-    if prof and prof.get("kernel_s"):
-        kinds = "; ".join(f"{k} {v:.2f} s ({v / prof['wall_s']:.0%})" for k, v in by_kind(prof).items())
-        out.append(f"| where one step of the default goes, `torch.profiler` on 1 {dev} ({src}) | {prof['wall_s']:.2f} s: {kinds}; "
-                   f"no kernel running {prof['idle_s']:.2f} s ({prof['idle_s'] / prof['wall_s']:.0%}) | — |")
+    for name, what in (("profile", "the default"), ("profile:compile_blocks", "the default with compiled layers")):
+        prof = rows.get(name, {}).get("profile")
+        if prof and prof.get("kernel_s"):
+            kinds = "; ".join(f"{k} {v:.2f} s ({v / prof['wall_s']:.0%})" for k, v in by_kind(prof).items())
+            out.append(f"| where one step of {what} goes, `torch.profiler` on 1 {dev} ({src}) | {prof['wall_s']:.2f} s: {kinds}; "
+                       f"no kernel running {prof['idle_s']:.2f} s ({prof['idle_s'] / prof['wall_s']:.0%}) | — |")
     mem_rows = [n for n in ("default", "recompute=selective", "recompute=full", "125m:recompute=none", "125m:recompute=selective",
                             "125m:recompute=full") if ok(n) and rows[n].get("max_allocated_gib")]
     if mem_rows:
