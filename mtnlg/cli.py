@@ -6,7 +6,7 @@
 __all__ = ['COMMANDS', 'describe', 'add_data_dir_argument', 'add_config_arguments', 'config_from_args', 'add_info_arguments',
            'add_train_arguments', 'relaunch', 'add_reshard_arguments', 'add_curate_arguments', 'add_plan_arguments',
            'add_export_hf_arguments', 'add_eval_arguments', 'add_generate_arguments', 'add_bias_arguments',
-           'add_data_arguments', 'add_hans_arguments', 'main']
+           'add_data_arguments', 'add_hans_arguments', 'add_checkpoint_arguments', 'main']
 
 # %% ../nbs/99_cli.ipynb
 import argparse, json, os, shutil, signal, subprocess, sys
@@ -93,7 +93,9 @@ def add_train_arguments(p: argparse.ArgumentParser):
         if args.resume: args.set = args.set + [f"checkpoint.resume={args.resume}"]
         cfg = config_from_args(args)
         if args.nproc is not None and not launched():
-            check_layout(cfg, args.nproc)                      # before any process starts
+            from mtnlg.train import check_inputs
+            check_layout(cfg, args.nproc)                      # before any process starts: one error, not one per rank
+            check_inputs(cfg, args.run_dir)
             return relaunch(args.argv, args.nproc)
         check_layout(cfg, launcher_env()["world_size"])
         import torch.distributed as dist
@@ -105,10 +107,11 @@ def add_train_arguments(p: argparse.ArgumentParser):
     p.set_defaults(func=run)
 
 def relaunch(argv: list, nproc: int) -> int:
-    "This command again as `nproc` local processes under torchrun. SIGUSR1 is left to the workers (they checkpoint)."
-    from mtnlg.topology import torchrun_command
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)    # inherited by torchrun; the workers install their own handler
-    return subprocess.call(torchrun_command(_without_nproc(argv), nproc))
+    """This command again as `nproc` local processes under torchrun's launcher (chapter 10's `run_ranks`): 0, or the
+    exit code of the job's first error, printed once. SIGUSR1 is left to the workers (they checkpoint)."""
+    from mtnlg.topology import run_ranks
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)    # inherited by the workers, which install their own handler
+    return run_ranks(_without_nproc(argv), nproc)
 
 def add_reshard_arguments(p: argparse.ArgumentParser):
     "`mtnlg reshard SRC DST [--set parallel.tensor_parallel=T ...] [--nproc N]` (chapters 41, 43)."
@@ -419,6 +422,25 @@ def add_hans_arguments(p):
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
+def add_checkpoint_arguments(p):
+    "`mtnlg checkpoint verify DIR` (chapter 43)."
+    p.add_argument("action", choices=["verify"], help="verify: check every file against the checksum it was saved with")
+    p.add_argument("dir", help="a checkpoints directory (every complete step in it) or one step-NNNNNNN directory")
+    def run(args) -> int:
+        import time
+        from mtnlg.checkpoint import human_bytes, latest_checkpoint, verify_checkpoints
+        t0 = time.perf_counter()
+        results = verify_checkpoints(args.dir, progress=sys.stderr.isatty())
+        size = sum(f.stat().st_size for d, _ in results for f in Path(d).iterdir() if f.is_file())
+        for d, problem in results: print(f"{d.name}  {'ok' if problem is None else 'FAILED'}" + (f"  {problem}" if problem else ""))
+        bad = [d for d, problem in results if problem and "nothing to check" not in problem]
+        good = [d for d, problem in results if problem is None]
+        print(f"{len(results) - len(bad)} of {len(results)} step(s) verify ({human_bytes(size)} read in {time.perf_counter() - t0:.2f} s)"
+              + (f"; --resume auto would continue from {good[-1].name}" if bad and good and not (Path(args.dir) / "meta.json").is_file() else ""))
+        return 1 if bad else 0
+    p.set_defaults(func=run)
+
+# %% ../nbs/99_cli.ipynb
 COMMANDS = {  # name: (declares its arguments, one-line help)
     "info": (add_info_arguments, "parameter count and parallel layout of a config"),
     "train": (add_train_arguments, "train a config (one process, or TP x PP x DP processes)"),
@@ -426,6 +448,7 @@ COMMANDS = {  # name: (declares its arguments, one-line help)
     "eval": (add_eval_arguments, "evaluate a checkpoint on the paper's nine tasks (0/1/few-shot) beside the paper's numbers"),
     "export-hf": (add_export_hf_arguments, "export a checkpoint as a transformers GPT-2 model directory"),
     "reshard": (add_reshard_arguments, "load a checkpoint onto another TP x PP x DP layout and save it there"),
+    "checkpoint": (add_checkpoint_arguments, "verify a checkpoint: every file against the checksum it was saved with"),
     "plan": (add_plan_arguments, "rank (TP, PP, DP, micro-batch, recompute) layouts of a config on N GPUs by predicted speed"),
     "generate": (add_generate_arguments, "continue prompts from a checkpoint: greedy or sampled (temperature, top-k, top-p, seed)"),
     "bias": (add_bias_arguments, "social-bias analysis of a checkpoint: occupations' gender lean, descriptive words, sentiment, vs the corpus"),
@@ -441,8 +464,18 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
         if name == command: add_arguments(p)
     return ap
 
+def _user_error(e: Exception) -> str | None:
+    "The one line a user error prints (a bad config, a missing or corrupt file, bad data, a disk too full to save); None for a crash."
+    if isinstance(e, ConfigError): return f"config error: {e}"
+    if isinstance(e, (ValueError, FileNotFoundError)) and not os.environ.get("MTNLG_DEBUG"): return str(e)
+    if isinstance(e, OSError) and not os.environ.get("MTNLG_DEBUG"):
+        from mtnlg.checkpoint import CheckpointWriteError       # a checkpoint that does not fit on its disk (chapter 43)
+        if isinstance(e, CheckpointWriteError): return str(e)
+    return None
+
 def main(argv=None) -> int:
-    "`mtnlg <command> ...`. User errors (bad config, missing file, bad data) print one line and exit 2."
+    """`mtnlg <command> ...`. User errors (bad config, missing file, bad data) print one line and exit 2; in a rank of
+    `--nproc N` they are left for the launcher to print once (chapter 10's `run_ranks`), and so is a crash's first line."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] not in ("info", "data", "hans"):       # commands that import torch and friends: their CPU-irrelevant advice off
         from mtnlg.topology import quiet_libraries
@@ -452,12 +485,11 @@ def main(argv=None) -> int:
     try:
         with use_data_dir(getattr(args, "data_dir", None)):   # one data setting for the command and the processes it starts
             return args.func(args)
-    except ConfigError as e: print(f"mtnlg: config error: {e}", file=sys.stderr)
-    except (ValueError, FileNotFoundError) as e:
-        if os.environ.get("MTNLG_DEBUG"): raise
-        print(f"mtnlg: {e}", file=sys.stderr)
-    except OSError as e:                        # a checkpoint that does not fit on its disk (chapter 43): one line, exit 2
-        from mtnlg.checkpoint import CheckpointWriteError
-        if not isinstance(e, CheckpointWriteError) or os.environ.get("MTNLG_DEBUG"): raise
-        print(f"mtnlg: {e}", file=sys.stderr)
-    return 2
+    except Exception as e:
+        from mtnlg.topology import report_rank_error
+        message = _user_error(e)
+        if message is None:                     # a crash: its traceback, as always; its first line for the launcher
+            report_rank_error(1, f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
+            raise
+        if not report_rank_error(2, message): print(f"mtnlg: {message}", file=sys.stderr)
+        return 2

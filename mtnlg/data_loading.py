@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['megatron_helpers', 'check_indexed', 'jsonl_to_indexed', 'MegatronSamples', 'megatron_blend', 'TrainingData',
-           'training_data']
+           'training_data', 'check_data']
 
 # %% ../nbs/42_data_loading.ipynb
 import contextlib, hashlib, json, logging, os, subprocess, sys, sysconfig, warnings
@@ -277,3 +277,8 @@ def training_data(cfg: Config, num_train_samples: int, num_valid_samples: int, w
     description = (f"data {source}: {desc('train')}; {desc('valid')}; samples of {seq} + 1 tokens, {held_out}, seed {cfg.seed}; "
                    f"tokenizer {tok_file} ({vocab:,} tokens)" + "".join(f"; {n}" for n in notes))
     return TrainingData(train, sets["valid"], tok_file, H, description)
+
+# %% ../nbs/42_data_loading.ipynb
+def check_data(cfg: Config, work_dir) -> None:
+    "The inputs `cfg.data` names, checked as `training_data` checks them first, with no process group and nothing written."
+    _sources(cfg, Path(work_dir))

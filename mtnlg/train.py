@@ -4,8 +4,8 @@
 
 # %% auto 0
 __all__ = ['BACKENDS', 'MAX_SKIPPED_IN_A_ROW', 'FRESH_STATE', 'autocast_for', 'train_step', 'SingleProcess', 'TrainResult',
-           'pick_backend', 'make_backend', 'checkpoint_dir', 'resume_from', 'Run', 'open_run', 'load_run',
-           'train_one_step', 'speed_metrics', 'log_line', 'tensorboard_writer', 'MetricsLog', 'log_step',
+           'pick_backend', 'make_backend', 'checkpoint_dir', 'resume_from', 'check_inputs', 'Run', 'open_run',
+           'load_run', 'train_one_step', 'speed_metrics', 'log_line', 'tensorboard_writer', 'MetricsLog', 'log_step',
            'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'reshard', 'plot_losses']
 
 # %% ../nbs/41_train.ipynb
@@ -20,11 +20,11 @@ from .model import GPT
 from .topology import Layout, init_distributed, launched, seed_everything, deterministic_mode
 from .data_parallel import make_optimizer
 from .schedules import iterations, lr_at
-from .data_loading import training_data
+from .data_loading import check_data, training_data
 from .config import narayanan_flops
 from .perf import gpu_for, utilization
 from .checkpoint import (Checkpoint, StopRequest, make_shard, save_checkpoint, latest_checkpoint, set_rng_state,
-                              shard_name, tp_dim)
+                              shard_name, tp_dim, newest_verified_checkpoint)
 
 # %% ../nbs/41_train.ipynb
 def autocast_for(cfg: Config, device: torch.device):
@@ -129,19 +129,26 @@ def make_backend(cfg: Config, layout: Layout, kind: str, device: torch.device):
 def checkpoint_dir(cfg: Config, run_dir: Path) -> Path:
     return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else Path(run_dir) / "checkpoints"
 
-def resume_from(cfg: Config, run_dir: Path, layout: Layout) -> Checkpoint | None:
-    "The checkpoint `checkpoint.resume` names (`auto`: the latest in this run's checkpoints, if any), checked against the run."
+def resume_from(cfg: Config, run_dir: Path, layout: Layout, say=print) -> Checkpoint | None:
+    """Collective: the checkpoint `checkpoint.resume` names (`auto`: the newest in this run's checkpoints that verifies,
+    if any), every file checked against its checksum, then checked against the run."""
     r = cfg.checkpoint.resume
     if r is None: return None
-    path = latest_checkpoint(checkpoint_dir(cfg, run_dir)) if r == "auto" else Path(r)
-    if path is None: return None
-    ckpt = Checkpoint(path)
+    if r == "auto": ckpt = newest_verified_checkpoint(checkpoint_dir(cfg, run_dir), say)
+    else: ckpt = Checkpoint(r); ckpt.verify_all()       # named: refused if corrupt
+    if ckpt is None: return None
     if ckpt.config.model != cfg.model:
         raise ValueError(f"checkpoint {str(ckpt.dir)!r} holds a different model ({ckpt.config.model}) than this config")
     if ckpt.layout != layout and not cfg.checkpoint.reshard:
         raise ValueError(f"checkpoint {str(ckpt.dir)!r} was saved on {ckpt.layout}, this run is {layout}, and "
                          f"checkpoint.reshard is false: set it true to reshard on load, or run on {ckpt.layout}")
     return ckpt
+
+def check_inputs(cfg: Config, run_dir=None):
+    """What a job reads before its first step — the training data, and a checkpoint `checkpoint.resume` names — checked
+    in the launcher before any rank starts (`mtnlg train --nproc`): a missing file is one error, not one per rank."""
+    check_data(cfg, Path(run_dir or cfg.run_dir))
+    if cfg.checkpoint.resume not in (None, "auto"): Checkpoint(cfg.checkpoint.resume)   # complete; meta, config, tokenizer as saved
 
 # %% ../nbs/41_train.ipynb
 MAX_SKIPPED_IN_A_ROW = 10
@@ -168,14 +175,14 @@ class Run:
     @property
     def ckpt_dir(self) -> Path: return checkpoint_dir(self.cfg, self.run_dir)
 
-def open_run(cfg: Config, run_dir=None) -> Run:
+def open_run(cfg: Config, run_dir=None, log=print) -> Run:
     "Join the job, seed every stream, and find the checkpoint to resume from (a bad one fails here, before any data)."
     deterministic_mode(cfg.deterministic)               # before the process group and the first CUDA kernel
     layout = init_distributed(Layout.of(cfg))
     run_dir = Path(run_dir or cfg.run_dir)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     seed_everything(cfg.seed, device)
-    run = Run(cfg, layout, device, run_dir, resume_from(cfg, run_dir, layout))
+    run = Run(cfg, layout, device, run_dir, resume_from(cfg, run_dir, layout, log if dist.get_rank() == 0 else lambda *a: None))
     if dist.get_rank() == 0: run_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     return run
@@ -344,7 +351,7 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
     """Train `cfg` on the layout it names (this process is one rank of it), from `checkpoint.resume` if set; write
     metrics, TensorBoard events, plot and sharded checkpoints to `run_dir`. SIGUSR1/SIGTERM: checkpoint, return.
     Without a progress bar, every log step prints `log_line`; with one, the bar shows it."""
-    run = open_run(cfg, run_dir)
+    run = open_run(cfg, run_dir, log)
     s, last, stopped_by = cfg.schedule, None, None
     with StopRequest() as stop:          # from here on SIGUSR1/SIGTERM only set a flag, read after each step
         load_run(run, backend, log)
@@ -374,6 +381,7 @@ def reshard(src, dst, cfg: Config | None = None, backend: str = "auto") -> Path:
     cfg = cfg or ckpt.config
     if cfg.model != ckpt.config.model: raise ValueError(f"{src} holds a different model than the config to reshard it to")
     layout = init_distributed(Layout.of(cfg))
+    ckpt.verify_all()                                    # every file as saved, before any rank reads one
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     engine = make_backend(cfg, layout, backend, device)
     engine.load_checkpoint(ckpt)
