@@ -355,14 +355,15 @@ def rank_errors(where) -> list[dict]:
 def job_failure(errors: list[dict], exit_codes: dict[int, int]) -> tuple[int, str]:
     """The failed job's exit code and the one line that says why: the earliest error a rank left (a user error as one
     process prints it, with its rank only where the other ranks did not say the same; a crash with its rank), else the
-    first rank a signal ended (`exit_codes`: rank -> torchrun's exit code, negative for a signal)."""
+    first rank a signal ended (`exit_codes`: rank -> torchrun's exit code, negative for a signal) — other than by the
+    SIGTERM torchrun sends every other rank once one has failed."""
     if errors:
         first = errors[0]
         if first["code"] == 2:
             alone = any(e["message"] != first["message"] for e in errors) or len(errors) < len(exit_codes)
             return 2, (f"rank {first['rank']}: " if alone and first["rank"] != 0 else "") + first["message"]
         return first["code"], f"rank {first['rank']} failed: {first['message']} (its traceback is above)"
-    rank, code = min(exit_codes.items()) if exit_codes else (0, 1)
+    rank, code = min(exit_codes.items(), key=lambda rc: (rc[1] == -signal.SIGTERM, rc[0])) if exit_codes else (0, 1)
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
         return 128 - code, f"rank {rank} was ended by {name} and left no error"

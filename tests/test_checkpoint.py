@@ -1,7 +1,7 @@
 """The training job survives what ends jobs (chapters 41, 43): `kill -9` mid-run, a crash inside a save, SIGUSR1 before
 a time limit — each followed by `mtnlg train --resume auto` that finishes *bit for bit* like an uninterrupted run, on one
 process and on TP 2 x PP 2 x DP 2; a checkpoint resharded TP2xPP2xDP2 -> TP1xPP1xDP1 -> TP2xPP1xDP4 (with sequence
-parallelism) -> TP1 (without) gives the same logits and keeps training like the original; bad checkpoints are one-line errors. Real processes, real signals."""
+parallelism) -> TP1 (without) gives the same logits and keeps training like the original; bad checkpoints are one-line errors; a flipped bit is caught by the checksums, `--resume auto` steps over it. Real processes, real signals."""
 import hashlib, json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
@@ -215,7 +215,7 @@ def test_bad_checkpoints_are_one_line_errors(straight_one, straight_3d, tmp_path
     (bad / "rank-00000.pt").write_bytes((bad / "rank-00000.pt").read_bytes()[:4096])
     r = subprocess.run(command(tmp_path / "b", {**ONE, "checkpoint.resume": bad}), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "rank-00000.pt is truncated or corrupt" in r.stderr and "checkpoint.resume" in r.stderr
+    assert f"{bad / 'rank-00000.pt'} is corrupt" in r.stderr and "its step, truncated," in r.stderr
 
 def test_nonfinite_gradient_step_is_skipped_by_the_engine():
     "DeepSpeed's ZeRO-1 optimizer skips a step with an Inf gradient (weights untouched) and the backend reports it."
@@ -333,8 +333,8 @@ def test_save_failing_midway_leaves_the_previous_checkpoint(saved_step_4, monkey
     from mtnlg.checkpoint import CheckpointWriteError
     root, save, _ = saved_step_4
     before = digest(root / "step-0000004")
-    def disk_fills(obj, f):
-        Path(f).write_bytes(b"\0" * 100_000)
+    def disk_fills(obj, f):                 # f: the shard's file, which the save streams through a HashingWriter
+        f.write(b"\0" * 100_000)
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 10431509440 vs 10431509336")
     with monkeypatch.context() as m:
         m.setattr(torch, "save", disk_fills)
@@ -351,3 +351,79 @@ def test_save_failing_midway_leaves_the_previous_checkpoint(saved_step_4, monkey
     with pytest.raises(CheckpointWriteError, match=r"writing step-0000004 .* failed on rank 0 \(OSError: \[Errno 5\] Input/output error\)"):
         save(4)
     assert_only_step_4(root, before)
+
+
+# -- checkpoints that know their own bytes (chapter 43): a flipped bit is an error, not a silently different model ---------
+def corrupt(path: Path, pick):
+    """Flip one bit in the middle of the tensor `pick(shard)` inside shard file `path` — at the copy of its bytes whose
+    flip changes that tensor (fp32 master weights equal the weights): the file still loads, one number different."""
+    want = pick(torch.load(path, weights_only=True)).clone()
+    raw, size, at = path.read_bytes(), want.numel() * want.element_size(), -1
+    while (at := raw.find(want.numpy().tobytes(), at + 1)) >= 0:
+        b = bytearray(raw); b[at + size // 2] ^= 1 << 4; path.write_bytes(bytes(b))
+        if int((pick(torch.load(path, weights_only=True)) != want).sum()) == 1: return
+    path.write_bytes(raw)
+    raise AssertionError(f"the tensor's bytes are not in {path}")
+
+def flip_digit(path: Path, key: str):
+    "Flip the lowest bit of the first digit of `key`'s value in a JSON file (9 <-> 8, 1 <-> 0, ...): still valid JSON."
+    raw = bytearray(path.read_bytes()); at = raw.index(f'"{key}": '.encode()) + len(key) + 4
+    raw[at] ^= 1; path.write_bytes(bytes(raw)); json.loads(path.read_text())
+
+def verify(d) -> subprocess.CompletedProcess:
+    return subprocess.run([MTNLG, "checkpoint", "verify", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
+    """One flipped bit in a weight, in an Adam moment, in meta.json; a shard swapped for another step's: each loads
+    silently without checksums (asserted: the tensor just differs), and each is now a one-line error naming the file and
+    its step — from `mtnlg checkpoint verify` (exit 1), from `--resume DIR` (exit 2), from `load_checkpoint`."""
+    import shutil
+    from mtnlg.checkpoint import CheckpointCorruptError, load_checkpoint
+    src = straight_one / "checkpoints/step-0000024"
+    cases = {"weight": lambda d: corrupt(d / "rank-00000.pt", lambda s: s["model"]["blocks.1.attn.qkv.weight"]),
+             "moment": lambda d: corrupt(d / "rank-00000.pt", lambda s: s["fragments"]["blocks.0.mlp.fc2.weight"]["exp_avg_sq"]),
+             "meta": lambda d: flip_digit(d / "meta.json", "consumed_samples"),
+             "swapped": lambda d: shutil.copyfile(straight_one / "checkpoints/step-0000016/rank-00000.pt", d / "rank-00000.pt")}
+    for name, damage in cases.items():
+        d = tmp_path / name / "step-0000024"; shutil.copytree(src, d); damage(d)
+        bad = "meta.json" if name == "meta" else "rank-00000.pt"
+        r = verify(d.parent)
+        assert r.returncode == 1 and f"step-0000024  FAILED  {bad} is corrupt" in r.stdout, (name, r.stdout, r.stderr)
+        with pytest.raises(CheckpointCorruptError, match=rf"{d / bad} is corrupt .* its step, step-0000024, cannot be trusted"):
+            load_checkpoint(d)
+        r = subprocess.run(command(tmp_path / f"resume-{name}", {**ONE, "checkpoint.resume": d}), cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"{d / bad} is corrupt" in r.stderr, (name, r.stderr[-2000:])
+    assert verify(src.parent).returncode == 0
+
+def test_resume_auto_steps_over_a_corrupt_checkpoint_and_finishes_bitwise(straight_one, tmp_path):
+    "A flipped bit in step 24's Adam moment: `--resume auto` says it skipped step 24, resumes from 16, ends bit for bit as the straight run."
+    import shutil
+    shutil.copytree(straight_one / "checkpoints", tmp_path / "checkpoints")
+    shutil.copyfile(straight_one / "metrics.jsonl", tmp_path / "metrics.jsonl")   # the run's log so far (a resume keeps rows <= its step)
+    corrupt(tmp_path / "checkpoints/step-0000024/rank-00000.pt", lambda s: s["fragments"]["blocks.0.mlp.fc1.weight"]["exp_avg"])
+    r = verify(tmp_path / "checkpoints")
+    assert r.returncode == 1 and "--resume auto would continue from step-0000016" in r.stdout, r.stdout
+    r = run(tmp_path, ONE, "--resume", "auto")
+    assert "--resume auto: skipped step-0000024: rank-00000.pt is corrupt" in r.stdout, r.stdout
+    assert "resumed from" in r.stdout and "step-0000016" in r.stdout
+    assert_identical(straight_one, tmp_path)
+    assert verify(tmp_path / "checkpoints").returncode == 0        # step 24 written again, sound
+
+# -- one error, one exit code, from any number of processes (chapter 10's run_ranks) ---------------------------------------
+def test_nproc_8_missing_data_is_one_line_exit_2(tmp_path):
+    r = subprocess.run(command(tmp_path, {**THREE_D, "data.curated": tmp_path / "nothing-here", "data.train_files": "[]", "data.valid_files": "[]"}, "--nproc", "8"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.returncode, r.stderr)
+    assert r.stderr.startswith("mtnlg: data.curated:") and "not found" in r.stderr
+
+def test_nproc_8_corrupt_shard_is_one_line_exit_2(straight_3d, tmp_path):
+    """Rank 5's shard of a TP 2 x PP 2 x DP 2 checkpoint has a flipped bit: the launcher's checks pass (they read no shard),
+    the eight ranks share the hashing and all refuse; the job prints the error once and exits 2."""
+    import shutil
+    d = tmp_path / "step-0000004"; shutil.copytree(straight_3d / "checkpoints/step-0000004", d)
+    pick = lambda s: s["fragments"][next(iter(s["fragments"]))]["exp_avg"]
+    corrupt(d / "rank-00005.pt", pick)
+    r = subprocess.run(command(tmp_path / "run", {**THREE_D, "checkpoint.resume": d}, "--nproc", "8"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.returncode, r.stderr[-3000:])
+    assert r.stderr.startswith(f"mtnlg: {d / 'rank-00005.pt'} is corrupt") and "step-0000004" in r.stderr
