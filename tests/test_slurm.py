@@ -1,6 +1,7 @@
 """Every cluster script, for real (issue 11): `bash -n` and shellcheck on cluster/; the 530B dry run's plan; then a
-two-node Slurm on this machine (cluster/local/up, torn down after): `sbatch --wait cluster/scaled.sbatch` on TP 2 x
-PP 2 x DP 2 (2 nodes x 4 tasks, gloo) trains bit for bit like `mtnlg train --nproc 8` (torchrun); a job sent USR1
+two-node Slurm on this machine, this test run's own (cluster/local/up in a directory of the run's, on free ports, with
+its own munged; torn down after; another run is refused it -- issue 46): `sbatch --wait cluster/scaled.sbatch` on TP 2
+x PP 2 x DP 2 (2 nodes x 4 tasks, gloo) trains bit for bit like `mtnlg train --nproc 8` (torchrun); a job sent USR1
 checkpoints, is requeued by Slurm under the same job id, resumes and ends bit for bit like the uninterrupted job;
 cluster/curate.sbatch (Dask inside the allocation) writes what the local process pool writes."""
 import json, os, re, shutil, subprocess, sys, time
@@ -16,7 +17,22 @@ CONFIG = "scaled_configs/tiny.yaml"
 # the preemption test signals at step 2 with 6 steps to spare
 SETS = {**THREE_D, "checkpoint.save_interval": 2, "data.curated": CURATED, "data.train_files": "[]", "data.valid_files": "[]"}
 ARGS = [a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]
-LOCAL = {"MTNLG_SLURM_DIR": "/tmp/mtnlg-slurm-test", "MTNLG_SLURM_PORT": "6937"}   # not the one a user may have up
+NODES = 2                                         # simulated nodes: slurmctld on a port, node i on that port + i
+
+def free_ports(n: int) -> int:
+    """The first of n consecutive TCP ports nobody listens on, at random below the kernel's ephemeral range (as
+    mtnlg.topology.free_port): slurmctld's, then one per simulated node. cluster/local/up refuses ports in use."""
+    import random, socket
+    from mtnlg.topology import _ephemeral_low
+    rng = random.SystemRandom()
+    for _ in range(200):
+        first = rng.randrange(20000, _ephemeral_low() - n)
+        try:
+            for p in range(first, first + n):
+                with socket.socket() as s: s.bind(("", p))        # what slurmctld and slurmd bind: every address
+            return first
+        except OSError: continue
+    raise OSError(f"no {n} consecutive free TCP ports")
 
 def cannot_run_slurm() -> str | None:
     if os.geteuid() != 0: return "Slurm's daemons need root (cluster/local/up)"
@@ -33,7 +49,7 @@ def test_scripts_pass_bash_n_and_shellcheck():
     if not shutil.which("shellcheck"): pytest.skip("no shellcheck (apt-get install shellcheck)")
     r = subprocess.run(["shellcheck", *map(str, SCRIPTS)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
-    assert len(SCRIPTS) == 5                      # 530b, curate, scaled, local/up, local/down
+    assert len(SCRIPTS) == 6                      # 530b, curate, scaled, local/up, local/down, local/owner.sh
 
 def dry_run(script="cluster/530b.sbatch", **env) -> subprocess.CompletedProcess:
     return subprocess.run([str(ROOT / script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -58,23 +74,44 @@ def test_530b_dry_run_prints_the_job():
 # ---------------------------------------------------------------- the local cluster
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    "The local cluster up for this module (installed first if missing), down afterwards whatever happened."
+    """The local cluster up for this module (installed first if missing), down afterwards whatever happened. A cluster
+    of this test run's own -- its directory under the run's temporary directory, free ports, its own munged -- so that
+    two runs at once (two clones, a developer's beside CI's) never share one, nor stop each other's (issue 46)."""
     if reason := cannot_run_slurm():
         print(f"skipping the Slurm tests: {reason}"); pytest.skip(reason)
-    env = {**os.environ, **LOCAL}
+    d = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "MTNLG_SLURM_DIR": str(d), "MTNLG_SLURM_PORT": str(free_ports(NODES + 1)), "MTNLG_SLURM_NODES": str(NODES)}
+    for k in ("MTNLG_SLURM_OWNER", "MTNLG_SLURM_ADOPT"): env.pop(k, None)   # the owner: this process (up's parent)
     try:
         r = subprocess.run([str(ROOT / "cluster/local/up")], env=env, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stdout + r.stderr
         r2 = subprocess.run([str(ROOT / "cluster/local/up")], env=env, capture_output=True, text=True, timeout=120)
         assert r2.returncode == 0 and "already up" in r2.stdout, r2.stdout + r2.stderr         # idempotent
         runs = tmp_path_factory.mktemp("runs")
-        yield {**env, "SLURM_CONF": f"{LOCAL['MTNLG_SLURM_DIR']}/slurm.conf", "MTNLG_BIN": MTNLG, "MTNLG_RUNS": str(runs),
+        yield {**env, "SLURM_CONF": f"{d}/slurm.conf", "MTNLG_BIN": MTNLG, "MTNLG_RUNS": str(runs),
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     finally:
         down = subprocess.run([str(ROOT / "cluster/local/down")], env=env, capture_output=True, text=True, timeout=120)
         assert down.returncode == 0, down.stderr
         again = subprocess.run([str(ROOT / "cluster/local/down")], env=env, capture_output=True, text=True, timeout=60)
         assert "nothing to stop" in again.stdout
+
+def test_another_run_cannot_adopt_or_stop_the_cluster(slurm):
+    "Another run (another owner) pointed at this cluster's directory is refused by `up` and `down`, unless it adopts."
+    other = {**slurm, "MTNLG_SLURM_OWNER": "another test run"}
+    for script in ("up", "down"):
+        r = subprocess.run([str(ROOT / f"cluster/local/{script}")], env=other, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "was started by another run, which is still running" in r.stderr, r.stdout + r.stderr
+        assert "MTNLG_SLURM_ADOPT=1 or --adopt" in r.stderr
+    r = subprocess.run([str(ROOT / "cluster/local/up"), "--adopt"], env=other, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "adopting the cluster" in r.stdout and "already up" in r.stdout, r.stdout + r.stderr
+    owner = (Path(slurm["MTNLG_SLURM_DIR"]) / "owner").read_text()
+    assert owner.startswith(f"pid:{os.getpid()}:"), owner           # adopting does not take it over
+    # every daemon is this cluster's own: its munged too (AuthInfo=socket=...), none shared with another cluster
+    pids = dict(l.split()[::-1] for l in (Path(slurm["MTNLG_SLURM_DIR"]) / "started.pids").read_text().split("\n") if l)
+    assert sorted(pids.values()) == ["munged", "slurmctld", "slurmd", "slurmd"]
+    for pid in pids: assert slurm["MTNLG_SLURM_DIR"] + "/" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    assert f"AuthInfo=socket={slurm['MTNLG_SLURM_DIR']}/munge/socket" in Path(slurm["SLURM_CONF"]).read_text()
 
 def sbatch(env, *args, name="run", wait=True) -> tuple[int, str]:
     "Submit from the repository root; (exit code, job id)."
