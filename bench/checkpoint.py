@@ -10,6 +10,9 @@
    assembled whole, copied into the model and Adam's state) vs plain `torch.load(weights_only=True)` of the same shard
    file (which copies nothing into the model), and vs that load followed by the same copies (like for like). Warm: the
    file is in the page cache (just written); cold: its pages are dropped first (posix_fadvise DONTNEED after fsync).
+   Checksums (chapter 43): every save hashes the shard as it writes it, every load checks it first. Both are also timed
+   without (`ours_unhashed`: the shard written by plain `torch.save`, no checksum; `ours_unverified`: the load with the
+   checks off), in the same run, alternating: `checksum_cost` is ours / without, in seconds (target: <= 1.05 on load).
 3. Resume, seconds: `train()` from the call to its return for one step, from a fresh start vs resuming from the step-1
    checkpoint (`checkpoint.resume=<dir>`, one more step). Both build the model, read the (cached) data, run the step,
    one validation batch, and save the final checkpoint; the difference is the cost of resuming.
@@ -72,7 +75,9 @@ def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> d
     def counted_fsync(path):           # save_checkpoint fsyncs every file it writes, the step directory and the root
         t0 = time.perf_counter(); real_fsync(path); fsyncs["s"] += time.perf_counter() - t0; fsyncs["calls"] += 1
     state = {"step": 1, "consumed_samples": 0, "tokens": 0, "skipped_steps": 0, "loss_window": [], "elapsed_s": 0.0}
-    t = {"snapshot": [], "ours": [], "ours_fsync": [], "torch_save": [], "torch_save_fsync": []}
+    t = {"snapshot": [], "ours": [], "ours_fsync": [], "ours_unhashed": [], "torch_save": [], "torch_save_fsync": []}
+    real_save_hashed = C.save_hashed
+    def unhashed(obj, path): torch.save(obj, path); return "0" * 16    # the same save, no checksum computed
     size = {}
     for i in range(reps):
         dt, shard = timed(backend.checkpoint_shard); t["snapshot"].append(dt)
@@ -81,6 +86,10 @@ def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> d
         try: dt, final = timed(lambda: save_checkpoint(root, 1, shard, cfg, layout, tokenizer_file, state, keep_last=2))
         finally: C._fsync = real_fsync
         t["ours"].append(dt); t["ours_fsync"].append(fsyncs["s"]); size["ours"] = (final / shard_name(0)).stat().st_size
+        bare = work / f"unhashed-{i}"; settle(); C.save_hashed = unhashed
+        try: dt, _ = timed(lambda: save_checkpoint(bare, 1, shard, cfg, layout, tokenizer_file, state, keep_last=2))
+        finally: C.save_hashed = real_save_hashed
+        t["ours_unhashed"].append(dt); shutil.rmtree(bare)
         for kind in ("torch_save", "torch_save_fsync"):
             p = work / f"{kind}-{i}.pt"; settle()
             dt, _ = timed(lambda: (torch.save(shard, p), kind.endswith("fsync") and fsync(p)))
@@ -97,6 +106,7 @@ def bench_save(backend, cfg, layout, tokenizer_file, work: Path, reps: int) -> d
     g = out["gb_per_s"]
     out["ratio_vs_torch_save"] = g["ours"] / g["torch_save"]
     out["ratio_vs_torch_save_fsync"] = g["ours"] / g["torch_save_fsync"]
+    out["checksum_cost"] = out["median_s"]["ours"] / out["median_s"]["ours_unhashed"]
     out["checkpoint"] = str(work / f"save-{reps - 1}" / "step-0000001")
     return out
 
@@ -114,6 +124,11 @@ def bench_load(backend, ckpt_dir: Path, reps: int, default_threads: int) -> dict
         t2 = time.perf_counter(); backend.load_checkpoint(ckpt)
         t3 = time.perf_counter()
         return {"total": t3 - t0, "open_and_check": t1 - t0, "mmap_torch_load": t2 - t1, "assemble_and_copy": t3 - t2}
+    def ours_unverified():             # the same load with the checksum checks off
+        import mtnlg.checkpoint as C
+        real, C.check_file = C.check_file, lambda *a: None
+        try: return ours()
+        finally: C.check_file = real
     def plain():
         t0 = time.perf_counter(); torch.load(path, map_location="cpu", weights_only=True)
         return {"total": time.perf_counter() - t0}
@@ -131,11 +146,12 @@ def bench_load(backend, ckpt_dir: Path, reps: int, default_threads: int) -> dict
         return {"total": t2 - t0, "torch_load": t1 - t0, "copy": t2 - t1}
     out = {"bytes_per_shard": size, "tp_dim_all_whole": all(tp_dim(p) < 0 for p in params.values())}
     for cache in ("warm", "cold"):
-        runs = {"ours": [], "torch_load": [], "torch_load_and_copy": []}
-        for fn, key in ((ours, "ours"), (plain, "torch_load"), (plain_and_copy, "torch_load_and_copy")):
+        runs = {"ours": [], "ours_unverified": [], "torch_load": [], "torch_load_and_copy": []}
+        sides = ((ours, "ours"), (ours_unverified, "ours_unverified"), (plain, "torch_load"), (plain_and_copy, "torch_load_and_copy"))
+        for fn, key in sides:
             fn()                                                  # warm-up (and the page cache for `warm`)
-        for _ in range(reps):
-            for fn, key in ((ours, "ours"), (plain, "torch_load"), (plain_and_copy, "torch_load_and_copy")):
+        for i in range(reps):
+            for fn, key in sides if i % 2 == 0 else sides[1::-1] + sides[2:]:   # verified / unverified alternate first
                 if cache == "cold": drop_cache(path)
                 runs[key].append(fn())
         m = {k: {part: med([r[part] for r in v]) for part in v[0]} for k, v in runs.items()}
@@ -144,7 +160,8 @@ def bench_load(backend, ckpt_dir: Path, reps: int, default_threads: int) -> dict
                       "max_total_s": {k: max(r["total"] for r in v) for k, v in runs.items()}, "gb_per_s": g,
                       "gb_per_s_runs": {k: summary([size / GB / r["total"] for r in v]) for k, v in runs.items()},
                       "ratio_vs_torch_load": g["ours"] / g["torch_load"],
-                      "ratio_vs_torch_load_and_copy": g["ours"] / g["torch_load_and_copy"]}
+                      "ratio_vs_torch_load_and_copy": g["ours"] / g["torch_load_and_copy"],
+                      "checksum_cost": m["ours"]["total"] / m["ours_unverified"]["total"]}
     threads = torch.get_num_threads()
     if threads != default_threads:     # the same warm load with torch's own thread count (all cores), as the trainer runs
         torch.set_num_threads(default_threads)
@@ -259,18 +276,20 @@ def main():
             ("", "torch.save (page cache)", *sv("torch_save"), s["gb_per_s"]["torch_save"], f"{s['ratio_vs_torch_save']:.2f}"),
             ("", "torch.save + fsync", *sv("torch_save_fsync"), s["gb_per_s"]["torch_save_fsync"], f"{s['ratio_vs_torch_save_fsync']:.2f}"),
             ("", f"(of ours: {s['ours_fsync_calls']} fsyncs)", *sv("ours_fsync"), None, ""),
+            ("", "ours without the checksum", *sv("ours_unhashed"), s["gb_per_s"]["ours_unhashed"], f"{s['checksum_cost']:.3f}"),
             ("", "(snapshot: checkpoint_shard)", *sv("snapshot"), s["bytes_per_shard"] / GB / s["median_s"]["snapshot"], "")]
     for cache in ("warm", "cold"):
         c = l[cache]
         ld = lambda k: (c["median_s"][k]["total"], c["min_total_s"][k], c["max_total_s"][k])
         rows += [(f"load {cache}", "ours: Checkpoint + load_checkpoint", *ld("ours"), c["gb_per_s"]["ours"], ""),
+                 ("", "ours, checksums not checked", *ld("ours_unverified"), c["gb_per_s"]["ours_unverified"], f"{c['checksum_cost']:.3f}"),
                  ("", "torch.load", *ld("torch_load"), c["gb_per_s"]["torch_load"], f"{c['ratio_vs_torch_load']:.2f}"),
                  ("", "torch.load + copy in", *ld("torch_load_and_copy"), c["gb_per_s"]["torch_load_and_copy"],
                   f"{c['ratio_vs_torch_load_and_copy']:.2f}")]
     print(f"{'':10} {'':36} {'median s':>8} {'min s':>7} {'max s':>7} {'GB/s':>7} {'ours/it':>8}   (GB/s and ratios: of medians)")
     if "warm_ours_default_threads" in l:
         w = l["warm_ours_default_threads"]
-        rows.insert(8, ("", f"(ours at {w['threads']} threads)", w["median_s"]["total"], w["min_total_s"], w["max_total_s"], w["gb_per_s"], ""))
+        rows.insert(10, ("", f"(ours at {w['threads']} threads)", w["median_s"]["total"], w["min_total_s"], w["max_total_s"], w["gb_per_s"], ""))
     for a_, b, sec, lo, hi, gbs, r in rows:
         print(f"{a_:10} {b:36} {sec:8.3f} {lo:7.3f} {hi:7.3f} {'' if gbs is None else f'{gbs:7.2f}':>7} {r:>8}")
     for cache in ("warm", "cold"):
@@ -285,6 +304,8 @@ def main():
               f"({r['resume_overhead_s']:+.2f}s, ratio {r['ratio_resume_vs_fresh']:.2f}); inside the resumed call: finding and "
               f"checking the checkpoint {i['find_and_check_checkpoint_s']:.2f}s, load_checkpoint {i['load_checkpoint_s']:.2f}s "
               f"(the final save: {i['save_checkpoint_s']:.2f}s, fresh {r['inside_train_median_s']['fresh']['save_checkpoint_s']:.2f}s)")
+    print(f"checksums (xxh3-64) cost: save x{s['checksum_cost']:.3f}, load warm x{l['warm']['checksum_cost']:.3f}, "
+          f"cold x{l['cold']['checksum_cost']:.3f} (ours / ours without them, seconds; target on load <= 1.05)")
     print(f"total {res['total_s']:.0f}s")
     if not a.save: return
     out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)

@@ -88,10 +88,18 @@ def add_train_arguments(p: argparse.ArgumentParser):
                    "one-process loop on a CPU (chapter 41); single or deepspeed to choose")
     p.add_argument("--resume", metavar="auto|DIR", help="continue from a checkpoint: `auto` = the latest in the run's "
                    "checkpoints/ if any (same as --set checkpoint.resume=auto)")
+    p.add_argument("--check", action="store_true", help="check the config, the layout against --nproc N (or the launcher's "
+                   "world), the data and a named checkpoint, then exit: what a batch script runs once before srun starts the ranks")
     def run(args):
         from mtnlg.topology import check_layout, launched, launcher_env
         if args.resume: args.set = args.set + [f"checkpoint.resume={args.resume}"]
         cfg = config_from_args(args)
+        if args.check:                                         # one process, before a launcher starts any rank
+            from mtnlg.train import check_inputs
+            check_layout(cfg, args.nproc or launcher_env()["world_size"])
+            check_inputs(cfg, args.run_dir)
+            print(f"mtnlg train --check: {cfg.name} on {args.nproc or launcher_env()['world_size']} processes: config, layout and inputs ok")
+            return 0
         if args.nproc is not None and not launched():
             from mtnlg.train import check_inputs
             check_layout(cfg, args.nproc)                      # before any process starts: one error, not one per rank
