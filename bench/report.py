@@ -80,7 +80,10 @@ def rows() -> list[str]:
     out.append(f"| checkpoint save / load, {s['bytes_per_shard'] / 1e6:,.0f} MB shard (`bench/checkpoint.py`, {c['date']}) | "
                f"save {s['ratio_vs_torch_save_fsync']:.2f}× `torch.save`+fsync ({rng(s['gb_per_s_runs']['ours'], '.2f')} GB/s); "
                f"load (warm) {w['ratio_vs_torch_load']:.2f}× `torch.load` ({rng(w['gb_per_s_runs']['ours'], '.2f')} GB/s), "
-               f"{c['reps']} runs{resume} | — |")
+               f"{c['reps']} runs{resume}"
+               + (f"; checksums (xxh3-64): save ×{s['checksum_cost']:.3f}, load warm ×{w['checksum_cost']:.3f}, cold "
+                  f"×{c['load']['cold']['checksum_cost']:.3f} the time without them" if "checksum_cost" in w else "")
+               + f" | {'checksums ≤ 1.05× on load' if 'checksum_cost' in w else '—'} |")
     _, g = newest("generate-*.json")
     t = g["tokens_per_s"]
     out.append(f"| generation tokens/s, {g['prompts']} prompts × {g['new_tokens']} new tokens, KV cache vs recomputation and "
