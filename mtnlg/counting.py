@@ -242,6 +242,7 @@ def stage_activation_bytes(model: ModelConfig, L: Setup, stage: int, e: int, asm
                + (sbh * e if not last else 0)                 # the stage's output, kept for its backward
                + (2 * sbh * e + 2 * s * b * 4 if last else 0)) / outside)  # final LayerNorm
 
+# %% ../nbs/50_counting.ipynb
 def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
                  asm: Assumptions = Assumptions(), zero1: bool = True) -> list[dict]:
     """Memory (bytes) of one GPU of every pipeline stage at its peak, by term, as our engine allocates it. The peak is
