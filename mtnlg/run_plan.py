@@ -199,6 +199,7 @@ class RunPlan:
     @property
     def expected_failures(self) -> float: return self.wall_s / self.mtbf_s
 
+# %% ../nbs/55_run_plan.ipynb
 def run_plan(cfg: Config, gpu: GPU | str = "a100-80gb", time_limit_hours: float = 48.0, fs_gbps: float | None = None,
              mtbf_hours: float | None = None, startup_minutes: float = 10.0, signal_minutes: float = 10.0,
              asm: Assumptions = Assumptions()) -> RunPlan:
@@ -343,6 +344,7 @@ def compress_hosts(names: list[str]) -> str:
 def _span(ranks: list[int]) -> str:
     return f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 else ", ".join(map(str, ranks))
 
+# %% ../nbs/55_run_plan.ipynb
 @dataclass
 class JobPlan:
     "Where every rank of a config's layout runs: `nodes` x `tasks_per_node` ranks, placed block-wise on `hosts`."
