@@ -7,7 +7,7 @@ __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'uniform_layers', 'embeddin
            'check_setup', 'layer_forward_flops', 'logits_forward_flops', 'recompute_flops', 'flops_per_iteration',
            'state_bytes', 'layer_activation_bytes', 'stored_activation_bytes', 'in_flight', 'stage_params', 'GPU',
            'Assumptions', 'output_layer_bytes', 'stage_activation_bytes', 'stage_memory', 'memory_per_gpu',
-           'largest_term', 'gpu_for', 'utilization', 'memory_table', 'format_stages', 'plot_recompute_tradeoff']
+           'largest_term', 'memory_table', 'format_stages', 'plot_recompute_tradeoff', 'gpu_for', 'utilization']
 
 # %% ../nbs/50_counting.ipynb
 from dataclasses import dataclass, replace
@@ -301,20 +301,6 @@ def largest_term(mem: dict) -> str:
     return max((k for k in mem if k not in ("total", "stage", "peak at")), key=lambda k: mem[k])
 
 # %% ../nbs/50_counting.ipynb
-def gpu_for(name: str) -> GPU | None:
-    "The `GPUS` entry of a device as CUDA names it (`NVIDIA H100 80GB HBM3` -> h100); None for one we have no datasheet of."
-    n = name.lower()
-    return next((GPUS[k] for k, tag in (("h200", "h200"), ("h100", "h100"), ("a100-80gb", "a100")) if tag in n), None)
-
-def utilization(model: ModelConfig, sequences: int, seconds: float, devices: int, gpu: GPU | None,
-                recompute: str = "none", tp: int = 1) -> tuple[float | None, float | None]:
-    """(MFU, HFU) of `devices` devices that trained `sequences` sequences in `seconds`: model FLOPs (no recomputation)
-    and hardware FLOPs (with `recompute`'s extra forward) over their dense bf16 peak; (None, None) without a peak."""
-    if gpu is None or seconds <= 0: return None, None
-    peak = gpu.peak_tflops * 1e12 * devices * seconds
-    return (flops_per_iteration(model, sequences, "none", tp) / peak, flops_per_iteration(model, sequences, recompute, tp) / peak)
-
-# %% ../nbs/50_counting.ipynb
 def memory_table(rows: dict[str, dict]) -> str:
     "A text table of memory breakdowns (GiB), one column per named layout."
     keys, w = [k for k in next(iter(rows.values())) if k not in ("stage", "peak at")], max(12, *(len(n) + 2 for n in rows))
@@ -370,3 +356,17 @@ def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, cap
     bx.legend(fontsize=7, ncol=2)
     fig.tight_layout(); plt.close(fig)
     return fig
+
+# %% ../nbs/50_counting.ipynb
+def gpu_for(name: str) -> GPU | None:
+    "The `GPUS` entry of a device as CUDA names it (`NVIDIA H100 80GB HBM3` -> h100); None for one we have no datasheet of."
+    n = name.lower()
+    return next((GPUS[k] for k, tag in (("h200", "h200"), ("h100", "h100"), ("a100-80gb", "a100")) if tag in n), None)
+
+def utilization(model: ModelConfig, sequences: int, seconds: float, devices: int, gpu: GPU | None,
+                recompute: str = "none", tp: int = 1) -> tuple[float | None, float | None]:
+    """(MFU, HFU) of `devices` devices that trained `sequences` sequences in `seconds`: model FLOPs (no recomputation)
+    and hardware FLOPs (with `recompute`'s extra forward) over their dense bf16 peak; (None, None) without a peak."""
+    if gpu is None or seconds <= 0: return None, None
+    peak = gpu.peak_tflops * 1e12 * devices * seconds
+    return (flops_per_iteration(model, sequences, "none", tp) / peak, flops_per_iteration(model, sequences, recompute, tp) / peak)
