@@ -248,7 +248,7 @@ def summarise(rows: list[dict]) -> dict:
 
 def predicted_gib(cfg) -> float:
     "Chapter 50's peak for this config on one GPU (TP1 PP1 DP1, the step's batch), without its reserve, in GiB."
-    from mtnlg.perf import Assumptions, GiB, Setup, stage_memory
+    from mtnlg.counting import Assumptions, GiB, Setup, stage_memory
     from mtnlg.schedules import iterations
     return stage_memory(cfg.model, Setup.of(cfg, cfg.model.recompute), iterations(cfg)[0][1], cfg.precision,
                         Assumptions(reserved_gib=0))[0]["total"] / GiB
@@ -358,7 +358,7 @@ def hf_worker(spec: dict) -> int:
     import torch, torch.nn.functional as F
     from transformers import GPT2Config, GPT2LMHeadModel
     from mtnlg.data_parallel import make_optimizer
-    from mtnlg.perf import gpu_for, utilization
+    from mtnlg.counting import gpu_for, utilization
     from mtnlg.schedules import iterations
     from mtnlg.train import autocast_for
     cfg = load(spec["config"], spec["sets"])
@@ -500,7 +500,7 @@ def device_info() -> dict:
 def _device_info_child() -> int:
     import torch
     from importlib.metadata import version, PackageNotFoundError
-    from mtnlg.perf import gpu_for
+    from mtnlg.counting import gpu_for
     name, gpu = torch.cuda.get_device_name(), gpu_for(torch.cuda.get_device_name())
     versions = {"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
     for package in ("deepspeed", "megatron-core", "triton", "transformers"):
@@ -514,7 +514,7 @@ def _device_info_child() -> int:
 def estimate_s(row: Row, ctx, cfg) -> float:
     "A rough duration of one row: process start, --steps steps at a guessed utilization (GPU) or the start alone (CPU)."
     if ctx.device == "cpu": return START_S["cpu"]
-    from mtnlg.perf import flops_per_iteration
+    from mtnlg.counting import flops_per_iteration
     from mtnlg.schedules import iterations
     batch = iterations(cfg)[0][1]
     recompute = row.sets.get("model.recompute", cfg.model.recompute)

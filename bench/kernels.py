@@ -8,7 +8,7 @@ and MFU of gpt-125m and gpt-1.3b, one GPU, bf16 weights, forward + backward + fu
 
 On a GPU every timing is the median, min and max of --repeats runs (>= 5; each run times several calls between CUDA
 events); ratios are of medians against eager PyTorch measured in the same run; achieved GB/s counts the bytes a kernel
-must move (inputs read once, outputs written once) against the device's peak HBM bandwidth from `mtnlg.perf.GPUS`.
+must move (inputs read once, outputs written once) against the device's peak HBM bandwidth from `mtnlg.counting.GPUS`.
 Where forward+backward's wall time exceeds its GPU-busy time (the profiler's kernel time), each row also says why:
 `fwd_bwd_host_s`, the host time to issue one call (near the wall time: launch-bound), and `fwd_bwd_host_ops`, the
 host-side ops of a call by self CPU time (a synchronisation or copy in there: the call waits for the GPU).
@@ -40,11 +40,11 @@ def scaled(s: dict, k: float) -> dict:
 
 
 def gpu_spec(name: str):
-    "The `mtnlg.perf.GPUS` entry for a CUDA device name."
-    from mtnlg.perf import GPUS
+    "The `mtnlg.counting.GPUS` entry for a CUDA device name."
+    from mtnlg.counting import GPUS
     for pattern, key in (("H200", "h200"), ("H100", "h100"), ("A100", "a100-80gb")):
         if pattern in name: return GPUS[key]
-    raise SystemExit(f"no peak numbers for {name!r} in mtnlg.perf.GPUS: add it there")
+    raise SystemExit(f"no peak numbers for {name!r} in mtnlg.counting.GPUS: add it there")
 
 
 def cuda_times(fn, repeats: int, inner: int = 10, warmup: int = 3) -> list[float]:
@@ -220,7 +220,7 @@ def model_bench(args, gpu) -> list[dict]:
     import torch, dataclasses
     from mtnlg.config import load_config
     from mtnlg.model import GPT
-    from mtnlg.perf import flops_per_iteration
+    from mtnlg.counting import flops_per_iteration
     from mtnlg.topology import init_distributed, seed_everything
     init_distributed()
     rows = []
@@ -301,7 +301,7 @@ def main(argv=None):
     import warnings; warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex.*")
     name = torch.cuda.get_device_name()
     gpu = gpu_spec(name)
-    print(f"{name}: peak {gpu.peak_tflops} TFLOP/s bf16, {gpu.hbm_gbps} GB/s HBM (mtnlg.perf.GPUS['{gpu.name}'])")
+    print(f"{name}: peak {gpu.peak_tflops} TFLOP/s bf16, {gpu.hbm_gbps} GB/s HBM (mtnlg.counting.GPUS['{gpu.name}'])")
     t0 = time.perf_counter()
     correctness = gpu_correctness()
     try: model_check = model_correctness()

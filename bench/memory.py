@@ -1,5 +1,5 @@
 """Peak memory of every pipeline stage of a real DeepSpeed training step, measured on CPU (chapter 98's
-`measure_stage_memory`), held against the perf chapter's per-stage model (`mtnlg.perf.stage_memory`).
+`measure_stage_memory`), held against chapter 50's per-stage model (`mtnlg.counting.stage_memory`).
 
 TP 2 x PP 2 x DP 1 (4 processes) and TP 2 x PP 2 x DP 2 (8 processes) on scaled_configs/tiny.yaml with sequences
 long enough for activations to show and two layers per stage (4 layers, seq 128, hidden 128, global batch 8,
@@ -35,20 +35,20 @@ def hardware() -> dict:
     return machine(deepspeed=deepspeed.__version__)
 
 def cpu_assumptions():
-    """The perf model's assumptions for this CPU run: nothing reserved (no CUDA context), attention through SDPA's math
+    """Chapter 50's assumptions for this CPU run: nothing reserved (no CUDA context), attention through SDPA's math
     kernel (on CPU, dropout on the probabilities rules out the flash kernel), dropout masks as wide as fp32 activations."""
-    from mtnlg.perf import Assumptions
+    from mtnlg.counting import Assumptions
     return Assumptions(reserved_gib=0.0, attention="math", dropout_mask_bytes=4)
 
 def predicted(overrides: dict) -> list[dict] | None:
-    "`mtnlg.perf.stage_memory` for this run, or None if the perf chapter does not have it."
-    from mtnlg import perf
+    "`mtnlg.counting.stage_memory` for this run, or None if chapter 50 does not have it."
+    from mtnlg import counting
     from mtnlg.config import load_config
     from mtnlg.topology import Layout
-    if not hasattr(perf, "stage_memory"): return None
+    if not hasattr(counting, "stage_memory"): return None
     cfg = load_config(CONFIG, overrides)
-    setup = perf.Setup(Layout.of(cfg), cfg.schedule.micro_batch_size, cfg.model.recompute)
-    return perf.stage_memory(cfg.model, setup, cfg.schedule.global_batch_size, cfg.precision, cpu_assumptions())
+    setup = counting.Setup(Layout.of(cfg), cfg.schedule.micro_batch_size, cfg.model.recompute)
+    return counting.stage_memory(cfg.model, setup, cfg.schedule.global_batch_size, cfg.precision, cpu_assumptions())
 
 def measure(overrides: dict) -> tuple[list[dict], float]:
     from mtnlg import testing
@@ -86,7 +86,7 @@ def comparison(ranks: list[dict], pred: list[dict] | None) -> tuple[str, list[di
                     "predicted terms": {k: v for k, v in p.items() if k not in ("total", "stage", "peak at")}}
         rows.append(row)
     if pred is None:
-        out.append("  (mtnlg.perf.stage_memory not found: no prediction to compare with)")
+        out.append("  (mtnlg.counting.stage_memory not found: no prediction to compare with)")
         for r in rows: out.append(f"  stage {r['stage']}: measured {_m(r['measured'])} MiB")
         return "\n".join(out), rows
     out.append(f"  {'stage':>5} {'predicted':>12} {'measured':>12} {'ratio':>6}   peak at (model / measured)")
@@ -113,7 +113,7 @@ def main():
     ap.add_argument("--out", default=str(ROOT / f"bench/results/memory-cpu-{datetime.date.today()}.json"))
     args = ap.parse_args()
     if args.reps < MIN_RUNS: ap.error(f"--reps must be at least {MIN_RUNS}")
-    results = {"benchmark": "stage memory peaks of a TP2xPP2 DeepSpeed step vs mtnlg.perf.stage_memory", "reps": args.reps,
+    results = {"benchmark": "stage memory peaks of a TP2xPP2 DeepSpeed step vs mtnlg.counting.stage_memory", "reps": args.reps,
                "date": str(datetime.date.today()), "hardware": hardware(), "config": "scaled_configs/tiny.yaml",
                "overrides": BASE, "method": "torch.profiler CPU memory events, replayed; categories from tags of the "
                "engine's storages (mtnlg.testing.measure_stage_memory); the second step's peak",

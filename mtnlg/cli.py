@@ -175,11 +175,12 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|deepspeed-2022|megatron-lm|megatron-lm-2022] [--even-only] [--sequence-parallel auto|on|off] [--compare-sequence-parallel]`;
     `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
     `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
-    config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 51);
+    config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 55);
     `mtnlg plan --config CFG --job --nodes N [--tasks-per-node T] [--hosts a,b,...]`: the job's placement — ranks per
-    node, TP groups, the node of each pipeline stage, layers per stage, seconds per iteration (chapter 51; the dry run
+    node, TP groups, the node of each pipeline stage, layers per stage, seconds per iteration (chapter 55; the dry run
     of cluster/scaled.sbatch)."""
-    from mtnlg.perf import GPUS, RECOMPUTE, SYSTEMS  # the throughput model itself is plain Python (no GPU needed)
+    from mtnlg.counting import GPUS, RECOMPUTE  # the throughput model itself is plain Python (no GPU needed)
+    from mtnlg.iteration_time import SYSTEMS
     add_config_arguments(p)
     p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts; with --schedule, "
                    "the config's world size, the default)")
@@ -194,7 +195,7 @@ def add_plan_arguments(p: argparse.ArgumentParser):
                    help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)")
     p.add_argument("--system", choices=sorted(SYSTEMS), default="deepspeed",
                    help="training system whose traits to model: deepspeed (our engine, DeepSpeed 0.19; default), "
-                        "deepspeed-2022 (the engine BLOOM ran, and chapter 50 gives MT-NLG) or megatron-lm "
+                        "deepspeed-2022 (the engine BLOOM ran, and chapter 51 gives MT-NLG) or megatron-lm "
                         "(interleaved 1F1B: the ranking also tries virtual stages)")
     p.add_argument("--even-only", action="store_true", help="rank only uniform layer splits (default: also embeddings counted as layers)")
     p.add_argument("--sequence-parallel", choices=("auto", "on", "off"),
@@ -203,7 +204,7 @@ def add_plan_arguments(p: argparse.ArgumentParser):
                    "sequence parallelism vs the fastest with it + selective recomputation, and the speed-up beside Korthikanti et al.'s 29%%")
     p.add_argument("--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout")
     p.add_argument("--schedule", action="store_true", help="plan the config's whole run on its own layout: steps, days, "
-                   "allocations, checkpoint size, save time, the Young/Daly save interval (chapter 51)")
+                   "allocations, checkpoint size, save time, the Young/Daly save interval (chapter 55)")
     p.add_argument("--time-limit-hours", type=float, default=48.0, help="with --schedule: the scheduler's time limit per allocation (default 48)")
     p.add_argument("--fs-gbps", type=float, help="with --schedule: aggregate file-system write bandwidth, GB/s "
                    "(default: Summit's 2.5 TB/s for 27,648 GPUs, as a per-GPU share of the job)")
@@ -213,7 +214,7 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     p.add_argument("--signal-minutes", type=float, default=10.0,
                    help="with --schedule: SIGUSR1 comes this long before the time limit (default 10, as cluster/530b.sbatch)")
     p.add_argument("--job", action="store_true", help="print where the config's layout runs on --nodes nodes: ranks per "
-                   "node, TP groups, pipeline stages on nodes, layers per stage, seconds per iteration (chapter 51)")
+                   "node, TP groups, pipeline stages on nodes, layers per stage, seconds per iteration (chapter 55)")
     p.add_argument("--nodes", type=int, help="with --job: nodes of the allocation")
     p.add_argument("--tasks-per-node", type=int, help="with --job: ranks per node (default: --gpus-per-node)")
     p.add_argument("--hosts", help="with --job: the allocation's node names, comma-separated (default node0, node1, ...)")
@@ -222,8 +223,9 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     p.add_argument("--show-infeasible", type=int, default=8, help="how many infeasible layouts to explain (default 8)")
     def run(args):
         from dataclasses import replace
-        from mtnlg.perf import (plan, format_plan, format_stages, predict, Assumptions, Setup, sequence_parallel_gain,
-                                format_sequence_parallel_gain)
+        from mtnlg.counting import Assumptions, Setup, format_stages
+        from mtnlg.iteration_time import predict
+        from mtnlg.planner import plan, format_plan, sequence_parallel_gain, format_sequence_parallel_gain
         if args.gpus_per_node < 1: raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
         cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
         if args.job:

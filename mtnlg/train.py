@@ -22,7 +22,7 @@ from .data_parallel import make_optimizer
 from .schedules import iterations, lr_at
 from .data_loading import check_data, training_data
 from .config import narayanan_flops
-from .perf import gpu_for, utilization
+from .counting import gpu_for, utilization
 from .checkpoint import (Checkpoint, StopRequest, make_shard, save_checkpoint, latest_checkpoint, set_rng_state,
                               shard_name, tp_dim, newest_verified_checkpoint)
 

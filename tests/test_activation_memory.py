@@ -54,7 +54,7 @@ def test_saved_activation_bytes_equal_the_model(measured, shape, tp, sp):
     """Exact, per layer, in every mode; with sequence parallelism the LayerNorm inputs and statistics, the QKV and fc1
     inputs and the dropout masks — what Korthikanti et al. put outside the tensor-parallel region — are 1/t of them."""
     from mtnlg.config import load_config
-    from mtnlg.perf import stored_activation_bytes
+    from mtnlg.counting import stored_activation_bytes
     m = load_config(ROOT / SHAPES[shape]).model
     attention = "math" if m.attention_dropout > 0 else "flash"      # what PyTorch's CPU attention runs
     key = lambda recompute, b: f"{shape}/{recompute}/{b}" + ("/sp" if sp else "")
@@ -66,7 +66,7 @@ def test_saved_activation_bytes_equal_the_model(measured, shape, tp, sp):
             print(f"{shape} TP{tp}{' SP' if sp else ''} micro {b} {recompute:9s}: measured {got:>12,} B, model {want:>14,.0f} B")
             assert got == want, (shape, tp, sp, recompute, b, got, want)
     assert measured[tp][key("none", 1)] > measured[tp][key("selective", 1)] > measured[tp][key("full", 1)]
-    from mtnlg.perf import layer_activation_bytes
+    from mtnlg.counting import layer_activation_bytes
     for b in (1, 2):           # selective recomputation drops exactly the attention core (softmax, its dropout mask and
         core = layer_activation_bytes(m, b, tp, 4, 4, attention, sp)["attention core"]     # the s x s products) and no more
         assert measured[tp][key("none", b)] - measured[tp][key("selective", b)] == core, (b, core)

@@ -8,7 +8,8 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest, torch
 from mtnlg import kernels as K
 from mtnlg.config import load_config
-from mtnlg.perf import GPUS, FUSIONS, layer_forward_flops, layer_ops, layer_time, ridge_point
+from mtnlg.counting import GPUS, layer_forward_flops
+from mtnlg.iteration_time import FUSIONS, layer_ops, layer_time, ridge_point
 
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
 # rows x cols (batch, heads, seq for softmax; batch, heads, seq, head_dim for attention): odd sizes, one row, one query

@@ -96,7 +96,7 @@ def stage_peak(ranks, stage) -> tuple[int, int]:
 def test_the_model_predicts_every_stage_peak_within_10_percent(measured):
     "Chapter 50's `stage_memory` (CPU: no reserve, PyTorch's math attention, fp32-wide dropout masks) vs each stage's fullest rank."
     from mtnlg.config import load_config
-    from mtnlg.perf import Assumptions, Setup, stage_memory
+    from mtnlg.counting import Assumptions, Setup, stage_memory
     from mtnlg.topology import Layout
     cpu = Assumptions(reserved_gib=0.0, attention="math", dropout_mask_bytes=4)
     for mode, ranks in measured.items():

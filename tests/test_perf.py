@@ -1,12 +1,13 @@
-"The performance model (chapter 50): the paper's rows, memory, the planner and `mtnlg plan` as a user runs it."
+"The performance model (chapters 50-54: counting, iteration time, published runs, calibration, the planner): the paper's rows, memory, the planner and `mtnlg plan` as a user runs it."
 import subprocess, sys
 from dataclasses import replace
 from pathlib import Path
 import pytest
-from mtnlg.config import load_config, count_parameters
+from mtnlg.config import load_config, count_parameters, narayanan_flops, stage_params_per_rank
 from mtnlg.topology import Layout
-from mtnlg.perf import (Assumptions, GiB, Setup, PAPER_ROWS, flops_per_iteration, memory_per_gpu, narayanan_flops,
-                        paper_predictions, plan, predict, stage_memory, stage_params_per_rank)
+from mtnlg.counting import Assumptions, GiB, Setup, PAPER_ROWS, flops_per_iteration, memory_per_gpu, stage_memory
+from mtnlg.iteration_time import paper_predictions, predict
+from mtnlg.planner import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
@@ -157,8 +158,9 @@ def test_cli_plan_needs_gpus_to_rank():
     assert r.returncode == 2 and r.stderr.strip() == "mtnlg: --gpus is required to rank layouts (or --stages / --schedule for the config's own layout)"
 
 # --- issue 14, part 3: uneven stages, the interleaved schedule, system traits, published runs ---
-from mtnlg.perf import (SYSTEMS, embedding_weighted_layers, interleaved_bubble, pipeline_time, published_runs,
-                        setup_problems, uniform_layers, validate)
+from mtnlg.iteration_time import SYSTEMS, interleaved_bubble, pipeline_time
+from mtnlg.counting import embedding_weighted_layers, setup_problems, uniform_layers
+from mtnlg.published_runs import published_runs, validate
 from mtnlg.pipeline_parallel import bubble_formula
 
 def test_interleaved_bubble_against_a_hand_computation():
@@ -242,7 +244,7 @@ def test_published_runs_with_the_mtnlg_parameters():
     assert rows["BLOOM-176B, 384 GPUs"]["prediction"].layout.layers_per_stage == (5,) + (6,) * 10 + (5,)
 
 def test_one_number_carries_the_other_runs_and_korthikanti_but_not_mtnlg():
-    from mtnlg.perf import fit_matmul_efficiency, published_runs, korthikanti_runs
+    from mtnlg.published_runs import fit_matmul_efficiency, published_runs, korthikanti_runs
     others = published_runs()
     e = fit_matmul_efficiency(CFG, paper=False, runs=others)
     a = replace(Assumptions(), matmul_efficiency=e)
@@ -262,7 +264,7 @@ def test_one_number_carries_the_other_runs_and_korthikanti_but_not_mtnlg():
     with pytest.raises(ValueError, match="nothing to fit"): fit_matmul_efficiency(CFG, paper=False)
 
 def test_memory_bound_traffic_is_the_ops_bytes_forward_backward_and_replayed():
-    from mtnlg.perf import layer_traffic, ATTENTION_CORE
+    from mtnlg.iteration_time import layer_traffic, ATTENTION_CORE
     m = CFG.model
     ops = [o for o in layer_ops(m, 8, 1, "megatron") if o.kind != "matmul"]
     fwd, bwd = sum(o.bytes for o in ops), sum(o.backward_bytes for o in ops)
@@ -282,7 +284,7 @@ def test_memory_bound_traffic_is_the_ops_bytes_forward_backward_and_replayed():
     assert SYSTEMS["megatron-lm"].grad_reduce_bytes == 2 and SYSTEMS["megatron-lm-2022"].grad_reduce_bytes == 4
 
 def test_gradient_accumulation_is_one_pass_over_a_stages_parameters_per_micro_batch():
-    from mtnlg.perf import GPUS, stage_params
+    from mtnlg.counting import GPUS, stage_params
     m, L, gpu, asm = CFG.model, Setup(Layout(8, 35, 8), 1, "full"), GPUS["a100-80gb"], Assumptions()
     for name, nbytes in (("deepspeed", 26), ("deepspeed-2022", 18), ("megatron-lm", 6)):
         assert SYSTEMS[name].grad_accum_bytes == nbytes
@@ -306,8 +308,10 @@ def test_cli_plan_megatron_interleaves():
     assert first[1:3] == ["8", "35"] and first[6] == "3" and "Megatron-LM" in r.stdout.splitlines()[0]
 
 # --- issue 37: sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198) ---
-from mtnlg.perf import (KORTHIKANTI_TABLES, GPUS, gpt, korthikanti_runs, layer_activation_bytes, layer_ops,
-                        sequence_parallel_gain, stored_activation_bytes, utilization)
+from mtnlg.published_runs import KORTHIKANTI_TABLES, gpt, korthikanti_runs
+from mtnlg.counting import GPUS, layer_activation_bytes, stored_activation_bytes, utilization
+from mtnlg.iteration_time import layer_ops
+from mtnlg.planner import sequence_parallel_gain
 
 def test_sequence_parallel_layer_bytes_are_korthikantis_formula():
     m, s, h, a, t = CFG.model, 2048, 20480, 128, 8
@@ -357,7 +361,7 @@ def test_sequence_parallel_trait_changes_what_it_names():
     assert meg[False].breakdown["grad accum"] == 0                                 # fused into the weight-gradient GEMM
 
 def _other_runs_parameters():
-    from mtnlg.perf import fit_matmul_efficiency
+    from mtnlg.published_runs import fit_matmul_efficiency
     return replace(Assumptions(), matmul_efficiency=fit_matmul_efficiency(CFG, paper=False, runs=published_runs()))
 
 def test_korthikanti_rows_with_the_other_runs_parameters():
@@ -403,7 +407,8 @@ def test_hopper_efficiency_is_the_one_h200_measured():
     """The planner's Hopper GPUs carry the efficiency refitted here from the committed `bench/gpu.py` run on one H200
     (gpt-1.3b through `mtnlg train`, our engine); the A100 keeps the fit to the paper's rows."""
     import json
-    from mtnlg.perf import GPUS, fit_gpu_efficiency
+    from mtnlg.counting import GPUS
+    from mtnlg.calibration import fit_gpu_efficiency
     g = json.loads((ROOT / "bench/results/gpu-2026-11-26-nvidia-h200.json").read_text())
     d = next(r for r in g["rows"] if r["name"] == "default")
     seconds = g["global_batch"] * g["seq"] / d["tokens_per_s"]["median"]

@@ -1,4 +1,4 @@
-"""The run planned to its end (chapter 51): steps are chapter 40's schedule, days are chapter 50's predictions summed
+"""The run planned to its end (chapter 55): steps are chapter 40's schedule, days are chapter 51's predictions summed
 (checked a second way), checkpoint bytes are what chapter 43 really writes (counted in real checkpoints, one process
 and TP 2 x PP 2 x DP 2 in bf16), the save interval is the argmin of the overhead, the 530B config uses it, and
 `mtnlg plan --schedule` prints the function's numbers and refuses bad input in one line."""
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from mtnlg.cli import main
 from mtnlg.config import load_config, count_parameters
-from mtnlg.perf import Setup, predict
+from mtnlg.counting import Setup
+from mtnlg.iteration_time import predict
 from mtnlg.schedules import iterations
 from mtnlg.run_plan import (run_plan, format_run_plan, checkpoint_size, saved_params_per_rank, step_seconds,
                             overhead_fraction, young_interval, daly_interval, round_interval, job_mtbf_hours,
@@ -34,7 +35,7 @@ def test_steps_are_the_schedule(name):
 
 def test_530b_steps_and_step_time(cfg, plan):
     assert plan.steps == 80_087 and plan.full_batch_steps == 65_612 and plan.batch_sizes == 60
-    assert 1.03 < plan.step_s / 60.1 < 1.09     # the paper's 280-node row; our engine's accumulation costs ~6% (chapter 50)
+    assert 1.03 < plan.step_s / 60.1 < 1.09     # the paper's 280-node row; our engine's accumulation costs ~6% (chapter 51)
     assert plan.fits
 
 def test_steps_too_small_to_fill_the_pipeline_are_the_1f1b_line(cfg):
@@ -130,7 +131,7 @@ def test_defaults_are_the_cited_rates(cfg, plan):
 
 def test_the_530b_config_saves_at_the_planned_interval(cfg, plan):
     assert cfg.checkpoint.save_interval == plan.interval_steps
-    assert "Young/Daly interval from `mtnlg plan --schedule`, chapter 51" in C530.read_text()
+    assert "Young/Daly interval from `mtnlg plan --schedule`, chapter 55" in C530.read_text()
 
 def test_allocations(plan):
     usable = 48 * 3600 - 600 - plan.load_s - max(plan.save_s, 600)

@@ -29,7 +29,7 @@ def test_speed_metrics_on_cuda_reports_mfu_hfu_and_peak_memory(monkeypatch):
     assert calls == [torch.device("cuda", 0)]                  # the next line's peak starts from here
     line = train.log_line({"step": 10, "loss": 2.5, "lr": 1e-4, "grad_norm": 0.5, **row}, 20)
     assert "49,435 tokens/s | MFU 45.4% | HFU 59.4% | memory 57.9 GiB allocated, 61.0 reserved" in line
-    # a device without a datasheet in perf.GPUS: no peak to divide by, memory still reported
+    # a device without a datasheet in counting.GPUS: no peak to divide by, memory still reported
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA GeForce GTX 750 Ti")
     row = train.speed_metrics(cfg, Layout(1, 1, 1), 64, 1.0, torch.device("cuda", 0))
     assert row["mfu"] is None and row["hfu"] is None and row["max_allocated_gib"] == pytest.approx(57.9)
