@@ -280,8 +280,8 @@ def read_meta(step_dir) -> dict:
     found = _META_CHECKSUM.search(raw)
     try: meta = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e: raise _corrupt(path, f"not JSON: {e}") from None
-    if found is None:
-        if meta.get("format") == FORMATS[0] and "checksums" not in meta: return meta
+    if found is None:                                    # v1 (before checksums), or not ours: check_checkpoint says which
+        if meta.get("format") != FORMAT and "checksums" not in meta: return meta
         raise _corrupt(path, "its own checksum is missing")
     zeroed = raw[:found.start(1)] + _ZERO.encode() + raw[found.end(1):]
     if digest_bytes(zeroed) != found.group(1).decode():
