@@ -87,9 +87,12 @@ class _ZstdReader(io.RawIOBase):
             if not chunk:
                 if not self.d.eof and self.d_fed: raise EOFError("zstd stream ends inside a frame (truncated)")
                 return 0
-            self.d_fed = True; self.buf = self.d.decompress(chunk)
-            while self.d.eof and (rest := self.d.unused_data):      # a file may hold several frames
-                self.d = self.z.ZstdDecompressor().decompressobj(); self.buf += self.d.decompress(rest)
+            self.d_fed = True
+            try:
+                self.buf = self.d.decompress(chunk)
+                while self.d.eof and (rest := self.d.unused_data):  # a file may hold several frames
+                    self.d = self.z.ZstdDecompressor().decompressobj(); self.buf += self.d.decompress(rest)
+            except self.z.ZstdError as e: raise OSError(f"zstd: {e}") from None
         n = min(len(b), len(self.buf)); b[:n] = self.buf[:n]; self.buf = self.buf[n:]
         return n
     d_fed = False
