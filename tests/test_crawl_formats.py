@@ -121,3 +121,17 @@ def test_bad_input_is_a_clear_error_or_counted(tmp_path):
         man = extract_shard(tmp_path / name, tmp_path / f"{name}.out.jsonl", "crawl", "html")
         assert man.docs_in == man.kept + sum(man.dropped.values()) and sum(man.dropped.values()) >= 1, (name, man)
         assert any(k.startswith(("corrupt or truncated", "unreadable", "malformed")) for k in man.dropped), (name, man.dropped)
+
+def test_curate_cc_config_reads_a_folder_of_warc_files(tmp_path):
+    "scaled_configs/curate-cc.yaml validates, reads .warc.gz with its paper stages, and names gpt-1.3b's vocabulary size."
+    from mtnlg.curate import load_curate_config, discover_shards
+    from mtnlg.config import load_config
+    cfg = load_curate_config(ROOT / "scaled_configs/curate-cc.yaml", {"input_dir": str(tmp_path)})
+    assert {d.name: d.reader for d in cfg.datasets} == {"wikipedia": "auto", "cc": "warc"}
+    assert cfg.tokenize.vocab_size == load_config(ROOT / "scaled_configs/gpt-1.3b.yaml").model.vocab_size == 50257
+    assert cfg.blend.seq_length == load_config(ROOT / "scaled_configs/gpt-1.3b.yaml").model.seq_length
+    shutil.copytree(FX / "warc", tmp_path / "cc"); shutil.copytree(FX / "jsonl-zst", tmp_path / "wikipedia")
+    (tmp_path / "cc/notes.jsonl").write_text("{}\n")                       # reader: warc reads only WARC files
+    shards = discover_shards(cfg)
+    assert [p.name for p in shards["cc"]] == ["crawl-000.warc.gz", "crawl-001.warc", "crawl-002.warc.gz"]
+    assert [p.name for p in shards["wikipedia"]] == ["crawl-000.jsonl.zst", "crawl-001.jsonl.zst", "crawl-002.jsonl.zst"]
