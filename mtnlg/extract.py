@@ -76,14 +76,15 @@ def open_stream(path):
     return open(path, "rb")
 
 class _ZstdReader(io.RawIOBase):
-    "zstd frames decompressed chunk by chunk; unlike zstandard's stream_reader, a truncated last frame is an EOFError."
+    """zstd frames decompressed 16 KB of input at a time (memory: 16 KB times the compression ratio, whatever the
+    file's size); unlike zstandard's stream_reader, a truncated last frame is an EOFError, not a silent end."""
     def __init__(self, f):
         import zstandard
         self.f, self.z, self.d, self.buf = f, zstandard, zstandard.ZstdDecompressor().decompressobj(), b""
     def readable(self): return True
     def readinto(self, b):
         while not self.buf:
-            chunk = self.f.read(1 << 16)
+            chunk = self.f.read(1 << 14)
             if not chunk:
                 if not self.d.eof and self.d_fed: raise EOFError("zstd stream ends inside a frame (truncated)")
                 return 0
@@ -191,7 +192,7 @@ def iter_warc(path, report: ReadReport, max_bytes: int = 4_000_000, field: str =
             report.drop(path, f"@{getattr(it, 'offset', '?')}", f"unreadable WARC data ({type(e).__name__})")
 
 # %% ../nbs/30_extract.ipynb
-def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 1024):
+def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 64):
     """Yield `(row, {column: value, "url": ...})` for each row of a parquet file, one row-group batch at a time.
     A missing column is a ValueError naming the columns there are; a null or non-string value is counted."""
     import pyarrow.parquet as pq
@@ -202,9 +203,10 @@ def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int
     names = pf.schema_arrow.names
     if column not in names: raise ValueError(f"{path.name} has no column {column!r} (columns: {', '.join(names)}); set the dataset's text_column")
     cols, row = [column] + (["url"] if "url" in names and column != "url" else []), 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
-        for rec in batch.to_pylist():
-            row += 1
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):     # Arrow memory: one batch of `batch_rows` rows
+        arrays = [batch.column(c) for c in cols]
+        for i in range(batch.num_rows):                                      # Python objects: one row at a time
+            row += 1; rec = {c: a[i].as_py() for c, a in zip(cols, arrays)}
             if not isinstance(rec[column], str): report.drop(path, f"row{row}", f"no string field {column!r}"); continue
             yield f"row{row}", rec
 
