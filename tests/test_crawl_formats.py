@@ -90,7 +90,7 @@ def test_manifest_counts_every_record_with_its_reason(runs):
     warc = [ex["warc"][n] for n in "abc"]
     # crawl-000.warc.gz: 3 pages + warcinfo, request, metadata, png, robots.txt; crawl-001.warc: 2 pages; crawl-002: malformed, 1 page, truncated
     assert [m["docs_in"] for m in warc] == [8, 2, 3]
-    assert [{r: n for r, n in m["dropped"].items() if r in WARC_ONLY} for m in warc] == [
+    assert [m["dropped"] for m in warc] == [                                                 # exactly these, nothing else
         {r: 1 for r in list(WARC_ONLY)[:5]}, {}, {"malformed WARC record (Content-Length)": 1, "truncated WARC record": 1}]
     for fmt in set(FORMATS) - {"warc"}:
         for n in "abc":
