@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np, yaml
 from tqdm.auto import tqdm
 from .config import ConfigError, _build, _Loader, _apply_override
-from .extract import Manifest, extract_shard, read_docs, write_jsonl, iter_records
+from .extract import Manifest, extract_shard, read_docs, write_jsonl, iter_documents, shard_stem, READERS
 from .data import ReadReport
 from .catalog import data_path
 
@@ -26,7 +26,9 @@ from .catalog import data_path
 @dataclass
 class DatasetSpec:
     name: str
-    format: str = "text"              # text: {"text": ...} lines; html: {"html": ...} lines
+    format: str = "text"              # text: records hold text; html: records hold HTML pages (extracted with jusText)
+    reader: str = "auto"              # auto (by extension) | jsonl (.jsonl/.gz/.zst) | warc (.warc/.warc.gz) | parquet
+    text_column: str | None = None    # the JSON key / parquet column holding the text or HTML (default: the format's name)
     weight: float = 1.0               # blend weight (normalized over datasets)
     quality_filter: bool = False      # apply the Pareto rule (the paper: Common Crawl only)
 
@@ -115,6 +117,8 @@ def _validate_curate(c: CurateConfig):
     if len(set(names)) != len(names): raise ConfigError(f"`datasets` has duplicate names: {names}")
     for i, d in enumerate(c.datasets):
         if d.format not in ("text", "html"): raise ConfigError(f"`datasets[{i}].format` must be text or html, got {d.format!r}")
+        if d.reader not in ("auto", *READERS): raise ConfigError(f"`datasets[{i}].reader` must be auto, {', '.join(READERS)}, got {d.reader!r}")
+        if d.reader == "warc" and d.format != "html": raise ConfigError(f"`datasets[{i}].reader: warc` reads HTML responses: set `format: html`")
         if d.weight < 0: raise ConfigError(f"`datasets[{i}].weight` must be >= 0, got {d.weight}")
     if not any(d.weight > 0 for d in c.datasets): raise ConfigError("at least one dataset needs a blend `weight` > 0")
     for key in ("positive_datasets", "negative_datasets"):
@@ -217,8 +221,8 @@ def _run_stage(manifest_path, fn, *args) -> dict:
     tmp = mp.with_name(mp.name + ".tmp"); tmp.write_text(json.dumps(man.to_dict(), indent=1)); os.replace(tmp, mp)
     return man.to_dict()
 
-def task_extract(man_path, src, dst, dataset, fmt, languages, min_words, max_line_bytes):
-    return _run_stage(man_path, extract_shard, src, dst, dataset, fmt, tuple(languages), min_words, max_line_bytes)
+def task_extract(man_path, src, dst, dataset, fmt, languages, min_words, max_line_bytes, reader="auto", text_column=None):
+    return _run_stage(man_path, extract_shard, src, dst, dataset, fmt, tuple(languages), min_words, max_line_bytes, reader, text_column)
 
 def task_quality(man_path, src, dst, model_path, filter, alpha, seed):
     from mtnlg.quality import QualityClassifier, quality_shard
@@ -278,13 +282,14 @@ def train_quality_model(cfg: CurateConfig, shards: dict, out: Path, log=print) -
     path = out / "quality_model.bin"
     if path.is_file() or not any(d.quality_filter for d in cfg.datasets): return path if path.is_file() else None
     rng = np.random.default_rng(cfg.seed)
-    pos = [c for n in cfg.quality.positive_datasets for t in _texts_of(out / "extract" / n / f"{s.stem}.jsonl" for s in shards[n]) for c in word_chunks(t)]
-    neg, fmt = [], {d.name: d.format for d in cfg.datasets}
+    pos = [c for n in cfg.quality.positive_datasets for t in _texts_of(out / "extract" / n / f"{shard_stem(s)}.jsonl" for s in shards[n]) for c in word_chunks(t)]
+    neg, spec = [], {d.name: d for d in cfg.datasets}
     for n in cfg.quality.negative_datasets:
+        d = spec[n]; key = d.text_column or d.format
         for s in shards[n]:
-            for _, obj in iter_records(s, ReadReport(), cfg.extract.max_line_bytes):
-                raw = obj.get("html" if fmt[n] == "html" else "text")
-                if isinstance(raw, str): neg += word_chunks(raw_page_text(raw) if fmt[n] == "html" else raw)
+            for _, obj in iter_documents(s, ReadReport(), d.reader, key, cfg.extract.max_line_bytes):
+                raw = obj.get(key)
+                if isinstance(raw, str): neg += word_chunks(raw_page_text(raw) if d.format == "html" else raw)
     k = cfg.quality.max_train_chunks
     pos = [pos[i] for i in rng.permutation(len(pos))[:k]]; neg = [neg[i] for i in rng.permutation(len(neg))[:k]]
     if not pos or not neg: raise ValueError(f"quality classifier: {len(pos)} positive and {len(neg)} negative chunks; "
@@ -305,13 +310,30 @@ def train_tokenizer(cfg: CurateConfig, files, out: Path) -> Path:
 # %% ../nbs/36_curate.ipynb
 STAGES = ("extract", "quality", "dedup", "decontaminate", "tokenize")
 
+def _shard_files(folder: Path, d: DatasetSpec) -> list[Path]:
+    "A dataset's shards: the files its reader reads (auto: every extension any reader reads), one per shard name."
+    exts = tuple(e for r, x in READERS.items() if d.reader in ("auto", r) for e in x)
+    files = sorted(p for p in folder.glob("*") if p.is_file() and p.name.endswith(exts)) if folder.is_dir() else []
+    stems = Counter(shard_stem(p) for p in files)
+    if dup := sorted(s for s, n in stems.items() if n > 1):
+        raise ValueError(f"{folder}: shards {dup} come in more than one format (e.g. x.jsonl and x.warc.gz); keep one")
+    if d.reader in ("auto", "parquet") and (pqs := [p for p in files if p.name.endswith(".parquet")]):
+        import pyarrow.parquet as pq
+        col = d.text_column or d.format
+        for p in pqs:
+            try: names = pq.read_schema(p).names
+            except Exception: continue                  # unreadable: the extract stage counts it
+            if col not in names: raise ValueError(f"{p}: no column {col!r} (columns: {', '.join(names)}); set `text_column` of dataset {d.name!r}")
+    return files
+
 def discover_shards(cfg: CurateConfig) -> dict[str, list[Path]]:
-    "`{dataset: [shard paths]}` from `<input_dir>/<dataset>/*.jsonl`."
+    "`{dataset: [shard paths]}` from `<input_dir>/<dataset>/`: *.jsonl(.gz|.zst), *.warc(.gz), *.parquet (as `reader` says)."
     root = cfg.path(cfg.input_dir)
     if not root.is_dir(): raise FileNotFoundError(f"input_dir {str(root)!r} not found")
-    shards = {d.name: sorted((root / d.name).glob("*.jsonl")) for d in cfg.datasets}
+    shards = {d.name: _shard_files(root / d.name, d) for d in cfg.datasets}
     empty = [n for n, s in shards.items() if not s]
-    if empty: raise FileNotFoundError(f"no *.jsonl shards for datasets {empty} under {root} (expected {root}/<dataset>/*.jsonl)")
+    if empty: raise FileNotFoundError(f"no shards for datasets {empty} under {root} (expected {root}/<dataset>/*.jsonl, "
+                                      "*.jsonl.gz, *.jsonl.zst, *.warc.gz, *.warc or *.parquet)")
     return shards
 
 def summarize(manifests: list[dict]) -> dict:
@@ -339,15 +361,16 @@ class Curation:
     def spec(self) -> dict: return {d.name: d for d in self.cfg.datasets}
     @property
     def jobs(self) -> list: return [(d, s) for d in self.spec for s in self.shards[d]]
-    def file(self, stage: str, d: str, s: Path, ext: str = ".jsonl") -> Path: return self.out / stage / d / f"{s.stem}{ext}"
-    def manifest(self, stage: str, d: str, s: Path) -> Path: return self.out / "manifests" / stage / d / f"{s.stem}.json"
+    def file(self, stage: str, d: str, s: Path, ext: str = ".jsonl") -> Path: return self.out / stage / d / f"{shard_stem(s)}{ext}"
+    def manifest(self, stage: str, d: str, s: Path) -> Path: return self.out / "manifests" / stage / d / f"{shard_stem(s)}.json"
     def map(self, task, args: list, what: str) -> list: return self.ex.map(task, args, what, self.progress)
 
 # %% ../nbs/36_curate.ipynb
 def extract_stage(c: Curation) -> dict:
     e = c.cfg.extract
     return summarize(c.map(task_extract, [(c.manifest("extract", d, s), s, c.file("extract", d, s), d, c.spec[d].format,
-                                           e.languages, e.min_words, e.max_line_bytes) for d, s in c.jobs], "extract"))
+                                           e.languages, e.min_words, e.max_line_bytes, c.spec[d].reader, c.spec[d].text_column)
+                                          for d, s in c.jobs], "extract"))
 
 def quality_stage(c: Curation) -> dict:
     model, q = train_quality_model(c.cfg, c.shards, c.out, c.log), c.cfg.quality
@@ -391,7 +414,7 @@ def decontaminate_stage(c: Curation) -> dict:
 def tokenize_stage(c: Curation) -> dict:
     tok_path = train_tokenizer(c.cfg, [c.file("decontaminate", d, s) for d, s in c.jobs], c.out)
     return summarize(c.map(task_tokenize, [(c.manifest("tokenize", d, s), c.file("decontaminate", d, s),
-                                            c.out / "tokenize" / d / s.stem, tok_path) for d, s in c.jobs], "tokenize"))
+                                            c.out / "tokenize" / d / shard_stem(s), tok_path) for d, s in c.jobs], "tokenize"))
 
 # %% ../nbs/36_curate.ipynb
 def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
@@ -413,7 +436,7 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
     prefixes = {}
     for d in c.spec:
         prefixes[d] = out / "indexed" / d
-        if not Path(f"{prefixes[d]}.idx").is_file(): merge_indexed([out / "tokenize" / d / s.stem for s in shards[d]], prefixes[d])
+        if not Path(f"{prefixes[d]}.idx").is_file(): merge_indexed([out / "tokenize" / d / shard_stem(s) for s in shards[d]], prefixes[d])
     summary["blend"] = blend_outputs(cfg, out, c.spec, shards, prefixes, c.file)
     summary["seconds"] = time.time() - t_start
     check_flow(summary)
