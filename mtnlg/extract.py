@@ -231,10 +231,14 @@ def html_to_text(html: str | bytes, language: str = "English", **params) -> str:
     except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all (e.g. only a comment)
     return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
 
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
 def language_of(text: str) -> tuple[str, bool]:
-    "ISO code of the main language of `text` and whether CLD2 calls it reliable ('un' if unknown)."
+    """ISO code of the main language of `text` and whether CLD2 calls it reliable ('un' if unknown). Control characters
+    are removed first: CLD2 rejects the C1 ones (U+0080-U+009F) as "invalid UTF-8", and mojibake of UTF-8 read as
+    Latin-1 (`â\x80\x99` for `’`) is full of them."""
     import pycld2
-    try: reliable, _, details = pycld2.detect(clean_unicode(text))
+    try: reliable, _, details = pycld2.detect(_CONTROL.sub("", clean_unicode(text)))
     except pycld2.error: return "un", False
     return details[0][1], reliable
 
