@@ -126,6 +126,7 @@ def _validate_curate(c: CurateConfig):
         if bad: raise ConfigError(f"`quality.{key}` names unknown datasets {bad}; datasets are {names}")
     if any(d.quality_filter for d in c.datasets) and not (c.quality.positive_datasets and c.quality.negative_datasets):
         raise ConfigError("a dataset has `quality_filter: true` but `quality.positive_datasets` / `quality.negative_datasets` are not both set")
+    if not c.quality.alpha > 0: raise ConfigError(f"`quality.alpha` (the Pareto shape) must be > 0, got {c.quality.alpha}")
     if c.executor not in ("local", "dask", "slurm"): raise ConfigError(f"`executor` must be local, dask or slurm, got {c.executor!r}")
     if c.workers < 1: raise ConfigError(f"`workers` must be >= 1, got {c.workers}")
     d = c.dedup
@@ -417,6 +418,23 @@ def tokenize_stage(c: Curation) -> dict:
                                             c.out / "tokenize" / d / shard_stem(s), tok_path) for d, s in c.jobs], "tokenize"))
 
 # %% ../nbs/36_curate.ipynb
+def _cpu_seconds(ex) -> float | None:
+    "CPU seconds used so far by this process and the local pool's workers (None on Dask: its workers are elsewhere)."
+    if not isinstance(ex, LocalExecutor): return None
+    import psutil
+    me, total = psutil.Process(), 0.0
+    t = me.cpu_times(); total += t.user + t.system + t.children_user + t.children_system
+    for p in me.children(recursive=True):
+        try: t = p.cpu_times(); total += t.user + t.system
+        except psutil.NoSuchProcess: pass
+    return total
+
+def _timed(ex, run, *args) -> dict:
+    "`run(*args)`, a dict, with the stage's wall-clock and CPU seconds (driver and workers) added."
+    t, cpu = time.time(), _cpu_seconds(ex)
+    out = run(*args)
+    return {**out, "wall_seconds": time.time() - t, "cpu_seconds": None if cpu is None else _cpu_seconds(ex) - cpu}
+
 def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
            progress: bool = True, log=print, scheduler_file=None) -> dict:
     "Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write) the summary."
@@ -431,13 +449,14 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
     try:
         log(f"{cfg.name}: {len(c.jobs)} shards in {len(c.spec)} datasets -> {out}")
         for stage, run in zip(STAGES, (extract_stage, quality_stage, dedup_stage, decontaminate_stage, tokenize_stage)):
-            summary["stages"][stage] = run(c)
+            summary["stages"][stage] = _timed(ex, run, c)
+        prefixes = {d: out / "indexed" / d for d in c.spec}
+        def blend():
+            for d in c.spec:
+                if not Path(f"{prefixes[d]}.idx").is_file(): merge_indexed([out / "tokenize" / d / shard_stem(s) for s in shards[d]], prefixes[d])
+            return blend_outputs(cfg, out, c.spec, shards, prefixes, c.file)
+        summary["blend"] = _timed(ex, blend)
     finally: ex.close()
-    prefixes = {}
-    for d in c.spec:
-        prefixes[d] = out / "indexed" / d
-        if not Path(f"{prefixes[d]}.idx").is_file(): merge_indexed([out / "tokenize" / d / shard_stem(s) for s in shards[d]], prefixes[d])
-    summary["blend"] = blend_outputs(cfg, out, c.spec, shards, prefixes, c.file)
     summary["seconds"] = time.time() - t_start
     check_flow(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
@@ -479,10 +498,11 @@ def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefix
 
 # %% ../nbs/36_curate.ipynb
 def format_summary(summary: dict) -> str:
-    lines = [f"{'stage':14s} {'shards':>6s} {'docs in':>8s} {'kept':>7s}  dropped by reason"]
+    sec = lambda s, k: f"{s[k]:7.1f}" if s.get(k) is not None else f"{'-':>7s}"
+    lines = [f"{'stage':14s} {'shards':>6s} {'docs in':>8s} {'kept':>7s} {'wall s':>7s} {'CPU s':>7s}  dropped by reason"]
     for stage, s in summary["stages"].items():
         drops = "; ".join(f"{n} {r}" for r, n in s["dropped"].items()) or "-"
-        lines.append(f"{stage:14s} {s['shards']:6d} {s['docs_in']:8d} {s['kept']:7d}  {drops}")
+        lines.append(f"{stage:14s} {s['shards']:6d} {s['docs_in']:8d} {s['kept']:7d} {sec(s, 'wall_seconds')} {sec(s, 'cpu_seconds')}  {drops}")
     b = summary.get("blend")
     if b:
         lines.append(f"blend: {b['train_documents']} train / {b['valid_documents']} valid documents; "

@@ -5,7 +5,8 @@
 # %% auto 0
 __all__ = ['READERS', 'JUSTEXT_PARAMS', 'TUNING_PAGES_BEFORE', 'Manifest', 'reader_of', 'shard_stem', 'open_stream',
            'iter_records', 'write_jsonl', 'read_docs', 'clean_unicode', 'decode_html', 'iter_warc', 'iter_parquet',
-           'iter_documents', 'html_to_text', 'language_of', 'token_prf', 'load_benchmark_pages', 'extract_shard']
+           'iter_documents', 'html_to_text', 'language_of', 'normalize_whitespace', 'justext_paragraphs', 'token_prf',
+           'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
 import codecs, gzip, io, json, os, re, time, zlib
@@ -227,7 +228,7 @@ def html_to_text(html: str | bytes, language: str = "English", **params) -> str:
     encoding = "utf-8" if isinstance(html, str) else None     # a str is decoded already: its meta charset no longer applies
     if isinstance(html, str): html = html.encode("utf-8", "replace")
     if not html.strip(): return ""
-    try: paragraphs = justext.justext(html, justext.get_stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
+    try: paragraphs = justext_paragraphs(html, justext.get_stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
     except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all (e.g. only a comment)
     return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
 
@@ -241,6 +242,57 @@ def language_of(text: str) -> tuple[str, bool]:
     try: reliable, _, details = pycld2.detect(_CONTROL.sub("", clean_unicode(text)))
     except pycld2.error: return "un", False
     return details[0][1], reliable
+
+# %% ../nbs/30_extract.ipynb
+_WS_NEWLINE, _WS_OTHER = re.compile(r"\s*[\n\r]\s*"), re.compile(r"[^\S\n\r]+")
+
+def normalize_whitespace(text: str) -> str:
+    "jusText's whitespace rule without a callback: a run holding a newline becomes one newline, any other run one space."
+    return _WS_OTHER.sub(" ", _WS_NEWLINE.sub("\n", text))
+
+def _paragraph_maker():
+    import justext.core, justext.paragraph
+    class _Paragraph(justext.paragraph.Paragraph):
+        "jusText's paragraph, its text joined, normalised and split once (it is read ~3 times); no XPath (never read)."
+        def __init__(self, path):
+            self.dom_path, self.xpath, self.text_nodes = path.dom, None, []
+            self.chars_count_in_links = self.tags_count = 0
+            self.class_type, self._text, self._words = "", None, None
+        def append_text(self, text):
+            self._text = self._words = None
+            text = normalize_whitespace(text); self.text_nodes.append(text); return text
+        @property
+        def text(self):
+            if self._text is None: self._text = normalize_whitespace("".join(self.text_nodes).strip())
+            return self._text
+        @property
+        def words(self):
+            if self._words is None: self._words = self.text.split()
+            return self._words
+        @property
+        def words_count(self): return len(self.words)
+        def stopwords_count(self, stopwords): return sum(w.lower() in stopwords for w in self.words)
+
+    class _ParagraphMaker(justext.core.ParagraphMaker):
+        def _start_new_pragraph(self):
+            if self.paragraph and self.paragraph.contains_text(): self.paragraphs.append(self.paragraph)
+            self.paragraph = _Paragraph(self.path)
+    return _ParagraphMaker
+
+_MAKER = None
+
+def justext_paragraphs(html: bytes, stoplist, encoding=None, max_heading_distance: int = 200, no_headings: bool = False,
+                       length_low: int = 70, length_high: int = 200, stopwords_low: float = 0.30,
+                       stopwords_high: float = 0.32, max_link_density: float = 0.2) -> list:
+    "`justext.justext(html, stoplist, ...)` with paragraphs that compute their text once: the same paragraphs and classes."
+    global _MAKER
+    import justext.core as core
+    _MAKER = _MAKER or _paragraph_maker()
+    dom = core.preprocessor(core.html_to_dom(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS))
+    paragraphs = _MAKER.make_paragraphs(dom)
+    core.classify_paragraphs(paragraphs, stoplist, length_low, length_high, stopwords_low, stopwords_high, max_link_density, no_headings)
+    core.revise_paragraph_classification(paragraphs, max_heading_distance)
+    return paragraphs
 
 # %% ../nbs/30_extract.ipynb
 _WORD = re.compile(r"\w+")

@@ -1,0 +1,198 @@
+"""Curation at scale, against the field: `mtnlg curate` and datatrove on the same Common Crawl-like input (bench/crawl.py:
+.warc.gz shards of real page markup around Wikipedia paragraphs, planted near-duplicates, The Pile-style Wikipedia
+shard), in the same run, on this machine's cores, at two input sizes 4x apart (shards 4x bigger, same shard count).
+
+    MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench] [--save]
+
+Ours: the whole pipeline, `mtnlg curate --config scaled_configs/curate-cc.yaml` (extract -> quality -> dedup ->
+decontaminate -> tokenize -> blend), with two settings changed and said: the tokenizer is a fixed GPT-2-sized BPE
+(`tokenize.tokenizer: gpt2` pointing at files trained once here, the same file datatrove uses, so neither side times
+tokenizer training), and the Pareto shape `quality.alpha: 0.001`, which scores every document but keeps ~all of them
+(the synthetic pages share 168 templates, so the classifier learns their words and the paper's alpha = 9 would drop
+nearly every crawl page, leaving the later stages nothing to do that datatrove's stages do).
+datatrove: bench/datatrove_side.py (read+extract with the same jusText settings and language id, its four-stage
+MinHash at the same 5-grams / 16 bands x 8 rows, its DocumentTokenizer).
+
+Reported per stage and tool: wall seconds, CPU seconds (driver and workers), documents/s and MB/s of the stage's
+input; per-shard seconds and their median (ours from the manifests, datatrove from its stats files); peak RSS of the
+driver and of each worker process (sampled every 0.2 s) at both sizes; dedup recall and precision on the planted
+pairs; ratios (datatrove seconds / ours: above 1, ours is faster) per matching stage and end to end. Each size runs
+once per tool (a gigabyte run is minutes): the spread shown is across shards, not across repeats."""
+import argparse, datetime, json, os, statistics, subprocess, sys, threading, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / "bench"))
+from stats import hardware
+from crawl import make_input
+
+MATCHING = {"read+extract": ["extract"], "dedup": ["dedup"], "tokenize": ["tokenize"]}   # datatrove stage -> ours
+
+class PeakRSS:
+    "Samples a process tree every `every` seconds; keeps each process's peak resident set size."
+    def __init__(self, pid: int, every: float = 0.2):
+        import psutil
+        self.root, self.every, self.peak, self.names, self.stop = psutil.Process(pid), every, {}, {}, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True); self.thread.start()
+    def _run(self):
+        import psutil
+        while not self.stop.is_set():
+            try: procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess: break
+            for p in procs:
+                try: rss = p.memory_info().rss; self.names.setdefault(p.pid, " ".join(p.cmdline()[:3])[-80:])
+                except (psutil.NoSuchProcess, psutil.AccessDenied): continue
+                self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss)
+            time.sleep(self.every)
+    def result(self) -> dict:
+        self.stop.set(); self.thread.join()
+        workers = {p: r for p, r in self.peak.items() if p != self.root.pid}
+        return {"driver_bytes": self.peak.get(self.root.pid, 0), "worker_max_bytes": max(workers.values(), default=0),
+                "workers": len(workers), "per_process": {self.names.get(p, str(p)): r for p, r in sorted(workers.items())}}
+
+def run_measured(cmd: list, log: Path, env=None) -> dict:
+    "Run `cmd` to its end, its output into `log`; wall seconds and the tree's peak RSS."
+    t = time.time(); log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        rss = PeakRSS(p.pid)
+        rc = p.wait()
+    out = {"wall_seconds": time.time() - t, "rss": rss.result(), "returncode": rc}
+    if rc: raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} failed ({rc}); see {log}:\n" + log.read_text()[-3000:])
+    return out
+
+def tokenizer_files(work: Path) -> dict:
+    "A GPT-2-sized byte-level BPE trained once on the Wikipedia corpus: vocab.json + merges.txt (ours) and tokenizer.json (datatrove)."
+    from mtnlg.catalog import data_path
+    from mtnlg.data import train_bpe, load_gpt2_tokenizer
+    d = work / "tokenizer"; files = {"vocab": d / "vocab.json", "merges": d / "merges.txt", "json": d / "tokenizer.json"}
+    if not files["json"].is_file():
+        d.mkdir(parents=True, exist_ok=True)
+        texts = [json.loads(l)["text"] for l in open(min(data_path("wikipedia").glob("*train.jsonl")))]
+        train_bpe(texts, 50257).model.save(str(d))
+        load_gpt2_tokenizer(files["vocab"], files["merges"]).save(str(files["json"]))
+    return files
+
+def run_ours(inp: Path, work: Path, tok: dict, workers: int) -> dict:
+    out = work / "ours"
+    cmd = [str(Path(sys.executable).parent / "mtnlg"), "curate", "--config", "scaled_configs/curate-cc.yaml", "--fresh", "--no-progress",
+           "--workers", str(workers), "--output-dir", str(out), "--set", f"input_dir={inp}", "--set", "quality.alpha=0.001",
+           "--set", "tokenize.tokenizer=gpt2", "--set", f"tokenize.vocab_file={tok['vocab']}", "--set", f"tokenize.merges_file={tok['merges']}"]
+    m = run_measured(cmd, work / "ours.log")
+    summary = json.loads((out / "summary.json").read_text())
+    stages = {}
+    for name, s in {**summary["stages"], "blend": summary["blend"]}.items():
+        shard_s = [json.loads(f.read_text())["seconds"] for f in sorted((out / "manifests" / name).glob("*/*.json"))] if name != "blend" else []
+        stages[name] = {"wall_seconds": s["wall_seconds"], "cpu_seconds": s["cpu_seconds"], "docs_in": s.get("docs_in"),
+                        "kept": s.get("kept"), "input_bytes": stage_input_bytes(out, inp, name), "shard_seconds": shard_s,
+                        "dropped": s.get("dropped")}
+    drops = json.loads((out / "dedup_plan.json").read_text())["drops"]
+    return {**m, "stages": stages, "removed_as_duplicates": [i.split(":", 1)[1] for i in drops if i.startswith("cc/")],
+            "dedup_plan": json.loads((out / "dedup_plan.json").read_text())["summary"]}
+
+def stage_input_bytes(out: Path, inp: Path, stage: str) -> int:
+    "Bytes the stage reads: the input shards for extract, the previous stage's JSONL after that."
+    prev = {"extract": None, "quality": "extract", "dedup": "quality", "decontaminate": "dedup", "tokenize": "decontaminate", "blend": "decontaminate"}[stage]
+    files = [p for p in inp.glob("*/*") if p.name.endswith((".warc.gz", ".jsonl.zst"))] if prev is None else (out / prev).glob("*/*.jsonl")
+    return sum(p.stat().st_size for p in files)
+
+def run_datatrove(inp: Path, work: Path, tok: dict, shards: int, workers: int) -> dict:
+    import shutil
+    out = work / "datatrove"; shutil.rmtree(out, ignore_errors=True); out.mkdir(parents=True)
+    cmd = [sys.executable, str(ROOT / "bench/datatrove_side.py"), str(inp), str(out), str(tok["json"]), "--tasks", str(shards),
+           "--workers", str(workers), "--out", str(out / "timings.json")]
+    m = run_measured(cmd, work / "datatrove.log")
+    stages = json.loads((out / "timings.json").read_text())
+    removed = [json.loads(l)["id"] for f in (out / "minhash/removed").glob("*.jsonl") for l in open(f)]
+    return {**m, "stages": stages, "removed_as_duplicates": removed}
+
+def dedup_quality(removed: list, planted: list) -> dict:
+    "Recall: planted copies removed (or, equally right, their original removed in their place); precision: removals that are planted."
+    copy_of = {c: o for c, o in planted}; pair_ids = set(copy_of) | set(copy_of.values()); removed = set(removed)
+    found = sum(c in removed or o in removed for c, o in planted)
+    return {"planted_pairs": len(planted), "recall": found / max(1, len(planted)), "removed": len(removed),
+            "precision": len(removed & pair_ids) / max(1, len(removed))}
+
+def rates(stage: dict) -> dict:
+    w = stage["wall_seconds"]
+    out = {"wall_seconds": round(w, 2), "cpu_seconds": round(stage["cpu_seconds"], 2) if stage.get("cpu_seconds") is not None else None}
+    if stage.get("docs_in"): out["docs_per_s"] = round(stage["docs_in"] / w, 1)
+    if stage.get("input_bytes"): out["mb_per_s"] = round(stage["input_bytes"] / w / 1e6, 2)
+    if stage.get("shard_seconds"): out["shard_seconds_median"] = round(statistics.median(stage["shard_seconds"]), 2)
+    return out
+
+def compare(ours: dict, theirs: dict) -> dict:
+    rows, t_sum, o_sum = {}, 0.0, 0.0
+    for dt, names in MATCHING.items():
+        o = sum(ours["stages"][n]["wall_seconds"] for n in names); t = theirs["stages"][dt]["wall_seconds"]
+        rows[dt] = {"ours_s": round(o, 2), "datatrove_s": round(t, 2), "ours_faster_x": round(t / o, 3)}
+        t_sum += t; o_sum += o
+    rows["matching stages, end to end"] = {"ours_s": round(o_sum, 2), "datatrove_s": round(t_sum, 2), "ours_faster_x": round(t_sum / o_sum, 3)}
+    return rows
+
+def plan_rates(size: dict) -> dict:
+    "Per-GB-of-.warc.gz rates for `mtnlg curate --plan` (chapter 36), from one size's run of ours."
+    gb, o = size["input"]["warc_bytes"] / 1e9, size["ours"]
+    serial = {"quality", "dedup", "decontaminate", "tokenize", "blend"}
+    per_gb = lambda n, k: o["stages"][n][k] / gb
+    return {"input": "warc.gz", "pages_per_gb": size["input"]["html_pages"] / gb,
+            "kept_docs_per_page": o["stages"]["extract"]["kept"] / (size["input"]["html_pages"] + 1613),
+            "cpu_seconds_per_gb": {n: per_gb(n, "cpu_seconds") for n in ("extract", "quality", "dedup", "decontaminate", "tokenize")},
+            "serial_seconds_per_gb": {n: max(0.0, per_gb(n, "wall_seconds") - per_gb(n, "cpu_seconds") / size["workers"]) if n != "blend"
+                                      else per_gb(n, "wall_seconds") for n in serial},
+            "dedup_index_bytes_per_doc": None, "peak_rss_per_worker_bytes": o["rss"]["worker_max_bytes"]}
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gb", type=float, default=1.0, help="the larger input's .warc.gz gigabytes (the smaller is a quarter)")
+    ap.add_argument("--shards", type=int, default=8); ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--work", default="/tmp/mtnlg-curate-bench"); ap.add_argument("--save", action="store_true")
+    ap.add_argument("--sizes", default="small,large", help="which sizes to run: small,large")
+    a = ap.parse_args(argv)
+    work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
+    tok = tokenizer_files(work)
+    result = {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
+              "command": "python bench/curate.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "hardware": hardware(), "workers": a.workers, "sizes": {}}
+    for name in a.sizes.split(","):
+        gb = a.gb / (4 if name == "small" else 1)
+        inp = work / f"input-{gb:g}gb"
+        info = json.loads((inp / "input.json").read_text()) if (inp / "input.json").is_file() else None
+        if not info or info["shards"] != a.shards:
+            print(f"building {gb:g} GB of .warc.gz in {a.shards} shards under {inp} ...", flush=True)
+            info = make_input(inp, a.shards, int(gb * 1e9 / a.shards), seed=0, workers=a.workers)
+        size = {"input": {k: v for k, v in info.items() if k not in ("planted_pairs", "files")}, "workers": a.workers}
+        size["input"]["planted_pairs"] = len(info["planted_pairs"])
+        print(f"[{name}] ours: mtnlg curate on {info['warc_bytes'] / 1e9:.2f} GB ...", flush=True)
+        size["ours"] = run_ours(inp, work / name, tok, a.workers)
+        print(f"[{name}] datatrove ...", flush=True)
+        size["datatrove"] = run_datatrove(inp, work / name, tok, a.shards, a.workers)
+        for dt, names in MATCHING.items():      # the same input documents and bytes as our matching stage
+            size["datatrove"]["stages"][dt] |= {k: size["ours"]["stages"][names[0]][k] for k in ("docs_in", "input_bytes")}
+        for side in ("ours", "datatrove"):
+            size[side]["dedup_quality"] = dedup_quality(size[side].pop("removed_as_duplicates"), info["planted_pairs"])
+            size[side]["rates"] = {n: rates(s) for n, s in size[side]["stages"].items()}
+        size["ours_vs_datatrove"] = compare(size["ours"], size["datatrove"])
+        result["sizes"][name] = size
+        report(name, size)
+        if a.save: save(result)
+    if "large" in result["sizes"]: result["plan_rates"] = {**plan_rates(result["sizes"]["large"]), "device": "cpu", "date": result["date"]}
+    if a.save: print("wrote", save(result))
+    return 0
+
+def save(result: dict) -> Path:
+    p = ROOT / "bench/results" / f"curate-{result['date']}-cpu.json"
+    p.write_text(json.dumps(result, indent=1)); return p
+
+def report(name: str, size: dict):
+    print(f"[{name}] {size['input']['warc_bytes'] / 1e9:.2f} GB .warc.gz, {size['input']['html_pages']:,} pages")
+    for side in ("ours", "datatrove"):
+        s = size[side]
+        print(f"  {side}: total {s['wall_seconds']:.0f} s wall; peak RSS driver {s['rss']['driver_bytes'] / 2**20:.0f} MiB, "
+              f"worker max {s['rss']['worker_max_bytes'] / 2**20:.0f} MiB; dedup recall {s['dedup_quality']['recall']:.3f} "
+              f"precision {s['dedup_quality']['precision']:.3f}")
+        for n, r in s["rates"].items(): print(f"    {n:14s} {r}")
+    for n, r in size["ours_vs_datatrove"].items(): print(f"  {n:28s} ours {r['ours_s']:8.1f} s  datatrove {r['datatrove_s']:8.1f} s  ours faster x{r['ours_faster_x']:.2f}")
+
+if __name__ == "__main__":
+    sys.exit(main())
