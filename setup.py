@@ -15,6 +15,7 @@ py_versions = '3.10 3.11 3.12 3.13'.split()
 
 requirements = shlex.split(cfg.get('requirements', ''))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
+bench_requirements = shlex.split(cfg.get('bench_requirements', ''))
 lic = licenses[cfg['license'].lower()]
 min_python = cfg['min_python']
 
@@ -30,7 +31,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['mtnlg', 'mtnlg.*']),
     include_package_data=True,
     install_requires=requirements,
-    extras_require={'dev': dev_requirements},
+    extras_require={'dev': dev_requirements, 'bench': bench_requirements},
     dependency_links=cfg.get('dep_links', '').split(),
     python_requires='>=' + cfg['min_python'],
     long_description=open('README.md', encoding='utf-8').read(),

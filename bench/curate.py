@@ -33,6 +33,7 @@ class PeakRSS:
     def __init__(self, pid: int, every: float = 0.2):
         import psutil
         self.root, self.every, self.peak, self.names, self.stop = psutil.Process(pid), every, {}, {}, threading.Event()
+        self.samples = []                                                 # (time, pid, rss): peaks per stage afterwards
         self.thread = threading.Thread(target=self._run, daemon=True); self.thread.start()
     def _run(self):
         import psutil
@@ -42,13 +43,18 @@ class PeakRSS:
             for p in procs:
                 try: rss = p.memory_info().rss; self.names.setdefault(p.pid, " ".join(p.cmdline()[:3])[-80:])
                 except (psutil.NoSuchProcess, psutil.AccessDenied): continue
-                self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss)
+                self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss); self.samples.append((time.time(), p.pid, rss))
             time.sleep(self.every)
     def result(self) -> dict:
         self.stop.set(); self.thread.join()
         workers = {p: r for p, r in self.peak.items() if p != self.root.pid}
         return {"driver_bytes": self.peak.get(self.root.pid, 0), "worker_max_bytes": max(workers.values(), default=0),
-                "workers": len(workers), "per_process": {self.names.get(p, str(p)): r for p, r in sorted(workers.items())}}
+                "workers": len(workers), "per_process": {f"{p} {self.names.get(p, '')}": r for p, r in sorted(workers.items())}}
+    def between(self, t0: float, t1: float) -> dict:
+        "Peak RSS of the driver and of the largest worker between two times."
+        s = [(pid, rss) for t, pid, rss in self.samples if t0 <= t <= t1]
+        return {"driver_bytes": max((r for p, r in s if p == self.root.pid), default=0),
+                "worker_max_bytes": max((r for p, r in s if p != self.root.pid), default=0)}
 
 def run_measured(cmd: list, log: Path, env=None) -> dict:
     "Run `cmd` to its end, its output into `log`; wall seconds and the tree's peak RSS."
@@ -57,7 +63,7 @@ def run_measured(cmd: list, log: Path, env=None) -> dict:
         p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         rss = PeakRSS(p.pid)
         rc = p.wait()
-    out = {"wall_seconds": time.time() - t, "rss": rss.result(), "returncode": rc}
+    out = {"wall_seconds": time.time() - t, "rss": rss.result(), "returncode": rc, "sampler": rss}
     if rc: raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} failed ({rc}); see {log}:\n" + log.read_text()[-3000:])
     return out
 
@@ -78,14 +84,14 @@ def run_ours(inp: Path, work: Path, tok: dict, workers: int) -> dict:
     cmd = [str(Path(sys.executable).parent / "mtnlg"), "curate", "--config", "scaled_configs/curate-cc.yaml", "--fresh", "--no-progress",
            "--workers", str(workers), "--output-dir", str(out), "--set", f"input_dir={inp}", "--set", "quality.alpha=0.001",
            "--set", "tokenize.tokenizer=gpt2", "--set", f"tokenize.vocab_file={tok['vocab']}", "--set", f"tokenize.merges_file={tok['merges']}"]
-    m = run_measured(cmd, work / "ours.log")
+    m = run_measured(cmd, work / "ours.log"); sampler = m.pop("sampler")
     summary = json.loads((out / "summary.json").read_text())
     stages = {}
     for name, s in {**summary["stages"], "blend": summary["blend"]}.items():
         shard_s = [json.loads(f.read_text())["seconds"] for f in sorted((out / "manifests" / name).glob("*/*.json"))] if name != "blend" else []
         stages[name] = {"wall_seconds": s["wall_seconds"], "cpu_seconds": s["cpu_seconds"], "docs_in": s.get("docs_in"),
                         "kept": s.get("kept"), "input_bytes": stage_input_bytes(out, inp, name), "shard_seconds": shard_s,
-                        "dropped": s.get("dropped")}
+                        "dropped": s.get("dropped"), "peak_rss": sampler.between(s["started"], s["started"] + s["wall_seconds"])}
     drops = json.loads((out / "dedup_plan.json").read_text())["drops"]
     return {**m, "stages": stages, "removed_as_duplicates": [i.split(":", 1)[1] for i in drops if i.startswith("cc/")],
             "dedup_plan": json.loads((out / "dedup_plan.json").read_text())["summary"]}
@@ -101,8 +107,9 @@ def run_datatrove(inp: Path, work: Path, tok: dict, shards: int, workers: int) -
     out = work / "datatrove"; shutil.rmtree(out, ignore_errors=True); out.mkdir(parents=True)
     cmd = [sys.executable, str(ROOT / "bench/datatrove_side.py"), str(inp), str(out), str(tok["json"]), "--tasks", str(shards),
            "--workers", str(workers), "--out", str(out / "timings.json")]
-    m = run_measured(cmd, work / "datatrove.log")
+    m = run_measured(cmd, work / "datatrove.log"); sampler = m.pop("sampler")
     stages = json.loads((out / "timings.json").read_text())
+    for s in stages.values(): s["peak_rss"] = sampler.between(s["started"], s["started"] + s["wall_seconds"])
     removed = [json.loads(l)["id"] for f in (out / "minhash/removed").glob("*.jsonl") for l in open(f)]
     return {**m, "stages": stages, "removed_as_duplicates": removed}
 
@@ -119,6 +126,7 @@ def rates(stage: dict) -> dict:
     if stage.get("docs_in"): out["docs_per_s"] = round(stage["docs_in"] / w, 1)
     if stage.get("input_bytes"): out["mb_per_s"] = round(stage["input_bytes"] / w / 1e6, 2)
     if stage.get("shard_seconds"): out["shard_seconds_median"] = round(statistics.median(stage["shard_seconds"]), 2)
+    out["peak_rss_mib"] = {k.replace("_bytes", ""): round(v / 2**20) for k, v in stage["peak_rss"].items()}
     return out
 
 def compare(ours: dict, theirs: dict) -> dict:

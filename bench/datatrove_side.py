@@ -87,7 +87,7 @@ def run(input_dir, work, tokenizer, tasks: int, workers: int, out_json) -> dict:
     for stage, executors in stages.items():
         t, c = time.time(), cpu_seconds()
         for e in executors: e.run()
-        result[stage] = {"wall_seconds": time.time() - t, "cpu_seconds": cpu_seconds() - c,
+        result[stage] = {"started": t, "wall_seconds": time.time() - t, "cpu_seconds": cpu_seconds() - c,
                          "task_seconds": {Path(e.logging_dir.path).name: task_seconds(Path(e.logging_dir.path)) for e in executors}}
         Path(out_json).write_text(json.dumps(result, indent=1))
     return result
