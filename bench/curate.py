@@ -94,6 +94,7 @@ def run_ours(inp: Path, work: Path, tok: dict, workers: int) -> dict:
                         "dropped": s.get("dropped"), "peak_rss": sampler.between(s["started"], s["started"] + s["wall_seconds"])}
     drops = json.loads((out / "dedup_plan.json").read_text())["drops"]
     return {**m, "stages": stages, "removed_as_duplicates": [i.split(":", 1)[1] for i in drops if i.startswith("cc/")],
+            "dedup_index": dedup_index_bytes(out),
             "dedup_plan": json.loads((out / "dedup_plan.json").read_text())["summary"]}
 
 def stage_input_bytes(out: Path, inp: Path, stage: str) -> int:
@@ -138,6 +139,28 @@ def compare(ours: dict, theirs: dict) -> dict:
     rows["matching stages, end to end"] = {"ours_s": round(o_sum, 2), "datatrove_s": round(t_sum, 2), "ours_faster_x": round(t_sum / o_sum, 3)}
     return rows
 
+DEDUP_INDEX_CHILD = """
+import json, resource, sys, numpy as np
+from pathlib import Path
+from mtnlg.dedup import plan_dedup
+files, dd = sorted(Path(sys.argv[1]).glob("dedup_signatures/*/*.npz")), json.loads(sys.argv[2])
+smallest = min(files, key=lambda f: f.stat().st_size)
+plan_dedup([smallest], sys.argv[3].split(","), dd["threshold"], dd["bands"], dd["rows"], dd["engine"])   # compiles the kernels
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+drops, info = plan_dedup(files, sys.argv[3].split(","), dd["threshold"], dd["bands"], dd["rows"], dd["engine"])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"documents": info["documents"], "peak_rss_growth_bytes": after - before}))
+"""
+
+def dedup_index_bytes(out: Path) -> dict:
+    "The driver's dedup planning as a fresh process runs it on this run's signature files: peak RSS growth per document."
+    import yaml
+    cfg = yaml.safe_load((ROOT / "scaled_configs/curate-cc.yaml").read_text())
+    r = subprocess.run([sys.executable, "-c", DEDUP_INDEX_CHILD, str(out), json.dumps(cfg["dedup"]), ",".join(d["name"] for d in cfg["datasets"])],
+                       capture_output=True, text=True, check=True, cwd=ROOT)
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    return {**m, "bytes_per_doc": m["peak_rss_growth_bytes"] / max(1, m["documents"])}
+
 def plan_rates(size: dict) -> dict:
     "Per-GB-of-.warc.gz rates for `mtnlg curate --plan` (chapter 36), from one size's run of ours."
     gb, o = size["input"]["warc_bytes"] / 1e9, size["ours"]
@@ -148,7 +171,7 @@ def plan_rates(size: dict) -> dict:
             "cpu_seconds_per_gb": {n: per_gb(n, "cpu_seconds") for n in ("extract", "quality", "dedup", "decontaminate", "tokenize")},
             "serial_seconds_per_gb": {n: max(0.0, per_gb(n, "wall_seconds") - per_gb(n, "cpu_seconds") / size["workers"]) if n != "blend"
                                       else per_gb(n, "wall_seconds") for n in serial},
-            "dedup_index_bytes_per_doc": None, "peak_rss_per_worker_bytes": o["rss"]["worker_max_bytes"]}
+            "dedup_index_bytes_per_doc": o["dedup_index"]["bytes_per_doc"], "peak_rss_per_worker_bytes": o["rss"]["worker_max_bytes"]}
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -198,7 +221,8 @@ def report(name: str, size: dict):
         s = size[side]
         print(f"  {side}: total {s['wall_seconds']:.0f} s wall; peak RSS driver {s['rss']['driver_bytes'] / 2**20:.0f} MiB, "
               f"worker max {s['rss']['worker_max_bytes'] / 2**20:.0f} MiB; dedup recall {s['dedup_quality']['recall']:.3f} "
-              f"precision {s['dedup_quality']['precision']:.3f}")
+              f"precision {s['dedup_quality']['precision']:.3f}"
+              + (f"; dedup planning {s['dedup_index']['bytes_per_doc']:.0f} B/document" if "dedup_index" in s else ""))
         for n, r in s["rates"].items(): print(f"    {n:14s} {r}")
     for n, r in size["ours_vs_datatrove"].items(): print(f"  {n:28s} ours {r['ours_s']:8.1f} s  datatrove {r['datatrove_s']:8.1f} s  ours faster x{r['ours_faster_x']:.2f}")
 
