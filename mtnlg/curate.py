@@ -433,7 +433,7 @@ def _timed(ex, run, *args) -> dict:
     "`run(*args)`, a dict, with the stage's wall-clock and CPU seconds (driver and workers) added."
     t, cpu = time.time(), _cpu_seconds(ex)
     out = run(*args)
-    return {**out, "wall_seconds": time.time() - t, "cpu_seconds": None if cpu is None else _cpu_seconds(ex) - cpu}
+    return {**out, "started": t, "wall_seconds": time.time() - t, "cpu_seconds": None if cpu is None else _cpu_seconds(ex) - cpu}
 
 def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
            progress: bool = True, log=print, scheduler_file=None) -> dict:
