@@ -4,9 +4,9 @@
 
 # %% auto 0
 __all__ = ['COMMANDS', 'describe', 'add_data_dir_argument', 'add_config_arguments', 'config_from_args', 'add_info_arguments',
-           'add_train_arguments', 'relaunch', 'add_reshard_arguments', 'add_curate_arguments', 'add_plan_arguments',
-           'add_export_hf_arguments', 'add_eval_arguments', 'add_generate_arguments', 'add_bias_arguments',
-           'add_data_arguments', 'add_hans_arguments', 'add_checkpoint_arguments', 'main']
+           'add_train_arguments', 'relaunch', 'add_reshard_arguments', 'print_curation_plan', 'add_curate_arguments',
+           'add_plan_arguments', 'add_export_hf_arguments', 'add_eval_arguments', 'add_generate_arguments',
+           'add_bias_arguments', 'add_data_arguments', 'add_hans_arguments', 'add_checkpoint_arguments', 'main']
 
 # %% ../nbs/99_cli.ipynb
 import argparse, json, os, shutil, signal, subprocess, sys
@@ -53,9 +53,9 @@ def add_data_dir_argument(p: argparse.ArgumentParser):
     p.add_argument("--data-dir", help="root of the full data sets (eval/, corpus/, html/, bias/); default: $MTNLG_DATA, "
                                       "else the slices in tests/fixtures. `mtnlg data` lists what goes where")
 
-def add_config_arguments(p: argparse.ArgumentParser):
+def add_config_arguments(p: argparse.ArgumentParser, required: bool = True):
     "The `--config` and `--set` arguments every config-driven command takes."
-    p.add_argument("--config", required=True, help="YAML config, e.g. scaled_configs/tiny.yaml")
+    p.add_argument("--config", required=required, help="YAML config, e.g. scaled_configs/tiny.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set schedule.train_iters=20 (repeatable)")
 
@@ -149,9 +149,28 @@ def add_reshard_arguments(p: argparse.ArgumentParser):
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
+def _node_counts(text: str) -> list[int]:
+    try: nodes = [int(n) for n in text.split(",")]
+    except ValueError: nodes = []
+    if not nodes or min(nodes) < 1: raise ValueError(f"--nodes takes node counts >= 1, comma-separated (e.g. 1,8,64), not {text!r}")
+    return nodes
+
+def print_curation_plan(args) -> int:
+    "`mtnlg curate --plan`: chapter 36's plan for the paper's two Common Crawl snapshots, from a benchmark's measured rates."
+    from mtnlg.curate import CC_SNAPSHOTS, curation_plan, format_curation_plan, load_plan_rates, newest_rates_file
+    path = args.rates or newest_rates_file()
+    if path is None: raise FileNotFoundError("no bench/results/curate-*.json to take rates from: run `python bench/curate.py --save`, "
+                                             "or give --rates FILE (tests/fixtures/curate-rates.json: made-up rates for tests)")
+    if args.cores_per_node < 1 or args.memory_per_node_gb <= 0: raise ValueError("--cores-per-node and --memory-per-node-gb must be positive")
+    plan = curation_plan(load_plan_rates(path), CC_SNAPSHOTS, _node_counts(args.nodes), args.cores_per_node, args.memory_per_node_gb * 1e9)
+    print(format_curation_plan(plan, args.config or "scaled_configs/curate-cc.yaml"))
+    return 0
+
 def add_curate_arguments(p: argparse.ArgumentParser):
-    "`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh] [--scheduler-file F]` (chapter 36)."
-    add_config_arguments(p)
+    """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh] [--scheduler-file F]`;
+    `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512] [--rates FILE]`: what curating
+    the paper's two Common Crawl snapshots takes, nothing curated (chapter 36)."""
+    add_config_arguments(p, required=False)
     p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
     p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
     p.add_argument("--scheduler-file", help="run on the Dask cluster whose scheduler wrote this file (cluster/curate.sbatch); "
@@ -159,8 +178,16 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     p.add_argument("--output-dir", help="override the config's output_dir")
     p.add_argument("--fresh", action="store_true", help="delete the output directory first (no resume)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--plan", action="store_true", help="print the core-hours, wall-clock hours on --nodes and dedup memory of curating "
+                   "the paper's two Common Crawl snapshots, from measured rates, and exit (nothing is curated)")
+    p.add_argument("--nodes", default="1,8,64", help="--plan: node counts, comma-separated (default 1,8,64)")
+    p.add_argument("--cores-per-node", type=int, default=64, help="--plan: cores of a node (default 64)")
+    p.add_argument("--memory-per-node-gb", type=float, default=512, help="--plan: memory of a node, GB (default 512)")
+    p.add_argument("--rates", help="--plan: a bench/curate.py result holding plan_rates (default: the newest bench/results/curate-*.json)")
     add_data_dir_argument(p)
     def run(args) -> int:
+        if args.plan: return print_curation_plan(args)
+        if not args.config: p.error("the following arguments are required: --config (or --plan)")
         from mtnlg.curate import load_curate_config, curate, format_summary
         cfg = load_curate_config(args.config, dict(parse_override(o) for o in args.set))
         out = Path(args.output_dir) if args.output_dir else cfg.path(cfg.output_dir)
