@@ -277,7 +277,35 @@ def _paragraph_maker():
         def _start_new_pragraph(self):
             if self.paragraph and self.paragraph.contains_text(): self.paragraphs.append(self.paragraph)
             self.paragraph = _Paragraph(self.path)
+        @classmethod
+        def make_paragraphs(cls, root):
+            handler = cls(); _saxify(root, handler); return handler.paragraphs
     return _ParagraphMaker
+
+def _saxify(root, handler):
+    """`lxml.sax.saxify(root, handler)` for a handler that reads only tag names and text, as jusText's does: the same
+    events in the same order (processing instructions beside the root, comments' and PIs' tails), without building
+    each element's SAX attributes and namespace maps."""
+    PI, Comment = lxml.etree.ProcessingInstruction, lxml.etree.Comment
+    def walk(el):
+        tag = el.tag
+        if tag is Comment or tag is PI:
+            if el.tail: handler.characters(el.tail)
+            return
+        name = (None, tag.rsplit("}", 1)[-1] if tag[0] == "{" else tag)
+        handler.startElementNS(name, None, None)
+        if el.text: handler.characters(el.text)
+        for child in el: walk(child)
+        handler.endElementNS(name, None)
+        if el.tail: handler.characters(el.tail)
+    handler.startDocument()
+    before, s = [], root.getprevious()
+    while getattr(s, "tag", None) is PI: before.append(s); s = s.getprevious()
+    for s in reversed(before): walk(s)
+    walk(root)
+    s = root.getnext()
+    while getattr(s, "tag", None) is PI: walk(s); s = s.getnext()
+    handler.endDocument()
 
 _MAKER = None
 
