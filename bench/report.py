@@ -61,6 +61,7 @@ def rows() -> list[str]:
                f"{d['reps']} runs; estimate RMSE ours {d['rmse']['ours']:.3f}, datasketch {d['rmse']['datasketch']:.3f}, "
                f"rensa {d['rmse']['rensa']:.3f}; {d['memory']['gb_per_million_docs_signature_and_index']:.2f} GB signatures + index "
                f"per million documents | ≥ 100,000 docs/s on 2 cores |")
+    out += curate_rows()
     _, v = newest("eval.json")
     out.append(f"| eval log-likelihood requests/s vs lm-eval `hf` backend (`bench/eval.py`, {v['date']}) | "
                f"{v['ratio']:.2f}×: {rng(v['ours_requests_per_s'], ',.0f')} vs {rng(v['hf_requests_per_s'], ',.0f')} requests/s, "
@@ -96,6 +97,25 @@ def rows() -> list[str]:
     measured_kernels = gpu is not None and any(r["name"].startswith("kernels=") and "tokens_per_s" in r for r in gpu[1]["rows"])
     out += kernel_rows(with_model=not measured_kernels) + (gpu_rows(gpu[1]) if gpu else [])
     return out
+
+def curate_rows() -> list[str]:
+    "Curation against datatrove, from the newest bench/curate.py result (none before it has run)."
+    if not sorted(RESULTS.glob("curate-*.json")): return []
+    _, c = newest("curate-*.json")
+    L, sizes = c["sizes"]["large"], c["sizes"]
+    r = L["ours_vs_datatrove"]
+    per = "; ".join(f"{k} {v['ours_faster_x']:.2f}×" for k, v in r.items() if not k.startswith("matching"))
+    e2e = r["matching stages, end to end"]
+    mem = " / ".join(f"{s['ours']['rss']['worker_max_bytes'] / 2**20:,.0f} MiB ({s['input']['shard_bytes_target'] / 1e6:.0f} MB shards)"
+                     for s in sizes.values())
+    q, dq = L["ours"]["dedup_quality"], L["datatrove"]["dedup_quality"]
+    return [f"| curation of {L['input']['warc_bytes'] / 1e9:.2f} GB of `.warc.gz` ({L['input']['html_pages']:,} pages), ours vs datatrove "
+            f"0.10 on the matching stages, same input, same run, {c['workers']} workers (`bench/curate.py`, {c['date']}; one run per size: "
+            f"medians over shards in the JSON) | end to end {e2e['ours_faster_x']:.2f}× ({e2e['ours_s']:,.0f} vs {e2e['datatrove_s']:,.0f} s); "
+            f"{per}; our whole pipeline (quality, decontamination, blend too) {L['ours']['wall_seconds']:,.0f} s; our largest worker "
+            f"{mem}; dedup recall at Jaccard ≥ 0.8 ours {q['recall']:.3f} / datatrove {dq['recall']:.3f}, precision "
+            f"{q['precision']:.3f} / {dq['precision']:.3f}; dedup planning {L['ours']['dedup_index']['bytes_per_doc']:,.0f} B per document | "
+            f"≥ 1.5× end to end, ≥ 1× per stage |"]
 
 def kernel_rows(with_model: bool = True) -> list[str]:
     """Chapter 20 on a GPU (`bench/kernels.py`): the Triton kernels at gpt-1.3b's shapes, and — until `bench/gpu.py` has
