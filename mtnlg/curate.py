@@ -14,14 +14,14 @@ __all__ = ['STAGES', 'CC_PAGES_SOURCE', 'WARC_FILE_SOURCE', 'WARC_FILE_BYTES', '
            'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
-import json, os, sys, time
+import itertools, json, os, sys, time
 from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np, yaml
 from tqdm.auto import tqdm
 from .config import ConfigError, _build, _Loader, _apply_override
-from .extract import Manifest, extract_shard, read_docs, write_jsonl, iter_documents, shard_stem, READERS
+from .extract import Manifest, extract_shard, iter_batches, iter_docs, write_jsonl, iter_documents, shard_stem, READERS
 from .data import ReadReport
 from .catalog import data_path
 
@@ -233,8 +233,8 @@ def task_quality(man_path, src, dst, model_path, filter, alpha, seed):
     clf = _cached(("quality", str(model_path)), lambda: QualityClassifier.load(model_path)) if model_path else None
     if clf is None:      # nothing to filter anywhere: pass documents through, scored by nobody
         def passthrough(src, dst):
-            docs = read_docs(src); t0 = time.time()
-            man = Manifest("quality", Path(src).name, docs_in=len(docs)); man.kept = write_jsonl(dst, docs); man.seconds = time.time() - t0
+            t0, man = time.time(), Manifest("quality", Path(src).name)
+            man.docs_in = man.kept = write_jsonl(dst, iter_docs(src)); man.seconds = time.time() - t0
             return man
         return _run_stage(man_path, passthrough, src, dst)
     return _run_stage(man_path, quality_shard, src, dst, clf, filter, alpha, seed)
@@ -276,7 +276,7 @@ def task_tokenize(man_path, src, prefix, tokenizer_path):
 def _texts_of(paths, limit_chars: int | None = None):
     n = 0
     for p in paths:
-        for d in read_docs(p):
+        for d in iter_docs(p):
             yield d["text"]; n += len(d["text"])
             if limit_chars and n >= limit_chars: return
 
@@ -473,30 +473,60 @@ def check_flow(summary: dict):
             raise AssertionError(f"{a} wrote {st[a]['documents_written']} documents but {b} read {st[b]['docs_in']}")
 
 # %% ../nbs/36_curate.ipynb
+def _line_offsets(path) -> np.ndarray:
+    "The byte offset where each line of `path` starts."
+    with open(path, "rb") as f: return np.fromiter(itertools.accumulate(map(len, f), initial=0), np.int64)[:-1]
+
+class _Documents:
+    "One dataset's curated documents (its shards' lines, in order) by number: their byte offsets in memory, each text read from disk when asked."
+    def __init__(self, files):
+        self.files, self.handles = list(files), {}
+        offsets = [_line_offsets(f) for f in self.files]
+        self.per_file, self.offset = [len(o) for o in offsets], np.concatenate([np.zeros(0, np.int64), *offsets])
+        self.start = np.cumsum([0] + self.per_file)
+    def __len__(self): return int(self.start[-1])
+    def text(self, i) -> str:
+        k = int(np.searchsorted(self.start, i, side="right")) - 1
+        if k not in self.handles: self.handles[k] = open(self.files[k], "rb")
+        f = self.handles[k]; f.seek(self.offset[i]); return json.loads(f.readline())["text"]
+    def close(self):
+        for f in self.handles.values(): f.close()
+
+def _token_counts(docs: _Documents, prefixes, tok):
+    """Each document's `len(tok.encode(text).ids)`: its length in the tokenize stage's shard `prefixes[k]` less the
+    end-of-text token, or, in a shard that dropped documents without tokens (its lengths no longer line up), counted again."""
+    from mtnlg.indexed import IndexedTokens
+    for f, n, p in zip(docs.files, docs.per_file, prefixes):
+        lengths = IndexedTokens(p).lengths
+        if len(lengths) == n: yield from (lengths.astype(np.int64) - 1).tolist()
+        else: yield from (len(e.ids) for b in iter_batches(f) for e in tok.encode_batch([d["text"] for d in b]))
+
 def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file) -> dict:
-    from mtnlg.blend import blend_documents
+    from mtnlg.blend import blend_order
     from mtnlg.indexed import blended_gpt_samples, IndexedTokens
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    train, valid = {}, []
+    docs = {d: _Documents(stage_file("decontaminate", d, s) for s in shards[d]) for d in spec}
+    train = {}                                      # dataset -> how many train documents: the first ones; the rest are valid
     for d in spec:
-        texts = list(_texts_of(stage_file("decontaminate", d, s) for s in shards[d]))
-        if not texts: continue
-        n_valid = max(1, int(len(texts) * cfg.blend.valid_fraction)) if len(texts) > 1 else 0
-        train[d], valid = texts[: len(texts) - n_valid], valid + texts[len(texts) - n_valid :]
+        if n := len(docs[d]): train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
     weights = {d: spec[d].weight for d in train if spec[d].weight > 0}
     if not weights: raise ValueError("no documents survived curation in any dataset with a blend weight > 0")
-    count = lambda t: len(tok.encode(t).ids)
-    total = cfg.blend.train_tokens or sum(count(t) for d in weights for t in train[d])
-    texts, report = blend_documents({d: train[d] for d in weights}, weights, total, cfg.seed, count)
+    counts = {d: _token_counts(docs[d], [out / "tokenize" / d / shard_stem(s) for s in shards[d]], tok) for d in weights}
+    sizes = {d: (train[d], sum(itertools.islice(counts[d], train[d]))) for d in weights}
+    total = cfg.blend.train_tokens or sum(tokens for _, tokens in sizes.values())
+    names, order, index, report = blend_order(sizes, weights, total, cfg.seed)
     (out / "blend").mkdir(exist_ok=True)
-    write_jsonl(out / "blend/train.jsonl", ({"text": t} for t in texts))
-    write_jsonl(out / "blend/valid.jsonl", ({"text": t} for t in valid))
+    try:
+        n_train = write_jsonl(out / "blend/train.jsonl", ({"text": docs[names[k]].text(i)} for k, i in zip(order, index)))
+        n_valid = write_jsonl(out / "blend/valid.jsonl", ({"text": docs[d].text(i)} for d in train for i in range(train[d], len(docs[d]))))
+    finally:
+        for x in docs.values(): x.close()
     w = {d: weights[d] / sum(weights.values()) for d in weights if len(IndexedTokens(prefixes[d]))}
     (out / "blend/megatron_data_path.txt").write_text(" ".join(f"{w[d]:.6g} {prefixes[d]}" for d in w) + "\n")
     bs = blended_gpt_samples([prefixes[d] for d in w], list(w.values()), cfg.blend.seq_length, cfg.blend.num_samples, cfg.seed)
     shares = np.bincount(bs.dataset_index, minlength=len(w)) / max(1, len(bs))
-    return {"datasets": report, "train_documents": len(texts), "valid_documents": len(valid),
+    return {"datasets": report, "train_documents": n_train, "valid_documents": n_valid,
             "gpt_samples": len(bs), "gpt_sample_shares": dict(zip(w, shares.round(4).tolist()))}
 
 # %% ../nbs/36_curate.ipynb

@@ -10,7 +10,7 @@ __all__ = ['EVAL_TASKS', 'eval_task_texts', 'ngram_hashes', 'build_task_ngrams',
 import json, time
 from pathlib import Path
 import numpy as np
-from .extract import Manifest, read_docs, write_jsonl
+from .extract import Manifest, iter_docs, write_jsonl
 from .dedup import word_hashes, _U, _Q
 
 # %% ../nbs/33_decontaminate.ipynb
@@ -120,8 +120,8 @@ def count_task_ngrams(texts, task_ngrams: dict) -> dict[int, int]:
     return counts
 
 def count_shard(src, task_ngrams: dict) -> dict[int, int]:
-    "Pass 1 over one shard."
-    return count_task_ngrams((d["text"] for d in read_docs(src)), task_ngrams)
+    "Pass 1 over one shard, a document at a time."
+    return count_task_ngrams((d["text"] for d in iter_docs(src)), task_ngrams)
 
 def frequent_ngrams(count_dicts, max_doc_freq: int = 10) -> np.ndarray:
     "Hashes found in at least `max_doc_freq` documents overall: common phrases, not contamination."
@@ -133,21 +133,20 @@ def frequent_ngrams(count_dicts, max_doc_freq: int = 10) -> np.ndarray:
 # %% ../nbs/33_decontaminate.ipynb
 def decontaminate_shard(src, dst, task_ngrams: dict, ignore: np.ndarray | None = None, remove_chars: int = 200,
                         min_piece_chars: int = 200, max_splits: int = 10) -> Manifest:
-    "Pass 2 over one shard: cut task n-grams out of every document (Megatron-LM/GPT-3 rules)."
+    "Pass 2 over one shard, a document at a time: cut task n-grams out of every document (Megatron-LM/GPT-3 rules)."
     t0, src = time.time(), Path(src)
-    docs = read_docs(src)
-    man = Manifest("decontaminate", src.name, docs_in=len(docs))
-    out, ngrams, split = [], 0, 0
-    for d in docs:
-        hits = find_task_ngrams(d["text"], task_ngrams, ignore)
-        if not hits: out.append(d); man.kept += 1; continue
-        ngrams += len(hits)
-        pieces = cut_spans(d["text"], [(s, e) for s, e, _ in hits], remove_chars, min_piece_chars)
-        if not pieces: man.drop("nothing left after removing task n-grams", d["id"]); continue
-        if len(pieces) > max_splits: man.drop(f"split into more than {max_splits} pieces", d["id"]); continue
-        man.kept += 1; split += len(pieces) > 1
-        out += [{**d, "id": f"{d['id']}#{k}", "text": p} for k, p in enumerate(pieces)]
-    write_jsonl(dst, out)
-    man.extra = {"task_ngrams_removed": ngrams, "documents_split": split, "documents_written": len(out)}
+    man = Manifest("decontaminate", src.name, extra={"task_ngrams_removed": 0, "documents_split": 0})
+    def cleaned():
+        for d in iter_docs(src):
+            man.docs_in += 1
+            hits = find_task_ngrams(d["text"], task_ngrams, ignore)
+            if not hits: man.kept += 1; yield d; continue
+            man.extra["task_ngrams_removed"] += len(hits)
+            pieces = cut_spans(d["text"], [(s, e) for s, e, _ in hits], remove_chars, min_piece_chars)
+            if not pieces: man.drop("nothing left after removing task n-grams", d["id"]); continue
+            if len(pieces) > max_splits: man.drop(f"split into more than {max_splits} pieces", d["id"]); continue
+            man.kept += 1; man.extra["documents_split"] += len(pieces) > 1
+            yield from ({**d, "id": f"{d['id']}#{k}", "text": p} for k, p in enumerate(pieces))
+    man.extra["documents_written"] = write_jsonl(dst, cleaned())
     man.seconds = time.time() - t0
     return man.check()

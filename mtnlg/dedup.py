@@ -9,11 +9,11 @@ __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes'
            'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard']
 
 # %% ../nbs/32_dedup.ipynb
-import re, time
+import re, time, zipfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
-from .extract import Manifest, read_docs, write_jsonl
+from .extract import Manifest, count_docs, iter_batches, iter_docs, write_jsonl
 
 # %% ../nbs/32_dedup.ipynb
 _WORD_BYTE = np.zeros(256, bool)
@@ -428,15 +428,23 @@ def compiled_components(sig: np.ndarray, i: np.ndarray, j: np.ndarray, threshold
 
 
 # %% ../nbs/32_dedup.ipynb
-def signature_shard(src, dst, num_perm: int = 128, ngram: int = 5, seed: int = 0, engine: str = "compiled"):
-    "Pass 1 over one shard: save ids, datasets and MinHash signatures to `dst` (.npz)."
+def signature_shard(src, dst, num_perm: int = 128, ngram: int = 5, seed: int = 0, engine: str = "compiled",
+                    batch: int | None = None):
+    """Pass 1 over one shard: save ids, datasets and MinHash signatures to `dst` (.npz), signing a batch of documents
+    at a time (at most `batch`, default chapter 30's `BATCH_DOCS`) and writing its signatures as they come."""
     if engine not in ENGINES: raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    docs = read_docs(src)
-    texts = [d["text"] for d in docs]
-    sig = compiled_signatures(texts, num_perm, ngram, seed) if engine == "compiled" else minhash_signatures(texts, num_perm, ngram, seed)
+    sign = compiled_signatures if engine == "compiled" else minhash_signatures
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(dst) + ".tmp.npz")
-    np.savez(tmp, ids=np.array([d["id"] for d in docs], dtype=object), datasets=np.array([d["dataset"] for d in docs], dtype=object), sig=sig)
+    tmp, ids, datasets = Path(str(dst) + ".tmp.npz"), [], []
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint32)), "fortran_order": False, "shape": (count_docs(src), num_perm)}
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:       # what np.savez writes
+        with z.open("sig.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            for docs in iter_batches(src, batch):
+                f.write(sign([d["text"] for d in docs], num_perm, ngram, seed).astype(np.uint32, copy=False).tobytes())
+                ids += [d["id"] for d in docs]; datasets += [d["dataset"] for d in docs]
+        for name, values in (("ids", ids), ("datasets", datasets)):
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f: np.lib.format.write_array(f, np.array(values, dtype=object))
     tmp.replace(dst)
 
 def plan_dedup(signature_files, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8, engine: str = "compiled") -> tuple[dict, dict]:
@@ -451,14 +459,14 @@ def plan_dedup(signature_files, priority, threshold: float = 0.8, bands: int = 1
     return drops, {"documents": len(ids), "kept": int(res.keep.sum()), "candidate_pairs": res.n_candidates, "edges": res.n_edges}
 
 def dedup_shard(src, dst, drops: dict) -> Manifest:
-    "Pass 3 over one shard: write the documents not in `drops`; the manifest counts the rest by reason."
+    "Pass 3 over one shard, a document at a time: write the documents not in `drops`; the manifest counts the rest by reason."
     t0, src = time.time(), Path(src)
-    docs = read_docs(src)
-    man = Manifest("dedup", src.name, docs_in=len(docs))
-    out = []
-    for d in docs:
-        if d["id"] in drops: man.drop(drops[d["id"]], d["id"])
-        else: out.append(d)
-    man.kept = write_jsonl(dst, out)
+    man = Manifest("dedup", src.name)
+    def kept():
+        for d in iter_docs(src):
+            man.docs_in += 1
+            if d["id"] in drops: man.drop(drops[d["id"]], d["id"])
+            else: yield d
+    man.kept = write_jsonl(dst, kept())
     man.seconds = time.time() - t0
     return man.check()

@@ -9,11 +9,12 @@ __all__ = ['token_dtype', 'write_indexed_dataset', 'IndexedTokens', 'encode_docu
 
 # %% ../nbs/35_tokenize_index.ipynb
 import json, math, os, struct, time, warnings
+from array import array
 from pathlib import Path
 import numpy as np
 from .config import split_shares
 from .data import train_bpe, load_gpt2_tokenizer, eot_id
-from .extract import Manifest, read_docs
+from .extract import Manifest, iter_batches, iter_docs
 from .blend import blending_indices
 
 # %% ../nbs/35_tokenize_index.ipynb
@@ -26,10 +27,11 @@ def token_dtype(vocab_size: int):
     return np.uint16 if vocab_size < 65500 else np.int32
 
 def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> int:
-    "Write token arrays (one per document) as `prefix.bin` + `prefix.idx` in Megatron's format; return the document count."
+    """Write token arrays (one per document, from any iterable) as `prefix.bin` + `prefix.idx` in Megatron's format, each
+    document's tokens as it comes; return the document count."""
     prefix, dtype = Path(prefix), np.dtype(dtype).type
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    lengths = []
+    lengths = array("i")                 # what the .idx needs, 4 bytes a document until the end
     with open(f"{prefix}.bin.tmp", "wb") as f:
         for doc in documents:
             a = np.asarray(doc)
@@ -78,18 +80,18 @@ def encode_documents(tok, texts) -> list[np.ndarray]:
     eot = eot_id(tok)
     return [np.array(enc.ids + [eot]) if enc.ids else np.zeros(0, np.int64) for enc in tok.encode_batch(list(texts))]
 
-def tokenize_shard(src, prefix, tok, dtype=None) -> Manifest:
-    "Tokenize one shard of documents into `prefix.bin/.idx` (tokens + end-of-text per document)."
+def tokenize_shard(src, prefix, tok, dtype=None, batch: int | None = None) -> Manifest:
+    """Tokenize one shard of documents into `prefix.bin/.idx` (tokens + end-of-text per document), a batch of documents
+    at a time (at most `batch`, default chapter 30's `BATCH_DOCS`)."""
     t0, src = time.time(), Path(src)
-    docs = read_docs(src)
-    man = Manifest("tokenize", src.name, docs_in=len(docs))
-    dtype = dtype or token_dtype(tok.get_vocab_size())
-    arrays = []
-    for d, a in zip(docs, encode_documents(tok, [d["text"] for d in docs])):
-        if not a.size: man.drop("no tokens", d["id"]); continue
-        arrays.append(a)
-    man.kept = write_indexed_dataset(prefix, arrays, dtype)
-    man.extra = {"tokens": int(sum(a.size for a in arrays))}
+    man = Manifest("tokenize", src.name, extra={"tokens": 0})
+    def arrays():
+        for docs in iter_batches(src, batch):
+            man.docs_in += len(docs)
+            for d, a in zip(docs, encode_documents(tok, [d["text"] for d in docs])):
+                if not a.size: man.drop("no tokens", d["id"]); continue
+                man.extra["tokens"] += a.size; yield a
+    man.kept = write_indexed_dataset(prefix, arrays(), dtype or token_dtype(tok.get_vocab_size()))
     man.seconds = time.time() - t0
     return man.check()
 

@@ -4,13 +4,13 @@
 
 # %% auto 0
 __all__ = ['raw_page_text', 'boilerplate_text', 'word_chunks', 'QualityClassifier', 'pareto_keep', 'keep_probability',
-           'shard_rng', 'quality_shard']
+           'shard_rng', 'StreamingSum', 'quality_shard']
 
 # %% ../nbs/31_quality.ipynb
 import os, re, tempfile, time
 from pathlib import Path
 import numpy as np
-from .extract import Manifest, read_docs, write_jsonl
+from .extract import Manifest, count_docs, iter_batches, iter_docs, write_jsonl
 
 # %% ../nbs/31_quality.ipynb
 _TOKENS = re.compile(r"\w+|[^\w\s]")
@@ -105,18 +105,42 @@ def shard_rng(seed: int, shard: str) -> np.random.Generator:
     "A generator that depends only on the run seed and the shard name (not on scheduling order)."
     return np.random.default_rng([seed, *shard.encode()])
 
-def quality_shard(src, dst, clf: QualityClassifier, filter: bool = True, alpha: float = 9.0, seed: int = 0) -> Manifest:
-    "Quality stage over one shard: add a `quality` score; if `filter`, keep documents by the Pareto rule."
+def _pairwise_tree(n: int):
+    """numpy's order for summing n float64s: halves (the first a multiple of 8) down to blocks of at most 128.
+    Yields each block's size, is sent its sum, returns the total."""
+    if n <= 128: return (yield n)
+    half = n // 2 - n // 2 % 8
+    return (yield from _pairwise_tree(half)) + (yield from _pairwise_tree(n - half))
+
+class StreamingSum:
+    """`np.sum` of `n` float64 values that arrive a few at a time, to the bit: numpy sums pairwise (a running total
+    would round differently), so the values are summed in its tree of blocks. Holds at most one block, 128 values."""
+    def __init__(self, n: int):
+        self.tree, self.block, self.total = _pairwise_tree(n), [], 0.0
+        self.need = next(self.tree) if n else 0
+    def add(self, values):
+        for v in values:
+            self.block.append(v)
+            if len(self.block) == self.need:
+                try: self.need = self.tree.send(float(np.sum(np.array(self.block))))
+                except StopIteration as done: self.total = done.value
+                self.block = []
+
+def quality_shard(src, dst, clf: QualityClassifier, filter: bool = True, alpha: float = 9.0, seed: int = 0,
+                  batch: int | None = None) -> Manifest:
+    """Quality stage over one shard, a batch of documents at a time (at most `batch`, default chapter 30's `BATCH_DOCS`):
+    add a `quality` score; if `filter`, keep documents by the Pareto rule."""
     t0, src = time.time(), Path(src)
-    docs = read_docs(src)
-    man = Manifest("quality", src.name, docs_in=len(docs))
-    scores = clf.score([d["text"] for d in docs])
-    keep = pareto_keep(scores, shard_rng(seed, src.name), alpha) if filter else np.ones(len(docs), bool)
-    out = []
-    for d, s, k in zip(docs, scores, keep):
-        if k: out.append({**d, "quality": round(float(s), 4)})
-        else: man.drop("low quality (Pareto)", d["id"])
-    man.kept = write_jsonl(dst, out)
-    man.extra = {"mean_score": float(scores.mean()) if len(docs) else None}
+    man, rng = Manifest("quality", src.name, docs_in=count_docs(src)), shard_rng(seed, src.name)
+    total = StreamingSum(man.docs_in)
+    def scored():
+        for docs in iter_batches(src, batch):
+            scores = clf.score([d["text"] for d in docs]); total.add(scores)
+            keep = pareto_keep(scores, rng, alpha) if filter else np.ones(len(docs), bool)
+            for d, s, k in zip(docs, scores, keep):
+                if k: yield {**d, "quality": round(float(s), 4)}
+                else: man.drop("low quality (Pareto)", d["id"])
+    man.kept = write_jsonl(dst, scored())
+    man.extra = {"mean_score": total.total / man.docs_in if man.docs_in else None}
     man.seconds = time.time() - t0
     return man.check()
