@@ -153,26 +153,25 @@ def compare(ours: dict, theirs: dict) -> dict:
     return rows
 
 DEDUP_INDEX_CHILD = """
-import json, resource, sys, numpy as np
+import json, sys, tracemalloc, numpy as np
 from pathlib import Path
 from mtnlg.dedup import plan_dedup
 files, dd = sorted(Path(sys.argv[1]).glob("dedup_signatures/*/*.npz")), json.loads(sys.argv[2])
 smallest = min(files, key=lambda f: f.stat().st_size)
 plan_dedup([smallest], sys.argv[3].split(","), dd["threshold"], dd["bands"], dd["rows"], dd["engine"])   # compiles the kernels
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+tracemalloc.start()                      # numpy's buffers and the ids' strings, not the compiler's memory
 drops, info = plan_dedup(files, sys.argv[3].split(","), dd["threshold"], dd["bands"], dd["rows"], dd["engine"])
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"documents": info["documents"], "peak_rss_growth_bytes": after - before}))
+print(json.dumps({"documents": info["documents"], "peak_traced_bytes": tracemalloc.get_traced_memory()[1]}))
 """
 
 def dedup_index_bytes(out: Path) -> dict:
-    "The driver's dedup planning as a fresh process runs it on this run's signature files: peak RSS growth per document."
+    "The driver's dedup planning as a fresh process runs it on this run's signature files: its peak traced memory per document."
     import yaml
     cfg = yaml.safe_load((ROOT / "scaled_configs/curate-cc.yaml").read_text())
     r = subprocess.run([sys.executable, "-c", DEDUP_INDEX_CHILD, str(out), json.dumps(cfg["dedup"]), ",".join(d["name"] for d in cfg["datasets"])],
                        capture_output=True, text=True, check=True, cwd=ROOT)
     m = json.loads(r.stdout.strip().splitlines()[-1])
-    return {**m, "bytes_per_doc": m["peak_rss_growth_bytes"] / max(1, m["documents"])}
+    return {**m, "bytes_per_doc": m["peak_traced_bytes"] / max(1, m["documents"])}
 
 def plan_rates(size: dict) -> dict:
     "Per-GB-of-.warc.gz rates for `mtnlg curate --plan` (chapter 36), from one size's run of ours."
