@@ -78,7 +78,8 @@ class IndexedTokens:
 def encode_documents(tok, texts) -> list[np.ndarray]:
     "Each text's BPE tokens followed by `<|endoftext|>` (Megatron's `--append-eod`); a text with no tokens gives an empty array."
     eot = eot_id(tok)
-    return [np.array(enc.ids + [eot]) if enc.ids else np.zeros(0, np.int64) for enc in tok.encode_batch(list(texts))]
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)     # the same ids without character offsets (~10% faster)
+    return [np.array(enc.ids + [eot]) if enc.ids else np.zeros(0, np.int64) for enc in encode(list(texts))]
 
 def tokenize_shard(src, prefix, tok, dtype=None, batch: int | None = None) -> Manifest:
     """Tokenize one shard of documents into `prefix.bin/.idx` (tokens + end-of-text per document), a batch of documents
