@@ -30,6 +30,7 @@ demo: install
 	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoints --tasks all --shots 0,1,few --limit 40
 	$(BIN)/mtnlg bias --checkpoint runs/tiny-3d/checkpoints
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
+	$(BIN)/mtnlg curate --plan --nodes 1,64   # the paper's two Common Crawl snapshots, from bench/curate.py's measured rates
 	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, bias/bias.md)"
 
 # two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker.
