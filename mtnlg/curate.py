@@ -586,9 +586,9 @@ CC_SNAPSHOTS = [
 from .catalog import REPO, shown_path
 RATES_FIXTURE = REPO / "tests/fixtures/curate-rates.json"   # made-up round numbers for tests: never a measurement
 
-def newest_rates_file(root=REPO) -> Path | None:
-    "The newest benchmark result, bench/results/curate-<date>-<device>.json (the date sorts), or None."
-    found = sorted(Path(root, "bench/results").glob("curate-*.json"))
+def newest_rates_file(root=None) -> Path | None:
+    "The newest benchmark result, bench/results/curate-<date>-<device>.json under `root` (default: this repository; the date sorts), or None."
+    found = sorted(Path(root or REPO, "bench/results").glob("curate-*.json"))
     return found[-1] if found else None
 
 def _bad_rates(r: dict) -> list[str]:
