@@ -424,8 +424,33 @@ class Checkpoint:
         "The slice of `name` that TP rank `tp_rank` of `tp` holds, shaped `shape`, split along `dim` (-1: whole)."
         whole = list(shape)
         if dim >= 0: whole[dim] *= tp
+        if what == "model": return self.model_slice(name, shape, dim, tp_rank, tp)
         t = fit_rows(self.full(name, what), whole, name)
         return t.chunk(tp, dim)[tp_rank].contiguous() if dim >= 0 else t
+
+    def model_slice(self, name: str, shape, dim: int = -1, tp_rank: int = 0, tp: int = 1) -> torch.Tensor:
+        """The weights of `name` that TP rank `tp_rank` of `tp` holds when split along `dim` into pieces of `shape`
+        (-1: not split, the whole tensor), copied from only the overlapping part of only the shards that hold it
+        (memory-mapped): no process assembles a whole tensor it does not hold. Vocabulary rows that one layout pads
+        and the other lacks are zeros or left out, as `fit_rows` does."""
+        holders = self._holders(name, "model")
+        saved = [self.shard(files[0])["model"][name] for files in holders.values()]   # one per TP rank of the checkpoint
+        d = self.shard(next(iter(holders.values()))[0])["tp_dim"][name]
+        if d < 0: d, saved = max(dim, 0), saved[:1]                      # every TP rank saved it whole: one copy
+        if dim >= 0 and dim != d:
+            raise ValueError(f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
+                             f"the checkpoint's model config differs from this run's")
+        step, lo = saved[0].shape[d], tp_rank * shape[d] if dim >= 0 else 0
+        held, needs = [*saved[0].shape], [*shape]                       # the whole tensor, as saved and as needed
+        held[d], needs[d] = step * len(saved), shape[d] * (tp if dim >= 0 else 1)
+        if held != needs and not (name.endswith("tokens.weight") and d == 0 and held[1:] == needs[1:]):
+            raise ValueError(f"{name}: the checkpoint holds {held} but this model needs {needs} — "
+                             f"the checkpoint's model config differs from this run's")
+        out = saved[0].new_zeros(shape)
+        for s, t in enumerate(saved):                                    # shard s holds [s*step, (s+1)*step) along d
+            a, b = max(lo, s * step), min(lo + shape[d], (s + 1) * step)
+            if a < b: out.narrow(d, a - lo, b - a).copy_(t.narrow(d, a - s * step, b - a))
+        return out
 
     def state_dict(self) -> dict:
         "The whole model as one TP1-PP1 `GPT` state dict (parameters only)."

@@ -4,7 +4,8 @@
 
 # %% auto 0
 __all__ = ['OFFLINE_ENV', 'LM_EVAL_HOOK', 'PTH_NAME', 'offline_environment', 'encode_pair', 'model_window', 'MtnlgLM',
-           'loglikelihood_rolling', 'sampling_of', 'generate_until', 'install_lm_eval_plugin', 'register_lm']
+           'not_first_rank', 'hidden_states', 'token_scores', 'loglikelihood_rolling', 'sampling_of', 'generate_until',
+           'install_lm_eval_plugin', 'register_lm']
 
 # %% ../nbs/60_evaluate.ipynb
 import json, math, os, sys, sysconfig, warnings
@@ -13,6 +14,7 @@ import torch, torch.nn.functional as F
 from tqdm.auto import tqdm
 from .data import EOT
 from .checkpoint import check_checkpoint, load_checkpoint
+from .topology import launcher_env
 
 # %% ../nbs/60_evaluate.ipynb
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
@@ -48,9 +50,12 @@ from lm_eval import utils as lm_utils
 
 class MtnlgLM(TemplateLM):
     """lm-evaluation-harness model `mtnlg`: `lm_eval --model mtnlg --model_args checkpoint=DIR[,batch_size=N,device=cuda]`;
-    DIR: a checkpoint of any layout, a run's checkpoints/ dir (its latest step, resolved once, here) or a step dir."""
+    DIR: a checkpoint of any layout, a run's checkpoints/ dir (its latest step, resolved once, here) or a step dir.
+    Under a launcher (torchrun, srun) with `tensor_parallel=T,pipeline_parallel=P` (default: the checkpoint's own), the
+    model is split over the job's ranks as chapter 65 does, and each of the world / (T x P) replicas is one harness rank."""
     def __init__(self, checkpoint: str, device: str | None = None, dtype: str = "auto", batch_size: int | str = 32,
-                 max_batch_tokens: int | None = None, max_gen_toks: int = 256, **unused):
+                 max_batch_tokens: int | None = None, max_gen_toks: int = 256, tensor_parallel: int | None = None,
+                 pipeline_parallel: int | None = None, sequence_parallel: bool = False, **unused):
         super().__init__()
         if device and str(device).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"device {device!r} asked (the harness's default) but CUDA is not available: using the CPU")
@@ -59,7 +64,13 @@ class MtnlgLM(TemplateLM):
         if dtype == "auto": dtype = "bfloat16" if device.type == "cuda" else "float32"
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.checkpoint = str(check_checkpoint(checkpoint))         # the step directory: `latest` may move on later
-        self.model, self.tokenizer_bpe, self.cfg = load_checkpoint(self.checkpoint, device, self.dtype)
+        if launcher_env()["world_size"] == 1 and not (tensor_parallel or pipeline_parallel or sequence_parallel):
+            self.model, self.tokenizer_bpe, self.cfg = load_checkpoint(self.checkpoint, device, self.dtype)
+        else:                                                       # one replica of TP x PP ranks = one harness rank
+            from mtnlg.parallel_inference import load_model_parallel
+            self.model, self.tokenizer_bpe, self.cfg = load_model_parallel(
+                self.checkpoint, tensor_parallel, pipeline_parallel, str(sequence_parallel).lower() == "true", device, self.dtype)
+            self._rank, self._world_size = self.model.replica, self.model.layout.dp
         self._device = device
         bs = str(batch_size)
         self.batch_size_per_call = 32 if bs.startswith("auto") else int(bs)   # "auto" (harness flag) -> our default
@@ -104,13 +115,13 @@ class MtnlgLM(TemplateLM):
             token_requests.append(((c, k), ctx, cont))
         return self._loglikelihood_tokens([(p, c, k) for p, (_, c, k) in zip(pairs, token_requests)], disable_tqdm=disable_tqdm)
 
+    # -- the harness's ranks: data-parallel replicas of a model split over processes (chapter 65) -------
+    def all_gather(self, tensor): return self.model.gather_replicas(tensor) if self.world_size > 1 else tensor
+    def gather_object(self, obj, dst=0): return self.model.gather_objects(obj, dst) if self.world_size > 1 else [obj]
+    def barrier(self):
+        if self.world_size > 1: self.model.barrier()
+
     # -- scoring ---------------------------------------------------------------------------------------
-    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
-        "Final-LayerNorm output of our GPT, [batch, seq, hidden] (the logits are this times the embedding)."
-        m = self.model
-        x = m.embedding(tokens)
-        for block in m.blocks: x = block(x)
-        return m.final_ln(x)
 
     def _batches(self, order, lengths):
         "Split `order` (sorted longest first) into batches by request count and padded-token budget."
@@ -131,10 +142,9 @@ class MtnlgLM(TemplateLM):
             for cont in cs:
                 rows += [b] * len(cont); cols += range(len(w) - len(cont), len(w)); targets += cont
                 owner += [n_req] * len(cont); n_req += 1
-        h = self.hidden_states(tokens.to(self.device))[torch.tensor(rows), torch.tensor(cols)]   # [N, hidden]
-        logp = F.log_softmax(F.linear(h, self.model.embedding.tokens.weight).float(), dim=-1)     # [N, vocab]
-        t, owner = torch.tensor(targets, device=self.device), torch.tensor(owner, device=self.device)
-        tok_logp, miss = logp.gather(1, t[:, None])[:, 0], (logp.argmax(-1) != t).float()
+        at = lambda x: torch.tensor(x, device=self.device)
+        tok_logp, miss = token_scores(self.model, tokens.to(self.device), at(rows), at(cols), at(targets))
+        owner = at(owner)
         sums = torch.zeros(n_req, device=self.device, dtype=torch.float64).index_add_(0, owner, tok_logp.double())
         misses = torch.zeros(n_req, device=self.device).index_add_(0, owner, miss)
         flat = iter(zip(sums.tolist(), misses.tolist()))
@@ -154,7 +164,7 @@ class MtnlgLM(TemplateLM):
         lengths = [len(w) for w in windows]
         order = sorted(range(len(windows)), key=lambda j: (-lengths[j], windows[j]))    # longest first
         logp, misses = [0.0] * len(requests), [0] * len(requests)
-        bar = tqdm(total=len(pieces), desc="mtnlg loglikelihood", disable=disable_tqdm or len(requests) < 2)
+        bar = tqdm(total=len(pieces), desc="mtnlg loglikelihood", disable=disable_tqdm or len(requests) < 2 or not_first_rank())
         for batch in self._batches(order, lengths):
             ids = [by_window[windows[j]] for j in batch]
             scores = self._score([windows[j] for j in batch], [[pieces[p][2] for p in r] for r in ids])
@@ -167,6 +177,25 @@ class MtnlgLM(TemplateLM):
         for (key, _, _), x in zip(requests, out):
             if key is not None: self.cache_hook.add_partial("loglikelihood", key, x)
         return out
+
+# %% ../nbs/60_evaluate.ipynb
+def not_first_rank() -> bool:
+    "True in every process of a launched job but rank 0 (which alone shows progress bars)."
+    return launcher_env()["rank"] > 0
+
+def hidden_states(model, tokens: torch.Tensor) -> torch.Tensor:
+    "Final-LayerNorm output of our GPT, [batch, seq, hidden] (the logits are this times the embedding)."
+    x = model.embedding(tokens)
+    for block in model.blocks: x = block(x)
+    return model.final_ln(x)
+
+def token_scores(model, tokens, rows, cols, targets) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each (row, col, target): log P(target | tokens[row, :col + 1]) in fp32, and 1.0 where the target is not the
+    most likely token (else 0.0); only those positions are projected onto the vocabulary."""
+    if hasattr(model, "token_scores"): return model.token_scores(tokens, rows, cols, targets)   # split over ranks
+    h = hidden_states(model, tokens)[rows, cols]                                               # [N, hidden]
+    logp = F.log_softmax(F.linear(h, model.embedding.tokens.weight).float(), dim=-1)           # [N, vocab]
+    return logp.gather(1, targets[:, None])[:, 0], (logp.argmax(-1) != targets).float()
 
 # %% ../nbs/60_evaluate.ipynb
 def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
@@ -192,7 +221,7 @@ def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
     "A continuation for each (context, gen_kwargs) request; stops at `until` strings, EOT or `max_gen_toks`."
     from mtnlg.generate import generate
     out = []
-    for req in tqdm(requests, desc="mtnlg generate_until", disable=disable_tqdm or len(requests) < 2):
+    for req in tqdm(requests, desc="mtnlg generate_until", disable=disable_tqdm or len(requests) < 2 or not_first_rank()):
         context, kw = req.args[0], dict(req.args[1] or {})
         until = kw.get("until") or []
         until = [until] if isinstance(until, str) else list(until)

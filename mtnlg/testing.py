@@ -8,7 +8,7 @@ __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_O
            'gpt_loss_and_grads', 'generate_tp_worker', 'gpt_tp_worker', 'pipeline_worker', 'training_batches',
            'max_param_difference', 'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker',
            'MemoryTracker', 'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
-           'measure_stage_memory']
+           'measure_stage_memory', 'reader_requests', 'parallel_reader_worker']
 
 # %% ../nbs/98_testing.ipynb
 import contextlib, io
@@ -607,3 +607,34 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
             "events reordered": mt.reordered,
             "large allocations": mt.allocations(window, 2**20),
             "rss_start": rss_start, "rss_peak": rss_peak if rss_reset else None}
+
+# %% ../nbs/98_testing.ipynb
+def reader_requests(checkpoint: str, n: int = 24, seed: int = 0) -> tuple[list, list]:
+    "Scoring requests [(context ids, continuation ids)] and generation prompts [ids] from the checkpoint's vocabulary."
+    from mtnlg.checkpoint import Checkpoint
+    m = Checkpoint(checkpoint).config.model
+    g = torch.Generator().manual_seed(seed)
+    ids = lambda k: torch.randint(0, m.vocab_size, (k,), generator=g).tolist()
+    lengths = [1, 3, 7, 20, m.seq_length // 2, m.seq_length - 1, m.seq_length + 9]     # the last one needs two windows
+    requests = [(ids(lengths[i % len(lengths)]), ids(1 + i % 3)) for i in range(n)]
+    requests += [(requests[0][0], ids(1)), (requests[0][0], ids(2))]                  # choices sharing one input window
+    return requests, [ids(5), ids(2), ids(9)]
+
+def parallel_reader_worker(checkpoint: str, tp: int | None, pp: int | None, sequence_parallel: bool, requests: list,
+                           prompts: list, max_new: int = 8) -> dict:
+    "Chapter 65 in this job: scores, generations, weight bytes and live tensor bytes of this rank (see above)."
+    import gc
+    from mtnlg.evaluate import MtnlgLM
+    from mtnlg.generate import generate
+    from mtnlg.parallel_inference import held_bytes, predicted_bytes
+    quiet_libraries()
+    lm = MtnlgLM(checkpoint, batch_size=8, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sequence_parallel)
+    gc.collect()
+    live = sum(live_storages().values())
+    stage = getattr(lm.model, "stage", None)
+    out = {"held": held_bytes(lm.model), "live": live,
+           "predicted": predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe) if stage else held_bytes(lm.model),
+           "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in requests], disable_tqdm=True),
+           "greedy": generate(lm.model, prompts, max_new), "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3)}
+    if dist.is_initialized() and dist.get_world_size() > 1: dist.barrier()
+    return out
