@@ -329,6 +329,7 @@ def evaluate_bias_tasks(lm, tasks=("all",), limit: int | None = None, data_dir=N
     for name in names:
         spec, task = BIAS_TASKS[name], bias_task(name, data_dir, limit)   # sliced before the harness maps every row
         r = run_task(lm, task)
+        if r is None: out = None; continue                 # a rank that scored its share; rank 0 reports (chapter 65)
         res = r["results"][task.task_name]
         folder = bias_dir(name, data_dir)
         out["tasks"][name] = {"paper_name": spec.paper_name, "harness": spec.harness, "split": spec.split,

@@ -7,7 +7,8 @@ __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
            'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'local_task',
            'configurable_task', 'hans_config', 'harness_task', 'task_yaml', 'write_task_yamls', 'available_tasks',
-           'evaluate_tasks', 'run_task', 'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
+           'evaluate_tasks', 'contexts_as_one_process', 'run_task', 'request_loglikelihoods', 'results_table',
+           'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
 import contextlib, json, math, os, sys, warnings
@@ -262,11 +263,13 @@ def available_tasks(data_dir=None) -> tuple[list[str], list[str]]:
 
 def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str = "local", limit: int | None = None,
                    fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
-    "Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online)."
+    """Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online).
+    In a job of several processes (chapter 65) every rank calls it; the harness's results come back on rank 0, None elsewhere."""
     names = list(TASKS) if list(tasks) in (["all"], []) else [task_spec(t).name for t in tasks]
     if source not in ("local", "harness"): raise ValueError(f"unknown source {source!r}; use local or harness")
     out = {"source": source, "data_dir": str(eval_dir(data_dir)), "fewshot_seed": fewshot_seed,
            "limit": limit, "tasks": {}, "samples": {}}
+    reporting = True
     for name in names:
         spec = TASKS[name]
         row = out["tasks"][name] = {"paper_name": spec.paper_name, "split": spec.split, "chance": spec.chance, "k": spec.k,
@@ -276,11 +279,12 @@ def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str =
             k = num_fewshot(spec, shot)
             task = local_task(name, data_dir, k) if source == "local" else harness_task(name, k)
             r = run_task(lm, task, limit, fewshot_seed, log_samples)
+            if r is None: reporting = False; continue              # not the rank that reports: it scored its share
             acc, n = r["results"][task.task_name]["acc,none"], r["n-samples"][task.task_name]["effective"]
             row["acc"][shot], row["stderr"][shot], row["n"] = acc, math.sqrt(acc * (1 - acc) / n), n
             if shot == "few": row["k_used"] = task.config.num_fewshot
             if log_samples: out["samples"][f"{name}/{shot}"] = request_loglikelihoods(r["samples"][task.task_name])
-    return out
+    return out if reporting else None
 
 _ENV_INFO: dict = {}
 
@@ -298,8 +302,23 @@ def _environment_once():
     try: yield
     finally: collect_env.get_pretty_env_info = original
 
-def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
-    "The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result."
+def contexts_as_one_process(task):
+    """`task`, building every document's request as one process would and keeping this harness rank's share. lm-eval
+    draws each document's few-shot examples from one random stream in document order, so a rank that builds only its
+    share gives those documents other examples than one process does (its own note: "need to offset doc_id by rank");
+    building all of them costs string work only, no model time."""
+    if getattr(task, "_mtnlg_share", False): return task
+    build = task.build_all_requests
+    def build_share(*, rank: int = 0, world_size: int = 1, **kw):
+        build(rank=0, world_size=1, **kw)
+        if world_size > 1: task._instances = [i for i in task._instances if i.doc_id % world_size == rank]
+    task.build_all_requests, task._mtnlg_share = build_share, True
+    return task
+
+def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict | None:
+    """The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result
+    (None on a harness rank other than 0 of a job of several: chapter 65)."""
+    if lm.world_size > 1: task = contexts_as_one_process(task)
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
     with _quiet_datasets(), _environment_once():
