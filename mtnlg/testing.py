@@ -615,9 +615,10 @@ def reader_requests(checkpoint: str, n: int = 24, seed: int = 0) -> tuple[list, 
     m = Checkpoint(checkpoint).config.model
     g = torch.Generator().manual_seed(seed)
     ids = lambda k: torch.randint(0, m.vocab_size, (k,), generator=g).tolist()
-    lengths = [1, 3, 7, 20, m.seq_length // 2, m.seq_length - 1, m.seq_length + 9]     # the last one needs two windows
+    lengths = [1, 3, 7, 20, m.seq_length // 2, m.seq_length - 1, m.seq_length + 9]     # the last: the context cut on the left
     requests = [(ids(lengths[i % len(lengths)]), ids(1 + i % 3)) for i in range(n)]
     requests += [(requests[0][0], ids(1)), (requests[0][0], ids(2))]                  # choices sharing one input window
+    requests += [(ids(3), ids(m.seq_length + 5))]                                     # a continuation scored in two windows
     return requests, [ids(5), ids(2), ids(9)]
 
 def parallel_reader_worker(checkpoint: str, tp: int | None, pp: int | None, sequence_parallel: bool, requests: list,
@@ -632,9 +633,11 @@ def parallel_reader_worker(checkpoint: str, tp: int | None, pp: int | None, sequ
     gc.collect()
     live = sum(live_storages().values())
     stage = getattr(lm.model, "stage", None)
+    greedy = generate(lm.model, prompts, max_new)
+    scored = [(c, k) for c, k in requests] + [(p, g) for p, g in zip(prompts, greedy) if g]   # the last ones: greedy by construction
     out = {"held": held_bytes(lm.model), "live": live,
            "predicted": predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe) if stage else held_bytes(lm.model),
-           "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in requests], disable_tqdm=True),
-           "greedy": generate(lm.model, prompts, max_new), "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3)}
+           "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in scored], disable_tqdm=True),
+           "greedy": greedy, "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3)}
     if dist.is_initialized() and dist.get_world_size() > 1: dist.barrier()
     return out

@@ -1,0 +1,110 @@
+"""Chapter 65: a checkpoint read split tensor x pipeline x data parallel over gloo processes reads like one process —
+every request's log-likelihood within 1e-5 (fp32) of chapter 60's single-process reader, the same greedy flags, the same
+greedy and seeded-sampled generations, each rank holding exactly the bytes chapter 50 counts for its slice (and no
+other live tensor memory to speak of) — on every TP, PP, DP in {1, 2} and one sequence-parallel layout (`make test`:
+two of them; `make test-full`: the rest), from a checkpoint of another layout too; `mtnlg eval`, `generate` and `bias`
+with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line."""
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest
+from mtnlg import testing
+from mtnlg.topology import launch
+
+ROOT = Path(__file__).resolve().parent.parent
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+DATA = ROOT / "tests" / "fixtures"                  # the root that holds eval/ (chapter 03)
+LIVE_SLACK = 64 * 1024                              # bytes of live CPU tensors beyond the weights (RNG states and such)
+
+FAST = {(2, 2, 1, False), (1, 2, 2, False)}
+LAYOUTS = [(tp, pp, dp, False) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2) if tp * pp * dp > 1] + [(2, 2, 1, True)]
+CASES = [pytest.param(*c, marks=() if c in FAST else pytest.mark.slow, id=f"tp{c[0]}-pp{c[1]}-dp{c[2]}" + ("-sp" if c[3] else ""))
+         for c in LAYOUTS]
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint):
+    "The requests, the prompts, and what chapter 60's single-process reader makes of them."
+    requests, prompts = testing.reader_requests(str(checkpoint))
+    return requests, prompts, launch(testing.parallel_reader_worker, 1, str(checkpoint), None, None, False, requests, prompts)[0]
+
+
+def assert_reads_like_one_process(ranks: list, reference: tuple):
+    requests, _, ref = reference
+    flags = [g for _, g in ref["scores"]]
+    assert any(flags) and not all(flags) and len(set(map(tuple, ref["sampled"]))) == len(ref["sampled"])   # a test that can fail
+    for r in ranks:
+        diffs = [abs(a[0] - b[0]) for a, b in zip(r["scores"], ref["scores"])]
+        assert len(diffs) == len(ref["scores"]) > len(requests) and max(diffs) <= 1e-5, max(diffs)
+        assert [g for _, g in r["scores"]] == [g for _, g in ref["scores"]]
+        assert r["greedy"] == ref["greedy"] and r["sampled"] == ref["sampled"]
+        assert r["held"] == r["predicted"], (r["held"], r["predicted"])        # chapter 50's count, to the byte
+        assert r["live"] - r["held"] <= LIVE_SLACK, (r["live"], r["held"])     # no other copy of any weight is alive
+
+
+@pytest.mark.parametrize("tp,pp,dp,sp", CASES)
+def test_every_layout_reads_like_one_process(checkpoint, reference, tp, pp, dp, sp):
+    ranks = launch(testing.parallel_reader_worker, tp * pp * dp, str(checkpoint), tp, pp, sp, *reference[:2])
+    assert_reads_like_one_process(ranks, reference)
+    if tp * pp > 1: assert max(r["held"] for r in ranks) < reference[2]["held"]     # no rank holds the whole model
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_another_layout_reads_the_same(checkpoint, reference, tmp_path):
+    "Trained TP 1 and resharded to TP 2 x PP 2 (its vocabulary padded for TP 2), then read as TP 1 x PP 2 and TP 2 x DP 2."
+    run([MTNLG, "reshard", str(checkpoint), str(tmp_path), "--set", "parallel.tensor_parallel=2",
+         "--set", "parallel.pipeline_parallel=2", "--nproc", "4"])
+    for tp, pp, dp in [(1, 2, 1), (2, 1, 2)]:
+        assert_reads_like_one_process(launch(testing.parallel_reader_worker, tp * pp * dp, str(tmp_path), tp, pp, False,
+                                             *reference[:2]), reference)
+
+
+def run(argv, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900, **kw)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+def eval_results(checkpoint, out: Path, *extra) -> dict:
+    run([MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), "--tasks", "all", "--shots", "0,few",
+         "--limit", "8", "--out", str(out), *extra])
+    return json.loads((out / "results.json").read_text())
+
+def same_table(a: dict, b: dict):
+    assert a["tasks"].keys() == b["tasks"].keys() and len(a["tasks"]) >= 9
+    for name in a["tasks"]: assert a["tasks"][name]["acc"] == b["tasks"][name]["acc"], name
+    assert (Path(a["out"]) / "results.md").read_text() == (Path(b["out"]) / "results.md").read_text()
+
+@pytest.fixture(scope="module")
+def one_process_results(checkpoint, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("eval-one")
+    return {**eval_results(checkpoint, out), "out": str(out)}
+
+@pytest.mark.parametrize("nproc,sets", [(4, ["parallel.pipeline_parallel=2"]),
+                                        pytest.param(8, ["parallel.tensor_parallel=2", "parallel.pipeline_parallel=2"],
+                                                     marks=pytest.mark.slow)], ids=["pp2-dp2", "tp2-pp2-dp2"])
+def test_mtnlg_eval_on_n_processes_prints_the_same_table(checkpoint, one_process_results, tmp_path, nproc, sets):
+    "The nine tasks' metrics identical on the fixture sets; the replicas split the requests (DP 2) and change nothing."
+    res = eval_results(checkpoint, tmp_path, "--nproc", str(nproc), *[a for s in sets for a in ("--set", s)])
+    same_table({**res, "out": str(tmp_path)}, one_process_results)
+    assert res["layout"].endswith("x DP 2") and one_process_results["layout"] == "TP 1 x PP 1 x DP 1"
+
+
+def generated(checkpoint, *extra) -> list:
+    r = run([MTNLG, "generate", "--checkpoint", str(checkpoint), "--prompt", "The river", "--prompt", "In 1887 the city of",
+             "--max-new-tokens", "12", *extra])
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+def test_mtnlg_generate_on_two_processes_writes_the_same_text(checkpoint):
+    one = generated(checkpoint, "--temperature", "0.8", "--seed", "5")
+    assert len(one) == 2
+    assert generated(checkpoint, "--temperature", "0.8", "--seed", "5", "--nproc", "2", "--set", "parallel.pipeline_parallel=2") == one
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--nproc", "3", "--set", "parallel.pipeline_parallel=2"], "3 processes do not split into replicas of TP 1 x PP 2"),
+    (["--nproc", "3", "--set", "parallel.tensor_parallel=3"], "4 heads do not split over TP 3"),
+    (["--nproc", "2", "--set", "model.hidden_size=64"], "--set model.hidden_size: reading a checkpoint takes only"),
+], ids=["world", "heads", "not-a-layout"])
+def test_a_layout_that_cannot_read_the_checkpoint_is_one_line_before_any_rank(checkpoint, argv, message):
+    r = subprocess.run([MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), *argv], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
