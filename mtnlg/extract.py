@@ -5,12 +5,13 @@
 # %% auto 0
 __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAGES_BEFORE', 'Manifest', 'reader_of', 'shard_stem',
            'open_stream', 'iter_records', 'write_jsonl', 'iter_docs', 'iter_batches', 'count_docs', 'clean_unicode',
-           'decode_html', 'iter_warc', 'iter_parquet', 'iter_documents', 'html_to_text', 'language_of',
-           'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages', 'extract_shard']
+           'charset_label', 'meta_encoding', 'decode_html', 'iter_warc', 'iter_parquet', 'iter_documents',
+           'html_to_text', 'language_of', 'normalize_whitespace', 'justext_paragraphs', 'token_prf',
+           'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
-import codecs, gzip, io, json, os, re, time, zlib
-import lxml.etree
+import gzip, io, json, os, re, time, zlib
+import lxml.etree, webencodings
 from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -163,20 +164,41 @@ def clean_unicode(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 # %% ../nbs/30_extract.ipynb
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_:.+-]+)""", re.I)
+import webencodings
 
-def _codec(name) -> str | None:
-    try: return codecs.lookup(name.strip().strip("\"'")).name if name else None
-    except LookupError: return None
+_CHARSET = re.compile(rb"""charset\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s;"']+))""", re.I)
+_META_TAG, _COMMENT = re.compile(rb"<meta\b[^>]*>", re.I), re.compile(rb"<!--.*?(?:-->|$)", re.S)
+_ATTR = re.compile(rb"""([^\s=/>]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s>]*))?""")
+_META_SUBSTITUTE = {"utf-16le": webencodings.UTF8, "utf-16be": webencodings.UTF8,    # the standard's prescan rules
+                    "x-user-defined": webencodings.lookup("windows-1252")}
+
+def charset_label(content_type) -> str | None:
+    "The label after `charset=` in a Content-Type value (an HTTP header's, or a meta tag's `content`), else None."
+    if isinstance(content_type, str): content_type = content_type.encode("latin-1", "replace")
+    m = _CHARSET.search(content_type or b"")
+    return next(g for g in m.groups() if g is not None).decode("latin-1") if m else None
+
+def _meta_label(tag: bytes) -> str | None:
+    attrs = {k.lower(): v.strip(b"\"'") for k, v in _ATTR.findall(tag[5:])}
+    if b"charset" in attrs: return attrs[b"charset"].decode("latin-1")
+    if attrs.get(b"http-equiv", b"").lower() == b"content-type": return charset_label(attrs.get(b"content", b""))
+
+def meta_encoding(body: bytes) -> webencodings.Encoding | None:
+    """The encoding the page's first 1,024 bytes declare in `<meta charset>` or `<meta http-equiv="Content-Type"
+    content="...; charset=...">` (comments skipped; the first meta whose label is known wins; UTF-16 means UTF-8)."""
+    for tag in _META_TAG.finditer(_COMMENT.sub(b"", body[:1024])):
+        label = _meta_label(tag.group())
+        if label and (enc := webencodings.lookup(label)): return _META_SUBSTITUTE.get(enc.name, enc)
+    return None
 
 def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
-    """`(text, charset)` of an HTML payload: the charset of the HTTP Content-Type header, else of the page's meta tag
-    (first 4 KB), else UTF-8 — always decoded with replacement, so a lying header costs characters, never the page."""
-    m = re.search(r"charset\s*=\s*([^;\s]+)", content_type or "", re.I)
-    enc = _codec(m.group(1)) if m else None
-    if enc is None and (m := _META_CHARSET.search(body[:4096])): enc = _codec(m.group(1).decode("ascii"))
-    enc = enc or "utf-8"
-    return body.decode(enc, "replace"), enc
+    """`(text, encoding name)` of an HTML payload, decoded as a browser decodes it: a byte-order mark, else the HTTP
+    Content-Type's charset, else the meta tag's, else UTF-8 — each label mapped by the WHATWG Encoding Standard
+    (`webencodings`), an unknown one passing to the next source; bytes the encoding cannot map become U+FFFD."""
+    label = charset_label(content_type)
+    enc = (webencodings.lookup(label) if label else None) or meta_encoding(body) or webencodings.UTF8
+    text, used = webencodings.decode(body, enc, errors="replace")
+    return text, used.name
 
 # %% ../nbs/30_extract.ipynb
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
