@@ -96,6 +96,7 @@ def test_manifest_counts_every_record_with_its_reason(runs):
     assert [m["dropped"] for m in warc] == [                                                 # exactly these, nothing else
         {r: 1 for r in list(WARC_ONLY)[:2]}, {}, {"malformed WARC record (Content-Length)": 1, "truncated WARC record": 1}]
     assert [m["extra"].get("noted", {}) for m in warc] == WARC_NOTED
+    assert s["warc"]["extract"]["noted"] == {**WARC_NOTED[0], **WARC_NOTED[2]}
     for fmt in set(FORMATS) - {"warc"}:
         for n in "abc":
             m, w = ex[fmt][n], ex["warc"][n]
@@ -234,3 +235,19 @@ def test_a_gzip_bomb_payload_is_never_inflated_whole(faulty):
     peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
     assert 5 not in pages and dict(rep.dropped) == {"decoded payload over 4,000,000 bytes": 1}
     assert peak < 16 << 20, peak / 2**20                                         # the limit (4 MB) and a block, not 300 MB
+
+def test_docs_in_counts_pages_and_the_summary_says_what_else(faulty, tmp_path):
+    "A crawl's requests, metadata and warcinfo are noted beside the documents; truncated pages kept are in the summary."
+    from mtnlg.extract import extract_shard
+    from mtnlg.curate import summarize, format_summary
+    man = extract_shard(faulty["requests-and-metadata"], tmp_path / "a.jsonl", "cc")
+    assert (man.docs_in, man.kept, dict(man.dropped)) == (10, 10, {})
+    assert man.extra["noted"] == {"WARC warcinfo record": 1, "WARC request record": 10, "WARC metadata record": 10}
+    cut = extract_shard(faulty["warc-truncated"], tmp_path / "b.jsonl", "cc")
+    assert (cut.docs_in, cut.kept) == (10, 10) and cut.extra["noted"] == {"WARC-Truncated (length) page kept": 1}
+    tot = summarize([man.to_dict(), cut.to_dict()])
+    assert tot["docs_in"] == 20 and tot["noted"]["WARC request record"] == 10
+    text = format_summary({"stages": {"extract": tot}})
+    assert "beside the documents: 10 WARC request record; 10 WARC metadata record; 1 WARC warcinfo record; 1 WARC-Truncated (length) page kept" in text, text
+    dropped = extract_shard(faulty["warc-truncated"], tmp_path / "c.jsonl", "cc", keep_truncated=False)
+    assert (dropped.docs_in, dropped.kept, dict(dropped.dropped)) == (10, 9, {"WARC-Truncated (length)": 1})
