@@ -40,6 +40,7 @@ class ExtractSpec:
     languages: list[str] = field(default_factory=lambda: ["en"])
     min_words: int = 20
     max_line_bytes: int = 4_000_000
+    keep_truncated: bool = True       # WARC pages the crawler marked WARC-Truncated: kept (and counted) or dropped
 
 @dataclass
 class QualitySpec:
@@ -225,8 +226,8 @@ def _run_stage(manifest_path, fn, *args) -> dict:
     tmp = mp.with_name(mp.name + ".tmp"); tmp.write_text(json.dumps(man.to_dict(), indent=1)); os.replace(tmp, mp)
     return man.to_dict()
 
-def task_extract(man_path, src, dst, dataset, fmt, languages, min_words, max_line_bytes, reader="auto", text_column=None):
-    return _run_stage(man_path, extract_shard, src, dst, dataset, fmt, tuple(languages), min_words, max_line_bytes, reader, text_column)
+def task_extract(man_path, src, dst, dataset, fmt, languages, min_words, max_line_bytes, reader="auto", text_column=None, keep_truncated=True):
+    return _run_stage(man_path, extract_shard, src, dst, dataset, fmt, tuple(languages), min_words, max_line_bytes, reader, text_column, keep_truncated)
 
 def task_quality(man_path, src, dst, model_path, filter, alpha, seed):
     from mtnlg.quality import QualityClassifier, quality_shard
@@ -302,7 +303,7 @@ def train_quality_model(cfg: CurateConfig, shards: dict, out: Path, log=print) -
     rng, spec, k = np.random.default_rng(cfg.seed), {d.name: d for d in cfg.datasets}, cfg.quality.max_train_chunks
     def raw_texts(d, s):
         key = d.text_column or d.format
-        for _, obj in iter_documents(s, ReadReport(), d.reader, key, cfg.extract.max_line_bytes):
+        for _, obj in iter_documents(s, ReadReport(), d.reader, key, cfg.extract.max_line_bytes, cfg.extract.keep_truncated):
             if isinstance(raw := obj.get(key), str): yield raw_page_text(raw) if d.format == "html" else raw
     pos = _sample_chunks([_texts_of([out / "extract" / n / f"{shard_stem(s)}.jsonl"]) for n in cfg.quality.positive_datasets for s in shards[n]],
                          SAMPLE_FACTOR * k, word_chunks)
@@ -355,11 +356,13 @@ def discover_shards(cfg: CurateConfig) -> dict[str, list[Path]]:
 def summarize(manifests: list[dict]) -> dict:
     "Totals of one stage's manifests; raises if any document is unaccounted for."
     tot = {"shards": len(manifests), "docs_in": 0, "kept": 0, "dropped": Counter(), "seconds": 0.0, "examples": []}
+    noted = Counter()                              # beside the documents (extract: a WARC's other records, truncated pages kept)
     for m in manifests:
         Manifest.from_dict({k: v for k, v in m.items() if k != "resumed"}).check()
         tot["docs_in"] += m["docs_in"]; tot["kept"] += m["kept"]; tot["seconds"] += m["seconds"]
-        tot["dropped"].update(m["dropped"]); tot["examples"] += m["examples"][:3]
+        tot["dropped"].update(m["dropped"]); tot["examples"] += m["examples"][:3]; noted.update(m.get("extra", {}).get("noted", {}))
     tot["dropped"] = dict(tot["dropped"].most_common()); tot["examples"] = tot["examples"][:12]
+    if noted: tot["noted"] = dict(noted.most_common())
     tot["documents_written"] = sum(m.get("extra", {}).get("documents_written", m["kept"]) for m in manifests)
     return tot
 
@@ -385,7 +388,7 @@ class Curation:
 def extract_stage(c: Curation) -> dict:
     e = c.cfg.extract
     return summarize(c.map(task_extract, [(c.manifest("extract", d, s), s, c.file("extract", d, s), d, c.spec[d].format,
-                                           e.languages, e.min_words, e.max_line_bytes, c.spec[d].reader, c.spec[d].text_column)
+                                           e.languages, e.min_words, e.max_line_bytes, c.spec[d].reader, c.spec[d].text_column, e.keep_truncated)
                                           for d, s in c.jobs], "extract"))
 
 def quality_stage(c: Curation) -> dict:
@@ -548,6 +551,7 @@ def format_summary(summary: dict) -> str:
     for stage, s in summary["stages"].items():
         drops = "; ".join(f"{n} {r}" for r, n in s["dropped"].items()) or "-"
         lines.append(f"{stage:14s} {s['shards']:6d} {s['docs_in']:8d} {s['kept']:7d} {sec(s, 'wall_seconds')} {sec(s, 'cpu_seconds')}  {drops}")
+        if s.get("noted"): lines.append(f"{'':14s} beside the documents: " + "; ".join(f"{n:,} {r}" for r, n in s["noted"].items()))
     b = summary.get("blend")
     if b:
         lines.append(f"blend: {b['train_documents']} train / {b['valid_documents']} valid documents; "

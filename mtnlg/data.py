@@ -21,6 +21,9 @@ class ReadReport:
     kept: int = 0
     dropped: Counter = field(default_factory=Counter)
     examples: list = field(default_factory=list)       # (file, line, reason), first few only
+    noted: Counter = field(default_factory=Counter)    # beside the documents: records that are none (a WARC's requests), bytes skipped
+
+    def note(self, what, n=1): self.noted[what] += n
 
     @property
     def lines(self) -> int: return self.kept + sum(self.dropped.values())

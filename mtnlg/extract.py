@@ -5,12 +5,14 @@
 # %% auto 0
 __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAGES_BEFORE', 'Manifest', 'reader_of', 'shard_stem',
            'open_stream', 'iter_records', 'write_jsonl', 'iter_docs', 'iter_batches', 'count_docs', 'clean_unicode',
-           'decode_html', 'iter_warc', 'iter_parquet', 'iter_documents', 'html_to_text', 'language_of',
+           'charset_label', 'meta_encoding', 'decode_html', 'GzipMember', 'starts_warc_record', 'next_warc_member',
+           'PayloadError', 'inflate', 'http_payload', 'read_response', 'PlainRun', 'read_record', 'run_pages',
+           'gzip_runs', 'iter_warc', 'iter_parquet', 'iter_documents', 'html_to_text', 'language_of',
            'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
-import codecs, gzip, io, json, os, re, time, zlib
-import lxml.etree
+import gzip, io, json, os, re, time, zlib
+import lxml.etree, webencodings
 from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -163,52 +165,241 @@ def clean_unicode(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 # %% ../nbs/30_extract.ipynb
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_:.+-]+)""", re.I)
+import webencodings
 
-def _codec(name) -> str | None:
-    try: return codecs.lookup(name.strip().strip("\"'")).name if name else None
-    except LookupError: return None
+_CHARSET = re.compile(rb"""charset\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s;"']+))""", re.I)
+_META_TAG, _COMMENT = re.compile(rb"<meta\b[^>]*>", re.I), re.compile(rb"<!--.*?(?:-->|$)", re.S)
+_ATTR = re.compile(rb"""([^\s=/>]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s>]*))?""")
+_META_SUBSTITUTE = {"utf-16le": webencodings.UTF8, "utf-16be": webencodings.UTF8,    # the standard's prescan rules
+                    "x-user-defined": webencodings.lookup("windows-1252")}
+
+def charset_label(content_type) -> str | None:
+    "The label after `charset=` in a Content-Type value (an HTTP header's, or a meta tag's `content`), else None."
+    if isinstance(content_type, str): content_type = content_type.encode("latin-1", "replace")
+    m = _CHARSET.search(content_type or b"")
+    return next(g for g in m.groups() if g is not None).decode("latin-1") if m else None
+
+def _meta_label(tag: bytes) -> str | None:
+    attrs = {k.lower(): v.strip(b"\"'") for k, v in _ATTR.findall(tag[5:])}
+    if b"charset" in attrs: return attrs[b"charset"].decode("latin-1")
+    if attrs.get(b"http-equiv", b"").lower() == b"content-type": return charset_label(attrs.get(b"content", b""))
+
+def meta_encoding(body: bytes) -> webencodings.Encoding | None:
+    """The encoding the page's first 1,024 bytes declare in `<meta charset>` or `<meta http-equiv="Content-Type"
+    content="...; charset=...">` (comments skipped; the first meta whose label is known wins; UTF-16 means UTF-8)."""
+    for tag in _META_TAG.finditer(_COMMENT.sub(b"", body[:1024])):
+        label = _meta_label(tag.group())
+        if label and (enc := webencodings.lookup(label)): return _META_SUBSTITUTE.get(enc.name, enc)
+    return None
 
 def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
-    """`(text, charset)` of an HTML payload: the charset of the HTTP Content-Type header, else of the page's meta tag
-    (first 4 KB), else UTF-8 — always decoded with replacement, so a lying header costs characters, never the page."""
-    m = re.search(r"charset\s*=\s*([^;\s]+)", content_type or "", re.I)
-    enc = _codec(m.group(1)) if m else None
-    if enc is None and (m := _META_CHARSET.search(body[:4096])): enc = _codec(m.group(1).decode("ascii"))
-    enc = enc or "utf-8"
-    return body.decode(enc, "replace"), enc
+    """`(text, encoding name)` of an HTML payload, decoded as a browser decodes it: a byte-order mark, else the HTTP
+    Content-Type's charset, else the meta tag's, else UTF-8 — each label mapped by the WHATWG Encoding Standard
+    (`webencodings`), an unknown one passing to the next source; bytes the encoding cannot map become U+FFFD."""
+    label = charset_label(content_type)
+    enc = (webencodings.lookup(label) if label else None) or meta_encoding(body) or webencodings.UTF8
+    text, used = webencodings.decode(body, enc, errors="replace")
+    return text, used.name
 
 # %% ../nbs/30_extract.ipynb
-_HTML_TYPES = ("text/html", "application/xhtml+xml")
+_GZIP_MAGIC = b"\x1f\x8b"
 
-def iter_warc(path, report: ReadReport, max_bytes: int = 4_000_000, field: str = "html"):
-    """Yield `(WARC-Record-ID, {field: html, "url": WARC-Target-URI})` for each HTML response of a WARC file (.warc or
-    .warc.gz, WARC/1.0 or 1.1). Everything else is counted in `report` at its byte offset: other record types, non-HTML
-    responses, records over `max_bytes`, malformed and truncated records; unreadable data ends the file."""
-    from warcio.archiveiterator import ArchiveIterator
+class _Lines(io.BufferedReader):
+    "A buffered stream whose unbounded `readline()` stops at 64 KB: a header line cannot take memory without bound."
+    def readline(self, size=-1): return super().readline(size if size is not None and size >= 0 else 1 << 16)
+
+class GzipMember(io.RawIOBase):
+    """The decompressed bytes of the gzip member at byte `start` of the open file `f`, a block at a time (memory: one
+    block, whatever the member inflates to); `head`: its first bytes, if already read (`f` is then just past them).
+    Read to its end, `end` is the offset of the byte after it and `rest` the bytes after it already read; `fault` says
+    why it could not be read to its end ("not a gzip member", "corrupt gzip member", "truncated gzip member").
+    `lines()` reads it line by line; a record cut by its end is counted under `cut_reason`."""
+    cut = False
+    def __init__(self, f, start: int, head: bytes = b"", block: int = 1 << 16):
+        self.f, self.start, self.block, self.end, self.rest, self.fault, self.pos = f, start, block, None, b"", None, 0
+        if not head: f.seek(start)
+        self.inp, self.d = head if len(head) >= 2 else head + f.read(block), zlib.decompressobj(31)
+        if not self.inp.startswith(_GZIP_MAGIC): self.fault = "not a gzip member"
+    def lines(self) -> io.BufferedReader: return _Lines(self, self.block)
+    @property
+    def cut_reason(self) -> str: return "corrupt gzip member" if self.fault == "corrupt gzip member" else "truncated WARC record"
+    def readable(self): return True
+    def tell(self): return self.pos
+    def readinto(self, b):
+        while self.fault is None and self.end is None:
+            if not self.inp: self.inp = self.f.read(self.block)
+            if not self.inp: self.fault = "truncated gzip member"; break
+            try: data = self.d.decompress(self.inp, len(b))
+            except zlib.error: self.fault = "corrupt gzip member"; break
+            if self.d.eof: self.rest = self.d.unused_data; self.end = self.f.tell() - len(self.rest); self.inp = b""
+            else: self.inp = self.d.unconsumed_tail
+            if data: b[:len(data)] = data; self.pos += len(data); return len(data)
+        return 0
+    def where(self, pos: int) -> str:
+        "A position inside the member as `@member offset` (its first byte) or `@member offset+bytes into its data`."
+        return f"@{self.start}" + (f"+{pos}" if pos else "")
+
+def starts_warc_record(f, offset: int) -> bool:
+    "Whether a gzip member that starts a WARC record (its data begins `WARC/`) begins at byte `offset` of `f`."
+    f.seek(offset)
+    try: return zlib.decompressobj(31).decompress(f.read(4096), 5) == b"WARC/"
+    except zlib.error: return False
+
+def next_warc_member(f, after: int, block: int = 1 << 20) -> int | None:
+    "Offset of the first gzip member after byte `after` of `f` that starts a WARC record, else None (scanned a block at a time)."
+    pos = after
+    while True:
+        f.seek(pos); data = f.read(block)
+        i = data.find(_GZIP_MAGIC + b"\x08")
+        while i >= 0:
+            if starts_warc_record(f, pos + i): return pos + i
+            i = data.find(_GZIP_MAGIC + b"\x08", i + 1)
+        if len(data) < block: return None
+        pos += len(data) - 2                                   # a magic split across two blocks is found in the next
+
+# %% ../nbs/30_extract.ipynb
+from warcio.recordloader import ArcWarcRecordLoader, ArchiveLoadFailed
+from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
+from warcio.bufferedreaders import ChunkedDataReader, ChunkedDataException
+
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+_LOADER, _HTTP = ArcWarcRecordLoader(verify_http=False), StatusAndHeadersParser([], verify=False)
+_INFLATE_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+
+class PayloadError(ValueError): "A response whose payload cannot be read (its message is the reason counted)."
+
+def inflate(stream, wbits: int, limit: int, partial: bool = False, block: int = 1 << 16) -> bytes | None:
+    """`stream`'s compressed bytes inflated a block at a time, never more than `limit` + 1 bytes at once: None as soon as
+    the payload passes `limit`. A stream that ends early is an error unless `partial` (then: what it held).
+    `deflate` is zlib-wrapped by the standard and often raw in practice: both are read."""
+    d, out = None, bytearray()
+    while chunk := stream.read(block):
+        if d is None: d = zlib.decompressobj(wbits if wbits != 15 or _zlib_header(chunk) else -15)
+        while chunk and not d.eof:
+            try: out += d.decompress(chunk, limit + 1 - len(out))
+            except zlib.error: raise PayloadError("corrupt compressed payload (Content-Encoding)") from None
+            if len(out) > limit: return None
+            chunk = d.unconsumed_tail
+    if d is not None and not d.eof and not partial: raise PayloadError("truncated compressed payload (Content-Encoding)")
+    return bytes(out)
+
+def _zlib_header(b: bytes) -> bool: return len(b) >= 2 and b[0] & 0x0F == 8 and (b[0] << 8 | b[1]) % 31 == 0
+
+def http_payload(stream, http, limit: int, partial: bool = False) -> bytes | None:
+    """A response's payload as a browser receives it: de-chunked (Transfer-Encoding) and inflated (Content-Encoding),
+    read a block at a time; None once it passes `limit` bytes, PayloadError when it cannot be read (a compressed
+    payload cut short is read as far as it goes when `partial`: a crawler's `WARC-Truncated` page)."""
+    if "chunked" in (http.get_header("Transfer-Encoding") or "").lower(): stream = ChunkedDataReader(stream, raise_exceptions=True)
+    enc = (http.get_header("Content-Encoding") or "identity").strip().lower()
+    try:
+        if enc == "identity": data = stream.read(limit + 1); return data if len(data) <= limit else None
+        if enc not in _INFLATE_WBITS: raise PayloadError(f"unsupported Content-Encoding ({enc})")
+        return inflate(stream, _INFLATE_WBITS[enc], limit, partial)
+    except ChunkedDataException: raise PayloadError("malformed chunked payload (Transfer-Encoding)") from None
+
+def read_response(rec, max_bytes: int, keep_truncated: bool = True) -> tuple[str, object]:
+    """What a WARC response record is: `("page", (html bytes, HTTP Content-Type))` or `("drop", reason)`. The record's
+    own size, the HTTP status (200 only), the MIME type (Common Crawl's `WARC-Identified-Payload-Type` first, as
+    datatrove reads it, else the server's Content-Type), `WARC-Truncated` (if not kept) and the decoded size decide."""
+    if rec.length > max_bytes: return "drop", f"WARC record over {max_bytes:,} bytes"
+    if not (wct := rec.rec_headers.get_header("Content-Type") or "application/http").lower().startswith("application/http"):
+        return "drop", f"non-HTTP response ({wct.split(';')[0].strip()})"                    # e.g. a crawler's dns: lookups
+    try: http = _HTTP.parse(rec.raw_stream)
+    except (StatusAndHeadersParserException, EOFError, ValueError): return "drop", "malformed HTTP headers"
+    status = http.get_statuscode()
+    if not re.fullmatch(r"\d{3}", status): return "drop", "malformed HTTP headers"
+    if status != "200": return "drop", f"HTTP status {status}"
+    ctype = http.get_header("Content-Type")
+    mime = (rec.rec_headers.get_header("WARC-Identified-Payload-Type") or ctype or "").split(";")[0].strip().lower()
+    if mime not in _HTML_TYPES: return "drop", f"non-HTML response ({mime or 'no Content-Type'})"
+    cut = rec.rec_headers.get_header("WARC-Truncated")
+    if cut and not keep_truncated: return "drop", f"WARC-Truncated ({cut})"
+    try: body = http_payload(rec.raw_stream, http, max_bytes, partial=bool(cut))
+    except PayloadError as e: return "drop", str(e)
+    if body is None: return "drop", f"decoded payload over {max_bytes:,} bytes"
+    return "page", (body, ctype)
+
+# %% ../nbs/30_extract.ipynb
+class PlainRun:
+    "An uncompressed WARC file, read as one run of records."
+    cut, cut_reason = False, "truncated WARC record"
+    def __init__(self, f): self.f = f
+    def lines(self) -> io.BufferedReader: self.f.seek(0); return _Lines(self.f, 1 << 16)
+    def where(self, pos: int) -> str: return f"@{pos}"
+
+def read_record(s, statusline: bytes, max_bytes: int, keep_truncated: bool = True) -> tuple[str, object]:
+    """The WARC record whose version line `statusline` was just read from `s`, read to its end: `("page", (id, url,
+    html bytes, Content-Type, WARC-Truncated))`, `("drop", reason)` for a response that is no page, `("note", what)`
+    for any other record, `("cut", None)` if `s` ends inside it, `("lost", reason)` if where it ends is unknown."""
+    try: rec = _LOADER.parse_record_stream(s, statusline, "warc", no_record_parse=True)
+    except (ArchiveLoadFailed, StatusAndHeadersParserException, EOFError, ValueError): return "lost", "malformed WARC record (header)"
+    h = rec.rec_headers
+    if not (h.get_header("Content-Length") or "").isdigit():
+        return ("cut", None) if not s.peek(1) else ("lost", "malformed WARC record (Content-Length)")
+    kind, what = read_response(rec, max_bytes, keep_truncated) if rec.rec_type == "response" else ("note", f"WARC {rec.rec_type} record")
+    while rec.raw_stream.read(1 << 16): pass                   # the rest of the record, unread
+    if rec.raw_stream.limit > 0: return "cut", None            # fewer bytes than its Content-Length: the stream ended
+    if kind == "page": what = (h.get_header("WARC-Record-ID"), h.get_header("WARC-Target-URI"), *what, h.get_header("WARC-Truncated"))
+    return kind, what
+
+def _next_record_line(s) -> tuple[bytes, int | None, int]:
+    """Read `s` to its next line that starts a WARC record (`WARC/`): `(that line, or b"" at the end; where the first
+    other non-blank line began, or None; the bytes of those other lines)`."""
+    first, skipped = None, 0
+    while line := s.readline():
+        if line.startswith(b"WARC/"): return line, first, skipped
+        if line.strip():
+            if first is None: first = s.tell() - len(line)
+            skipped += len(line)
+    return b"", first, skipped
+
+def run_pages(run, path, report: ReadReport, max_bytes: int, keep_truncated: bool = True):
+    """Yield `(id, url, html bytes, Content-Type)` for each page of one run of WARC records (a plain file, or one gzip
+    member: one record, or all of them in a WARC gzipped whole), counting everything else in `report` at its offset.
+    Sets `run.cut` when the run ends inside a record (that record is counted under the run's `cut_reason`)."""
+    s, lost = run.lines(), False
+    while True:
+        line, junk_at, junk = _next_record_line(s)
+        if junk:                                               # after a lost record: the rest of it; else data that is no record
+            if not lost: report.drop(path, run.where(junk_at), "not a WARC record")
+            report.note("bytes skipped (not a WARC record)", junk)
+        if not line: return
+        at = run.where(s.tell() - len(line))
+        kind, what = read_record(s, line, max_bytes, keep_truncated)
+        lost = kind == "lost"
+        if kind == "cut": report.drop(path, at, run.cut_reason); run.cut = True; return
+        if kind == "note": report.note(what)
+        elif kind != "page": report.drop(path, at, what)
+        else:
+            rid, url, body, ctype, truncated = what
+            if truncated: report.note(f"WARC-Truncated ({truncated}) page kept")
+            yield rid or at, url, body, ctype
+
+def gzip_runs(f, path, report: ReadReport):
+    """Each gzip member of `f` in turn. After one that cannot be read (counted, unless a record it cut was), reading
+    resumes at the next member that starts a WARC record; the bytes between are counted."""
+    start, rest, size = 0, b"", os.fstat(f.fileno()).st_size
+    while start is not None and start < size:
+        m = GzipMember(f, start, rest); yield m
+        if m.fault is None: start, rest = m.end, m.rest; continue
+        rest = b""
+        if not m.cut: report.drop(path, f"@{start}", m.fault)
+        nxt = next_warc_member(f, start + 1)
+        report.note("bytes skipped (unreadable gzip data)", (size if nxt is None else nxt) - start)
+        start = nxt
+
+def iter_warc(path, report: ReadReport, max_bytes: int = 4_000_000, field: str = "html", keep_truncated: bool = True):
+    """Yield `(WARC-Record-ID, {field: html, "url": WARC-Target-URI})` for each HTML page of a WARC file (plain or
+    gzipped, a member per record or as a whole; WARC/1.0 or 1.1), decoded as a browser decodes it. Every other response
+    is dropped with its reason and byte offset in `report`; other records (requests, metadata, warcinfo), bytes skipped
+    and pages kept though marked `WARC-Truncated` are noted beside them. A bad record costs that record only."""
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"shard {str(path)!r} not found")
-    with open(path, "rb") as f:
-        it = ArchiveIterator(f, no_record_parse=False)
-        try:
-            for r in it:
-                h, body = r.rec_headers, None
-                clen = h.get_header("Content-Length") or ""
-                ctype = r.http_headers.get_header("Content-Type") if r.http_headers else None
-                mime = (ctype or "").split(";")[0].strip().lower()
-                if r.rec_type == "response" and clen.isdigit() and mime in _HTML_TYPES and r.length <= max_bytes:
-                    body = r.content_stream().read()
-                    truncated = r.raw_stream.limit > 0              # fewer payload bytes than the record's Content-Length
-                at = f"@{it.get_record_offset()}"                  # (reads the rest of the record first)
-                reason = (f"WARC {r.rec_type} record" if r.rec_type != "response" else
-                          "malformed WARC record (Content-Length)" if not clen.isdigit() else
-                          f"non-HTML response ({mime or 'no Content-Type'})" if mime not in _HTML_TYPES else
-                          f"WARC record over {max_bytes:,} bytes" if body is None else
-                          "truncated WARC record" if truncated else None)
-                if reason: report.drop(path, at, reason); continue
-                yield h.get_header("WARC-Record-ID") or at, {field: decode_html(body, ctype)[0], "url": h.get_header("WARC-Target-URI")}
-        except Exception as e:                                     # warcio's ArchiveLoadFailed, zlib / gzip errors
-            report.drop(path, f"@{getattr(it, 'offset', '?')}", f"unreadable WARC data ({type(e).__name__})")
+    with open(path, "rb", buffering=0) as f:
+        runs = gzip_runs(f, path, report) if f.read(2) == _GZIP_MAGIC else [PlainRun(f)]
+        for run in runs:
+            for rid, url, body, ctype in run_pages(run, path, report, max_bytes, keep_truncated):
+                yield rid, {field: decode_html(body, ctype)[0], "url": url}
 
 # %% ../nbs/30_extract.ipynb
 def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 64):
@@ -230,10 +421,12 @@ def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int
             yield f"row{row}", rec
 
 # %% ../nbs/30_extract.ipynb
-def iter_documents(path, report: ReadReport, reader: str = "auto", field: str = "text", max_bytes: int = 4_000_000):
-    "Yield `(where in the file, record)` from any shard: JSONL (plain/.gz/.zst) lines, WARC HTML responses or parquet rows."
+def iter_documents(path, report: ReadReport, reader: str = "auto", field: str = "text", max_bytes: int = 4_000_000,
+                   keep_truncated: bool = True):
+    """Yield `(where in the file, record)` from any shard: JSONL (plain/.gz/.zst) lines, WARC HTML responses (pages the
+    crawler marked truncated too, unless `keep_truncated` is false) or parquet rows."""
     r = reader_of(path, reader)
-    if r == "warc": yield from iter_warc(path, report, max_bytes, field)
+    if r == "warc": yield from iter_warc(path, report, max_bytes, field, keep_truncated)
     elif r == "parquet": yield from iter_parquet(path, report, field)
     else: yield from ((str(n), obj) for n, obj in iter_records(path, report, max_bytes))
 
@@ -365,15 +558,17 @@ def load_benchmark_pages(html_dir, split: str = "all", n: int | None = None) -> 
 
 # %% ../nbs/30_extract.ipynb
 def extract_shard(src, dst, dataset: str, format: str = "html", languages=("en",), min_words: int = 20,
-                  max_line_bytes: int = 4_000_000, reader: str = "auto", text_column: str | None = None) -> Manifest:
+                  max_line_bytes: int = 4_000_000, reader: str = "auto", text_column: str | None = None,
+                  keep_truncated: bool = True) -> Manifest:
     """Extraction stage over one shard (any reader: JSONL lines, WARC HTML responses, parquet rows) whose records hold
     HTML (format html) or text (format text) in `text_column` (default: the format's name) → `{"id", "dataset",
-    "text"}` documents (plus `url` when the record has one) in English with at least `min_words` words."""
+    "text"}` documents (plus `url` when the record has one) in English with at least `min_words` words. What the
+    reader noted beside the documents (a WARC's other records, pages kept though truncated) is in `extra["noted"]`."""
     t0, src = time.time(), Path(src)
     man, report = Manifest("extract", src.name), ReadReport()
     key = text_column or {"html": "html", "text": "text"}[format]
     def docs():
-        for loc, obj in iter_documents(src, report, reader, key, max_line_bytes):
+        for loc, obj in iter_documents(src, report, reader, key, max_line_bytes, keep_truncated):
             man.docs_in += 1
             where, raw = f"{src}:{loc}", obj.get(key)
             if not isinstance(raw, str): man.drop(f"no string field {key!r}", where); continue
@@ -389,6 +584,7 @@ def extract_shard(src, dst, dataset: str, format: str = "html", languages=("en",
     write_jsonl(dst, docs())
     man.docs_in += sum(report.dropped.values())              # unreadable lines are documents in, dropped
     for reason, n in report.dropped.items(): man.dropped[reason] += n
+    if report.noted: man.extra["noted"] = dict(report.noted)
     man.examples = [[f"{f}:{l}", r] for f, l, r in report.examples] + man.examples
     man.seconds = time.time() - t0
     return man.check()

@@ -1,11 +1,12 @@
 """The same pages as WARC, JSONL (plain, .gz, .zst) and parquet give byte-identical curated output (issue 44);
-every bad record is counted with its reason; bad input is a one-line error or counted and skipped.
+every bad record is counted with its reason; bad input is a one-line error or counted and skipped. WARC files with one
+fault in page 5 (tests/fixtures/warc/make_faulty.py) lose page 5 at most, and say why (issue 52).
 
 What the comparison excludes, and why: the `id` field of every stage's documents (it names the source: file and
 line / WARC-Record-ID / row), the ids inside `dedup_plan.json` and `dedup_signatures/*.npz` (the same ids; their
 decisions and signatures are compared), `manifests/` and `summary.json` (paths, seconds, examples with file
-positions; their counts are compared separately — the extract counts differ by exactly the WARC's non-page
-records), and the output directory's own path inside `blend/megatron_data_path.txt`. Everything else — every
+positions; their counts are compared separately — the extract counts differ by exactly the WARC's responses that
+are no pages; its other records are noted beside the documents), and the output directory's own path inside `blend/megatron_data_path.txt`. Everything else — every
 stage's documents (text, url, dataset, quality score), the quality model, the task n-grams, the tokenizer, the
 per-shard and merged `.bin/.idx`, the blend's train/valid JSONL — is compared byte for byte."""
 import json, shutil
@@ -18,8 +19,10 @@ from mtnlg.data import ReadReport
 ROOT = Path(__file__).resolve().parent.parent
 FX = ROOT / "tests/fixtures/warc"
 FORMATS = {"warc": {}, "jsonl": {}, "jsonl-gz": {}, "jsonl-zst": {}, "parquet": {"text_column": "content"}}
-WARC_ONLY = {"WARC warcinfo record": 1, "WARC request record": 1, "WARC metadata record": 1, "non-HTML response (image/png)": 1,
-             "non-HTML response (text/plain)": 1, "malformed WARC record (Content-Length)": 1, "truncated WARC record": 1}
+WARC_ONLY = {"non-HTML response (image/png)": 1, "non-HTML response (text/plain)": 1, "malformed WARC record (Content-Length)": 1,
+             "truncated WARC record": 1}
+WARC_NOTED = [{"WARC warcinfo record": 1, "WARC request record": 1, "WARC metadata record": 1}, {},
+              {"bytes skipped (not a WARC record)": 7, "bytes skipped (unreadable gzip data)": 4510}]   # "hello\r\n"; the half member
 
 def config_yaml(tmp: Path, crawl: dict, **extra) -> Path:
     """A curation of the wikipedia fixture (curated text, the quality classifier's positives) and the six crawl pages (its
@@ -88,16 +91,18 @@ def test_manifest_counts_every_record_with_its_reason(runs):
         for stage, t in s[fmt].items(): assert t["docs_in"] == t["kept"] + sum(t["dropped"].values()), (fmt, stage)
     ex = {fmt: {n: json.loads((runs[fmt] / f"manifests/extract/crawl/crawl-00{i}.json").read_text()) for i, n in enumerate("abc")} for fmt in FORMATS}
     warc = [ex["warc"][n] for n in "abc"]
-    # crawl-000.warc.gz: 3 pages + warcinfo, request, metadata, png, robots.txt; crawl-001.warc: 2 pages; crawl-002: malformed, 1 page, truncated
-    assert [m["docs_in"] for m in warc] == [8, 2, 3]
+    # crawl-000.warc.gz: 3 pages, png, robots.txt (+ warcinfo, request, metadata: noted); crawl-001.warc: 2 pages; crawl-002: malformed, 1 page, truncated
+    assert [m["docs_in"] for m in warc] == [5, 2, 3]                                          # responses, not records
     assert [m["dropped"] for m in warc] == [                                                 # exactly these, nothing else
-        {r: 1 for r in list(WARC_ONLY)[:5]}, {}, {"malformed WARC record (Content-Length)": 1, "truncated WARC record": 1}]
+        {r: 1 for r in list(WARC_ONLY)[:2]}, {}, {"malformed WARC record (Content-Length)": 1, "truncated WARC record": 1}]
+    assert [m["extra"].get("noted", {}) for m in warc] == WARC_NOTED
+    assert s["warc"]["extract"]["noted"] == {**WARC_NOTED[0], **WARC_NOTED[2]}
     for fmt in set(FORMATS) - {"warc"}:
         for n in "abc":
             m, w = ex[fmt][n], ex["warc"][n]
             assert m["kept"] == w["kept"] and m["docs_in"] == w["docs_in"] - sum(w["dropped"].get(r, 0) for r in WARC_ONLY), (fmt, n)
     where = [e for m in warc for e in m["examples"] if e[1] in WARC_ONLY]
-    assert len(where) == 7 and all(".warc" in e[0] and ":@" in e[0] for e in where)           # file:@byte-offset of each bad record
+    assert len(where) == 4 and all(".warc" in e[0] and ":@" in e[0] for e in where)           # file:@byte-offset of each bad record
 
 def test_bad_input_is_a_clear_error_or_counted(tmp_path):
     from mtnlg.curate import load_curate_config, discover_shards
@@ -120,7 +125,7 @@ def test_bad_input_is_a_clear_error_or_counted(tmp_path):
         (tmp_path / name).write_bytes(data)
         man = extract_shard(tmp_path / name, tmp_path / f"{name}.out.jsonl", "crawl", "html")
         assert man.docs_in == man.kept + sum(man.dropped.values()) and sum(man.dropped.values()) >= 1, (name, man)
-        assert any(k.startswith(("corrupt or truncated", "unreadable", "malformed")) for k in man.dropped), (name, man.dropped)
+        assert any(k.startswith(("corrupt or truncated", "unreadable", "malformed", "corrupt gzip", "truncated gzip")) for k in man.dropped), (name, man.dropped)
 
 def test_curate_cc_config_reads_a_folder_of_warc_files(tmp_path):
     "scaled_configs/curate-cc.yaml validates, reads .warc.gz with its paper stages, and names gpt-1.3b's vocabulary size."
@@ -170,3 +175,79 @@ def test_readers_stream_memory_does_not_grow_with_the_shard(tmp_path):
         count = sum(1 for _ in iter_documents(tmp_path / name, ReadReport(), field="html"))
         peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
         assert count == n and peak < 8 << 20, (name, count, peak / 2**20)
+
+# --- issue 52: WARC files of 10 pages with one fault in page 5 (tests/fixtures/warc/make_faulty.py) ---
+import gzip, importlib.util
+_spec = importlib.util.spec_from_file_location("make_faulty", FX / "make_faulty.py")
+make_faulty = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(make_faulty)
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    return make_faulty.write_faulty(tmp_path_factory.mktemp("faulty"))
+
+def read_pages(path, **kw):
+    "`({page number: html}, report)` of a faulty file, read by the WARC reader."
+    from mtnlg.extract import iter_warc
+    rep = ReadReport()
+    return {int(rec["url"].split("-")[-1][:-len(".html")]): rec["html"] for _, rec in iter_warc(path, rep, **kw)}, rep
+
+def page5_offset(path) -> str:
+    "Where page 5's record starts: after pages 1-4, a gzip member each (or uncompressed in a .warc)."
+    recs = [make_faulty.page_record(i) for i in range(1, 5)]
+    return "@" + str(sum(len(gzip.compress(r, mtime=0)) if path.name.endswith(".gz") else len(r) for r in recs))
+
+@pytest.mark.parametrize("fault", list(make_faulty.FAULTS))
+def test_a_fault_in_page_5_costs_page_5_at_most(faulty, fault, capfd):
+    "Every other page is read; page 5's fault is counted with its reason at page 5's offset, or page 5 is read as a browser reads it."
+    f, path = make_faulty.FAULTS[fault], faulty[fault]
+    pages, rep = read_pages(path)
+    assert sorted(pages) == f.kept, (fault, sorted(pages), dict(rep.dropped))
+    assert dict(rep.dropped) == f.dropped, fault                                   # the reason, and nothing else
+    assert [(line, reason) for _, line, reason in rep.examples] == [(page5_offset(path), r) for r in f.dropped], rep.examples
+    for i in pages: assert f"<p>{make_faulty.page_text(i)}" in pages[i], (fault, i)
+    if f.text5: assert f"<p>{f.text5}</p>" in pages[5], (fault, pages[5])         # the encoding cases: the exact text
+    assert capfd.readouterr().err == ""                                           # nothing only printed
+
+def test_unreadable_gzip_data_counts_the_bytes_skipped(faulty):
+    for fault in ("corrupt-gzip-member", "not-gzip-between-members", "truncated-gzip-member"):
+        path, member5 = faulty[fault], int(page5_offset(faulty[fault])[1:])
+        data = path.read_bytes(); page6 = data.index(gzip.compress(make_faulty.page_record(6), mtime=0))
+        assert read_pages(path)[1].noted == {"bytes skipped (unreadable gzip data)": page6 - member5}, fault
+    assert read_pages(faulty["foreign-gzip-member"])[1].noted == {"bytes skipped (not a WARC record)": 54}   # the member's two lines
+
+def test_windows_1252_labelled_iso_8859_1_has_no_c1_controls(faulty):
+    html = read_pages(faulty["windows-1252-labelled-iso-8859-1"])[0][5]
+    assert "\u201cSmart quotes\u201d \u2014 and a caf\u00e9\u2019s r\u00e9sum\u00e9 \u2026" in html
+    assert not any("\x80" <= ch <= "\x9f" for ch in html)
+
+def test_warc_truncated_is_kept_and_counted_or_dropped(faulty):
+    pages, rep = read_pages(faulty["warc-truncated"])
+    assert sorted(pages) == list(range(1, 11)) and dict(rep.noted) == {"WARC-Truncated (length) page kept": 1}
+    pages, rep = read_pages(faulty["warc-truncated"], keep_truncated=False)
+    assert 5 not in pages and len(pages) == 9 and dict(rep.dropped) == {"WARC-Truncated (length)": 1}
+
+def test_a_gzip_bomb_payload_is_never_inflated_whole(faulty):
+    "Page 5 inflates to 300 MB from a 760 KB record, under the size limit: skipped while reading, memory a few MB."
+    import tracemalloc
+    assert faulty["gzip-bomb-payload"].stat().st_size < 4_000_000
+    tracemalloc.start()
+    pages, rep = read_pages(faulty["gzip-bomb-payload"])
+    peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
+    assert 5 not in pages and dict(rep.dropped) == {"decoded payload over 4,000,000 bytes": 1}
+    assert peak < 16 << 20, peak / 2**20                                         # the limit (4 MB) and a block, not 300 MB
+
+def test_docs_in_counts_pages_and_the_summary_says_what_else(faulty, tmp_path):
+    "A crawl's requests, metadata and warcinfo are noted beside the documents; truncated pages kept are in the summary."
+    from mtnlg.extract import extract_shard
+    from mtnlg.curate import summarize, format_summary
+    man = extract_shard(faulty["requests-and-metadata"], tmp_path / "a.jsonl", "cc")
+    assert (man.docs_in, man.kept, dict(man.dropped)) == (10, 10, {})
+    assert man.extra["noted"] == {"WARC warcinfo record": 1, "WARC request record": 10, "WARC metadata record": 10}
+    cut = extract_shard(faulty["warc-truncated"], tmp_path / "b.jsonl", "cc")
+    assert (cut.docs_in, cut.kept) == (10, 10) and cut.extra["noted"] == {"WARC-Truncated (length) page kept": 1}
+    tot = summarize([man.to_dict(), cut.to_dict()])
+    assert tot["docs_in"] == 20 and tot["noted"]["WARC request record"] == 10
+    text = format_summary({"stages": {"extract": tot}})
+    assert "beside the documents: 10 WARC request record; 10 WARC metadata record; 1 WARC warcinfo record; 1 WARC-Truncated (length) page kept" in text, text
+    dropped = extract_shard(faulty["warc-truncated"], tmp_path / "c.jsonl", "cc", keep_truncated=False)
+    assert (dropped.docs_in, dropped.kept, dict(dropped.dropped)) == (10, 9, {"WARC-Truncated (length)": 1})
