@@ -1,4 +1,5 @@
-"""Every cluster script, for real (issue 11): `bash -n` and shellcheck on cluster/; the 530B dry run's plan; then a
+"""Every cluster script, for real (issue 11): `bash -n` and shellcheck on cluster/; the 530B dry runs' plans (training,
+and evaluation: cluster/eval.sbatch, chapter 66); then a
 two-node Slurm on this machine, this test run's own (cluster/local/up in a directory of the run's, on free ports, with
 its own munged; torn down after; another run is refused it -- issue 46): `sbatch --wait cluster/scaled.sbatch` on TP 2
 x PP 2 x DP 2 (2 nodes x 4 tasks, gloo) trains bit for bit like `mtnlg train --nproc 8` (torchrun); a job sent USR1
@@ -49,7 +50,7 @@ def test_scripts_pass_bash_n_and_shellcheck():
     if not shutil.which("shellcheck"): pytest.skip("no shellcheck (apt-get install shellcheck)")
     r = subprocess.run(["shellcheck", *map(str, SCRIPTS)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
-    assert len(SCRIPTS) == 6                      # 530b, curate, scaled, local/up, local/down, local/owner.sh
+    assert len(SCRIPTS) == 7                      # 530b, curate, eval, scaled, local/up, local/down, local/owner.sh
 
 def dry_run(script="cluster/530b.sbatch", **env) -> subprocess.CompletedProcess:
     return subprocess.run([str(ROOT / script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -70,6 +71,30 @@ def test_530b_dry_run_prints_the_job():
     assert 40 < float(re.search(r"expected: ([\d.]+) s per iteration", r.stdout).group(1)) < 48
     r = dry_run(MTNLG_NODES="300")
     assert r.returncode == 2 and "needs a multiple of 35" in r.stderr
+
+def test_eval_dry_run_prints_the_plan():
+    "cluster/eval.sbatch's dry run (chapter 66): the command it would run, where the ranks go, memory per rank, tokens, hours."
+    r = dry_run("cluster/eval.sbatch")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "dry run: sbatch --nodes=3 --ntasks-per-node=8 cluster/eval.sbatch; DP 1" in out
+    assert ("would run: srun --distribution=block:block " in out and " eval --checkpoint ./runs/mtnlg-530b/checkpoints "
+            "--set parallel.tensor_parallel=8 --set parallel.pipeline_parallel=3" in out)
+    assert "3 nodes x 8 ranks = 24 ranks; TP 8 x PP 3 x DP 1" in out
+    assert "stage 2: layers 71-105 + final norm, tied output head; ranks 16-23 on node2" in out
+    assert "per iteration" not in out                                   # no training step in an evaluation's plan
+    gib = float(re.search(r"fullest rank \(stage \d\): ([\d.]+) GiB", out).group(1))
+    assert 50 < gib < 80                                                # fits an 80 GB A100
+    assert "the paper's 27 settings of 9 tasks" in out
+    hours = float(re.search(r"3 nodes: DP +1: ([\d.]+) h of evaluation", out).group(1))
+    assert 5 < hours < 14
+    r = dry_run("cluster/eval.sbatch", MTNLG_NODES="15")              # 5 replicas split the requests: a fifth of the time
+    assert "15 nodes x 8 ranks = 120 ranks; TP 8 x PP 3 x DP 5" in r.stdout, r.stderr
+    assert 0.18 < float(re.search(r"15 nodes: DP +5: ([\d.]+) h of evaluation", r.stdout).group(1)) / hours < 0.22
+    r = dry_run("cluster/eval.sbatch", MTNLG_NODES="4")
+    assert r.returncode == 2 and "need a multiple of 24 ranks" in r.stderr
+    r = dry_run("cluster/eval.sbatch", MTNLG_EVAL_PP="2")
+    assert r.returncode == 2 and "PP 2 does not split 105 layers evenly" in r.stderr
 
 # ---------------------------------------------------------------- the local cluster
 @pytest.fixture(scope="module")
