@@ -28,10 +28,12 @@ demo: install
 	$(BIN)/mtnlg curate --config scaled_configs/curate-demo.yaml --fresh
 	$(BIN)/mtnlg train --config scaled_configs/tiny-3d.yaml --nproc 8
 	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoints --tasks all --shots 0,1,few --limit 40
+	$(BIN)/mtnlg eval --checkpoint runs/tiny-3d/checkpoints --tasks all --shots 0,1,few --limit 40 --out runs/tiny-3d/eval-3d --nproc 8 --set parallel.tensor_parallel=2 --set parallel.pipeline_parallel=2
+	cmp runs/tiny-3d/eval/results.md runs/tiny-3d/eval-3d/results.md && echo "the same table, the model read split TP 2 x PP 2 x DP 2 over 8 processes (chapter 65)"
 	$(BIN)/mtnlg bias --checkpoint runs/tiny-3d/checkpoints
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
 	$(BIN)/mtnlg curate --plan --nodes 1,64   # the paper's two Common Crawl snapshots, from bench/curate.py's measured rates
-	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, bias/bias.md)"
+	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, eval-3d/results.md, bias/bias.md)"
 
 # two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker.
 # Then the book's website (tests/test_site.py, marked `book`), built from the chapters the first run executed

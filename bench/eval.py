@@ -9,8 +9,8 @@ each, beside one process on the same two threads.
 Each backend answers all requests --repeats times (>= 5, the two alternating); requests/s is reported as median, min and
 max, and the ratio is that of the medians (target >= 1x); with --save also writes bench/results/eval.json. A
 model-parallel row times the same requests in one job of spawned processes (gloo), every rank between barriers, the
-processes' start and the checkpoint's load left out, as for one process; DP 2 splits the requests over the replicas
-as the harness does (every other request), TP and PP split the model.
+processes' start and the checkpoint's load left out, as for one process; DP 2's replicas share the requests out
+(every other one each, chapter 65), TP and PP split the model.
 """
 import argparse, datetime, json, os, platform, shutil, sys, tempfile, time
 from pathlib import Path
@@ -47,14 +47,14 @@ def parallel_worker(ckpt: str, tp: int, pp: int, args: list, batch_size: int, re
     from mtnlg.topology import quiet_libraries
     offline_environment(); quiet_libraries()
     lm = MtnlgLM(ckpt, device="cpu", dtype="float32", batch_size=batch_size, tensor_parallel=tp, pipeline_parallel=pp)
-    mine = [Instance("loglikelihood", {}, a, i) for i, a in enumerate(args)][lm.rank::lm.world_size]   # the harness's split
-    lm.loglikelihood(mine[:64], disable_tqdm=True)                                                  # warm-up
+    mine = [Instance("loglikelihood", {}, a, i) for i, a in enumerate(args)]    # the replicas share them out (chapter 65)
+    lm.loglikelihood(mine[:64], disable_tqdm=True)                              # warm-up
     seconds, res = [], None
     for _ in range(repeats):
         dist.barrier(); t0 = time.perf_counter()
         res = lm.loglikelihood(mine, disable_tqdm=True)
         dist.barrier(); seconds.append(time.perf_counter() - t0)
-    return {"seconds": seconds, "results": res, "replica": lm.rank}
+    return {"seconds": seconds, "results": res}
 
 def parallel_rows(ckpt, reqs, layouts, batch_size: int, repeats: int, reference: list) -> dict:
     "requests/s of each layout (every rank one thread), and its answers' largest difference from one process's."
@@ -64,9 +64,8 @@ def parallel_rows(ckpt, reqs, layouts, batch_size: int, repeats: int, reference:
     for name in layouts:
         tp, pp, dp = LAYOUTS[name]
         ranks = launch(parallel_worker, tp * pp * dp, str(ckpt), tp, pp, args, batch_size, repeats)
-        answers = [None] * len(args)
-        for r in ranks:
-            for i, a in zip(range(r["replica"], len(args), dp), r["results"]): answers[i] = a
+        answers = ranks[0]["results"]
+        assert all(r["results"] == answers for r in ranks), "the ranks of a job returned different answers"
         rows[name] = {"layout": f"TP {tp} x PP {pp} x DP {dp}", "processes": tp * pp * dp, "threads_each": 1,
                       "requests_per_s": summary([len(args) / t for t in ranks[0]["seconds"]]),
                       "max_abs_loglikelihood_diff": max(abs(a[0] - b[0]) for a, b in zip(answers, reference)),

@@ -51,8 +51,9 @@ from lm_eval import utils as lm_utils
 class MtnlgLM(TemplateLM):
     """lm-evaluation-harness model `mtnlg`: `lm_eval --model mtnlg --model_args checkpoint=DIR[,batch_size=N,device=cuda]`;
     DIR: a checkpoint of any layout, a run's checkpoints/ dir (its latest step, resolved once, here) or a step dir.
-    Under a launcher (torchrun, srun) with `tensor_parallel=T,pipeline_parallel=P` (default: the checkpoint's own), the
-    model is split over the job's ranks as chapter 65 does, and each of the world / (T x P) replicas is one harness rank."""
+    Under a launcher (torchrun, srun), or with `tensor_parallel=T,pipeline_parallel=P` (default: the checkpoint's own),
+    the model is split over the job's ranks as chapter 65 does; its world / (T x P) replicas share out every call's
+    requests and all return every answer, so the harness sees one model on every rank."""
     def __init__(self, checkpoint: str, device: str | None = None, dtype: str = "auto", batch_size: int | str = 32,
                  max_batch_tokens: int | None = None, max_gen_toks: int = 256, tensor_parallel: int | None = None,
                  pipeline_parallel: int | None = None, sequence_parallel: bool = False, **unused):
@@ -66,11 +67,10 @@ class MtnlgLM(TemplateLM):
         self.checkpoint = str(check_checkpoint(checkpoint))         # the step directory: `latest` may move on later
         if launcher_env()["world_size"] == 1 and not (tensor_parallel or pipeline_parallel or sequence_parallel):
             self.model, self.tokenizer_bpe, self.cfg = load_checkpoint(self.checkpoint, device, self.dtype)
-        else:                                                       # one replica of TP x PP ranks = one harness rank
+        else:                                                       # split over the job's ranks (chapter 65)
             from mtnlg.parallel_inference import load_model_parallel
             self.model, self.tokenizer_bpe, self.cfg = load_model_parallel(
                 self.checkpoint, tensor_parallel, pipeline_parallel, str(sequence_parallel).lower() == "true", device, self.dtype)
-            self._rank, self._world_size = self.model.replica, self.model.layout.dp
         self._device = device
         bs = str(batch_size)
         self.batch_size_per_call = 32 if bs.startswith("auto") else int(bs)   # "auto" (harness flag) -> our default
@@ -115,11 +115,10 @@ class MtnlgLM(TemplateLM):
             token_requests.append(((c, k), ctx, cont))
         return self._loglikelihood_tokens([(p, c, k) for p, (_, c, k) in zip(pairs, token_requests)], disable_tqdm=disable_tqdm)
 
-    # -- the harness's ranks: data-parallel replicas of a model split over processes (chapter 65) -------
-    def all_gather(self, tensor): return self.model.gather_replicas(tensor) if self.world_size > 1 else tensor
-    def gather_object(self, obj, dst=0): return self.model.gather_objects(obj, dst) if self.world_size > 1 else [obj]
-    def barrier(self):
-        if self.world_size > 1: self.model.barrier()
+    def shared_out(self, work, items: list) -> list:
+        """`work(items)`, each data-parallel replica of a model split over ranks (chapter 65) doing every replica-th item
+        and all of them returning every answer, in order; one process does them all."""
+        return self.model.shared_out(work, items) if hasattr(self.model, "shared_out") else work(items)
 
     # -- scoring ---------------------------------------------------------------------------------------
 
@@ -152,6 +151,13 @@ class MtnlgLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         "requests: [((context, continuation) | None, context ids, continuation ids)] -> [(log P, greedy?)]."
+        out = self.shared_out(lambda share: self._scored(share, disable_tqdm), requests)
+        for (key, _, _), x in zip(requests, out):
+            if key is not None: self.cache_hook.add_partial("loglikelihood", key, x)
+        return out
+
+    def _scored(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        "`_loglikelihood_tokens` in this process (its share, in a model split over replicas)."
         pieces = []                         # (request, input window, the continuation tokens it predicts)
         for i, (_, ctx, cont) in enumerate(requests):
             if not cont: raise ValueError(f"request {i} has an empty continuation: nothing to score")
@@ -173,10 +179,7 @@ class MtnlgLM(TemplateLM):
                     logp[pieces[p][0]] += lp; misses[pieces[p][0]] += not greedy
                 bar.update(len(r))
         bar.close()
-        out = [(lp, m == 0) for lp, m in zip(logp, misses)]
-        for (key, _, _), x in zip(requests, out):
-            if key is not None: self.cache_hook.add_partial("loglikelihood", key, x)
-        return out
+        return [(lp, m == 0) for lp, m in zip(logp, misses)]
 
 # %% ../nbs/60_evaluate.ipynb
 def not_first_rank() -> bool:
@@ -219,6 +222,12 @@ def sampling_of(gen_kwargs: dict) -> dict:
 
 def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
     "A continuation for each (context, gen_kwargs) request; stops at `until` strings, EOT or `max_gen_toks`."
+    out = self.shared_out(lambda share: _generated(self, share, disable_tqdm), requests)
+    for req, text in zip(requests, out): self.cache_hook.add_partial("generate_until", (req.args[0], req.args[1]), text)
+    return out
+
+def _generated(self, requests, disable_tqdm: bool = False) -> list[str]:
+    "`generate_until` in this process (its share, in a model split over replicas)."
     from mtnlg.generate import generate
     out = []
     for req in tqdm(requests, desc="mtnlg generate_until", disable=disable_tqdm or len(requests) < 2 or not_first_rank()):
@@ -232,7 +241,6 @@ def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
                        **sampling_of(kw))[0]
         text = self.tok_decode(new)
         for s in until: text = text.split(s)[0]
-        self.cache_hook.add_partial("generate_until", (context, req.args[1]), text)
         out.append(text)
     return out
 

@@ -185,20 +185,16 @@ class ModelParallelGPT(nn.Module):
         "The tokens the last stage picked, on every rank of the replica."
         return self._from_last_stage(tokens.contiguous())
 
-    # the harness's collectives over replicas (lm-eval calls them on every rank; each replica is one harness rank)
-    def gather_replicas(self, t: torch.Tensor) -> torch.Tensor:
-        "`t` from every replica, in replica order (0-d tensors stacked, others concatenated), on every rank."
-        parts = [torch.empty_like(t) for _ in range(self.layout.dp)]
-        dist.all_gather(parts, t.contiguous(), group=parallel_state.get_data_parallel_group())
-        return torch.stack(parts) if t.dim() == 0 else torch.cat(parts)
-
-    def gather_objects(self, obj, dst: int = 0):
-        "`obj` from every replica, as a list on replica `dst`'s ranks (None elsewhere)."
-        parts = [None] * self.layout.dp
-        dist.all_gather_object(parts, obj, group=parallel_state.get_data_parallel_group())
-        return parts if self.replica == dst else None
-
-    def barrier(self): dist.barrier()
+    def shared_out(self, work, items: list) -> list:
+        """`work(items)`, replica r doing items r, r + DP, r + 2·DP, ... (each a request, lengths alike); every rank of
+        every replica returns every answer, in order."""
+        dp = self.layout.dp
+        if dp == 1: return work(items)
+        parts = [None] * dp
+        dist.all_gather_object(parts, work(items[self.replica::dp]), group=parallel_state.get_data_parallel_group())
+        out = [None] * len(items)
+        for r, part in enumerate(parts): out[r::dp] = part
+        return out
 
 # %% ../nbs/65_parallel_inference.ipynb
 def load_model_parallel(checkpoint, tp: int | None = None, pp: int | None = None, sequence_parallel: bool = False,

@@ -7,8 +7,7 @@ __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
            'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'local_task',
            'configurable_task', 'hans_config', 'harness_task', 'task_yaml', 'write_task_yamls', 'available_tasks',
-           'evaluate_tasks', 'contexts_as_one_process', 'run_task', 'request_loglikelihoods', 'results_table',
-           'results_figure', 'write_results']
+           'evaluate_tasks', 'run_task', 'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
 import contextlib, json, math, os, sys, warnings
@@ -302,23 +301,9 @@ def _environment_once():
     try: yield
     finally: collect_env.get_pretty_env_info = original
 
-def contexts_as_one_process(task):
-    """`task`, building every document's request as one process would and keeping this harness rank's share. lm-eval
-    draws each document's few-shot examples from one random stream in document order, so a rank that builds only its
-    share gives those documents other examples than one process does (its own note: "need to offset doc_id by rank");
-    building all of them costs string work only, no model time."""
-    if getattr(task, "_mtnlg_share", False): return task
-    build = task.build_all_requests
-    def build_share(*, rank: int = 0, world_size: int = 1, **kw):
-        build(rank=0, world_size=1, **kw)
-        if world_size > 1: task._instances = [i for i in task._instances if i.doc_id % world_size == rank]
-    task.build_all_requests, task._mtnlg_share = build_share, True
-    return task
-
 def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict | None:
     """The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result
-    (None on a harness rank other than 0 of a job of several: chapter 65)."""
-    if lm.world_size > 1: task = contexts_as_one_process(task)
+    (None in a job's processes other than the first: chapter 65)."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
     with _quiet_datasets(), _environment_once():
