@@ -108,3 +108,45 @@ def test_a_layout_that_cannot_read_the_checkpoint_is_one_line_before_any_rank(ch
     r = subprocess.run([MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), *argv], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_mtnlg_bias_on_n_processes_writes_the_same_report(checkpoint, tmp_path):
+    "Chapter 70's probes (log-likelihoods, sampled continuations) and chapter 72's benchmarks, read PP 2 x DP 2: the same report."
+    def report(out, *extra):
+        run([MTNLG, "bias", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), "--samples", "2", "--max-new-tokens", "8",
+             "--benchmarks-limit", "6", "--out", str(out), *extra])
+        return json.loads((out / "bias.json").read_text())["sections"]
+    one = report(tmp_path / "one")
+    assert_close(report(tmp_path / "four", "--nproc", "4", "--set", "parallel.pipeline_parallel=2"), one)
+
+def assert_close(a, b, where="", tol=1e-4):
+    "Equal structures; numbers within `tol` (sums of log-likelihoods in fp32, summed in another order), all else equal."
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a: assert_close(a[k], b[k], f"{where}.{k}", tol)
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)): assert_close(x, y, f"{where}[{i}]", tol)
+    elif isinstance(a, float) and isinstance(b, float): assert abs(a - b) <= tol or a == b, (where, a, b)
+    else: assert a == b, (where, a, b)
+
+
+@pytest.mark.slow
+def test_lm_eval_model_mtnlg_under_torchrun_names_the_layout(checkpoint, tmp_path):
+    "`torchrun ... lm_eval --model mtnlg --model_args checkpoint=DIR,tensor_parallel=2`: TP 2 x DP 2, the same table as one process."
+    from mtnlg.evaluate import install_lm_eval_plugin
+    from mtnlg.tasks import write_task_yamls
+    from mtnlg.topology import free_port
+    install_lm_eval_plugin()
+    tasks = write_task_yamls(tmp_path / "tasks", DATA / "eval")
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    def table(nproc: int, model_args: str) -> list[str]:
+        r = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(free_port()),
+                 str(Path(sys.executable).parent / "lm_eval"), "--model", "mtnlg", "--model_args", model_args, "--batch_size", "16",
+                 "--include_path", str(tasks), "--tasks", "boolq_local,winogrande_local,hans_local", "--num_fewshot", "2",
+                 "--limit", "8"], env=env)
+        return [line for line in r.stdout.splitlines() if line.startswith("|")]
+    one = table(1, f"checkpoint={checkpoint}")
+    assert len(one) == 5 and all(t in "\n".join(one) for t in ("boolq_local", "winogrande_local", "hans_local"))
+    assert table(4, f"checkpoint={checkpoint},tensor_parallel=2") == one
