@@ -6,7 +6,7 @@
 __all__ = ['READER_SETTINGS', 'COMMANDS', 'describe', 'add_data_dir_argument', 'add_config_arguments', 'config_from_args',
            'add_info_arguments', 'add_train_arguments', 'relaunch', 'add_reshard_arguments', 'print_curation_plan',
            'add_curate_arguments', 'add_plan_arguments', 'add_export_hf_arguments', 'add_reader_arguments',
-           'reader_layout', 'first_rank', 'reading_layout_of', 'end_job', 'add_eval_arguments',
+           'reader_layout', 'quiet_other_ranks', 'first_rank', 'reading_layout_of', 'end_job', 'add_eval_arguments',
            'add_generate_arguments', 'add_bias_arguments', 'add_data_arguments', 'add_hans_arguments',
            'add_checkpoint_arguments', 'main']
 
@@ -343,6 +343,17 @@ def reader_layout(args, checkpoint) -> dict:
         inference_layout(Checkpoint(checkpoint), world, layout.get("tensor_parallel"), layout.get("pipeline_parallel"))
     return layout
 
+def quiet_other_ranks():
+    """In ranks other than 0 of a job that reads a checkpoint: no progress bars (the harness's included), no warnings —
+    rank 0 shows the same ones, every rank running the same requests."""
+    if first_rank(): return
+    import warnings
+    from tqdm import std
+    shown = std.tqdm.__init__
+    def hidden(self, *args, **kwargs): shown(self, *args, **{**kwargs, "disable": True})
+    std.tqdm.__init__ = hidden
+    warnings.simplefilter("ignore")
+
 def first_rank() -> bool:
     "True in a command's only process, or in rank 0 of its job: the one that prints and writes results."
     from mtnlg.topology import launcher_env
@@ -372,6 +383,7 @@ def add_eval_arguments(p):
     p.add_argument("--fewshot-seed", type=int, default=1234)
     add_reader_arguments(p)
     def run(args):
+        quiet_other_ranks()
         from mtnlg.evaluate import offline_environment
         if args.source == "local": offline_environment()        # local JSONL tasks never download; --source harness needs the Hub
         from mtnlg.checkpoint import check_checkpoint
@@ -423,6 +435,7 @@ def add_generate_arguments(p):
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence per token (the reference)")
     add_reader_arguments(p)
     def run(args) -> int:
+        quiet_other_ranks()
         from mtnlg.checkpoint import check_checkpoint
         from mtnlg.evaluate import MtnlgLM
         from mtnlg.generate import generate_text, check_sampling
@@ -458,6 +471,7 @@ def add_bias_arguments(p):
     add_data_dir_argument(p)
     add_reader_arguments(p)
     def run(args) -> int:
+        quiet_other_ranks()
         from mtnlg.evaluate import offline_environment
         offline_environment()
         from mtnlg.topology import launched
