@@ -66,6 +66,16 @@ def rows() -> list[str]:
     out.append(f"| eval log-likelihood requests/s vs lm-eval `hf` backend (`bench/eval.py`, {v['date']}) | "
                f"{v['ratio']:.2f}×: {rng(v['ours_requests_per_s'], ',.0f')} vs {rng(v['hf_requests_per_s'], ',.0f')} requests/s, "
                f"{v['ours_requests_per_s']['runs']} runs of {v['requests']} requests | ≥ 1× |")
+    if v.get("model_parallel"):
+        rows = "; ".join(f"{r['layout'].replace(' x ', '×').replace('TP ', 'TP').replace('PP ', 'PP').replace('DP ', 'DP')} "
+                         f"{rng(r['requests_per_s'], ',.0f')} ({v['model_parallel_vs_hf'][k]:.2f}× hf, "
+                         f"{v['model_parallel_vs_one_process_2_threads'][k]:.2f}× one process on 2 threads)"
+                         for k, r in v["model_parallel"].items())
+        worst = max(r["max_abs_loglikelihood_diff"] for r in v["model_parallel"].values())
+        out.append(f"| the model read split over 2 processes of 1 thread (chapter 65; `bench/eval.py`, {v['date']}), requests/s | "
+                   f"{rows}; one process on 2 threads {rng(v['ours_2_threads_requests_per_s'], ',.0f')}; answers within "
+                   f"{worst:.0e} of one process's, greedy flags equal | ≥ 2× hf (not met on 2 cores: splitting a 0.7M model costs more "
+                   f"in messages than it saves) |")
     _, m = newest("memory-cpu-*.json")
     ratios = [st["ratio"] for r in m["runs"] for st in r["stages"]]
     dps = sorted({r["layout"]["dp"] for r in m["runs"]}); modes = list(dict.fromkeys(r["recompute"] for r in m["runs"]))
