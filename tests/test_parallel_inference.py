@@ -150,3 +150,20 @@ def test_lm_eval_model_mtnlg_under_torchrun_names_the_layout(checkpoint, tmp_pat
     one = table(1, f"checkpoint={checkpoint}")
     assert len(one) == 5 and all(t in "\n".join(one) for t in ("boolq_local", "winogrande_local", "hans_local"))
     assert table(4, f"checkpoint={checkpoint},tensor_parallel=2") == one
+
+
+@pytest.mark.slow
+def test_mtnlg_eval_started_as_srun_starts_it(checkpoint, one_process_results, tmp_path):
+    "Four ranks started as srun starts them (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; no torchrun): the same table, written once."
+    from mtnlg.topology import free_port
+    port, n = free_port(), 4
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MTNLG_RANK_ERRORS")}
+    argv = [MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), "--tasks", "all", "--shots", "0,few",
+            "--limit", "8", "--out", str(tmp_path), "--set", "parallel.pipeline_parallel=2"]
+    procs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**env, "SLURM_PROCID": str(r), "SLURM_NTASKS": str(n), "SLURM_LOCALID": str(r),
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for r in range(n)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    assert [sum(line.startswith("wrote ") for line in out.splitlines()) for out, _ in outs] == [1, 0, 0, 0]   # rank 0 alone
+    same_table({**json.loads((tmp_path / "results.json").read_text()), "out": str(tmp_path)}, one_process_results)
