@@ -111,6 +111,7 @@ def add_train_arguments(p: argparse.ArgumentParser):
         import torch.distributed as dist
         from mtnlg.train import train
         train(cfg, args.run_dir, progress=not args.no_progress, backend=args.backend)   # SIGUSR1/SIGTERM: checkpointed, exit 0
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)          # a stop asked once the run has ended changes nothing
         if dist.is_initialized():      # every rank done before any tears its groups down (a gloo peer still talking aborts)
             dist.barrier(); dist.destroy_process_group()
         return 0

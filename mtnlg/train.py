@@ -369,9 +369,11 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
             if stop_now and step < n:
                 stopped_by = stop.received or "a signal on another rank"
                 run.say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto"); break
-    metrics.close()
-    result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
-    dist.barrier()
+        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the batch
+        # shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
+        metrics.close()
+        result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
+        dist.barrier()
     return result
 
 def reshard(src, dst, cfg: Config | None = None, backend: str = "auto") -> Path:
