@@ -6,8 +6,9 @@
 __all__ = ['RECOMPUTE', 'PAPER_ROWS', 'GiB', 'GPUS', 'uniform_layers', 'embedding_weighted_layers', 'Setup', 'setup_problems',
            'check_setup', 'layer_forward_flops', 'logits_forward_flops', 'recompute_flops', 'flops_per_iteration',
            'state_bytes', 'layer_activation_bytes', 'stored_activation_bytes', 'in_flight', 'stage_params', 'GPU',
-           'Assumptions', 'output_layer_bytes', 'stage_activation_bytes', 'stage_memory', 'memory_per_gpu',
-           'largest_term', 'memory_table', 'format_stages', 'plot_recompute_tradeoff', 'gpu_for', 'utilization']
+           'matmul_efficiency_of', 'Assumptions', 'output_layer_bytes', 'stage_activation_bytes', 'stage_memory',
+           'memory_per_gpu', 'largest_term', 'memory_table', 'format_stages', 'plot_recompute_tradeoff', 'gpu_for',
+           'utilization']
 
 # %% ../nbs/50_counting.ipynb
 from dataclasses import dataclass, replace
@@ -176,29 +177,37 @@ class GPU:
     hbm_gbps: float         # memory bandwidth
     nvlink_gbps: float      # inside a node, through NVSwitch
     ib_gbps: float          # across nodes: one InfiniBand NIC per GPU
-    matmul_efficiency: float | None = None   # measured on one such GPU through our engine (`Assumptions`' fit where None)
+    matmul_efficiency: float | None = None   # FITTED, one per system: achieved fraction of peak over a step's GEMMs (None: not fitted)
 
 GPUS = {
     # A100 80GB SXM: 312 TFLOP/s bf16 dense (156 TF32), 80 GiB HBM2e at 2039 GB/s, NVLink 3 600 GB/s bidirectional through
     # NVSwitch; DGX A100 has 8 HDR 200 Gb/s NICs = 25 GB/s per GPU per direction (NVIDIA A100 and DGX A100 datasheets).
-    "a100-80gb": GPU("A100 80GB", 312, 156, 80, 2039, 300, 25),
+    # Its efficiency: fitted to the paper's three rows (chapter 51, "Reproduce the paper"; chapter 52 refits it).
+    "a100-80gb": GPU("A100 80GB", 312, 156, 80, 2039, 300, 25, matmul_efficiency=0.616),
     # H100 SXM: 989 TFLOP/s bf16 dense (495 TF32), 80 GiB HBM3 at 3350 GB/s, NVLink 4 900 GB/s bidirectional;
     # DGX H100: 8 ConnectX-7 NDR 400 Gb/s = 50 GB/s per GPU (NVIDIA H100 and DGX H100 datasheets).
     # Both Hopper parts: the efficiency that makes the model's gpt-1.3b step on one GPU (TP 1, micro-batch 8, 64 sequences,
     # our engine) take what `mtnlg train` took on one H200 (bench/results/gpu-2026-11-26-nvidia-h200.json: 2.56 s, MFU
     # 46.9%), its elementwise kernels charged at HBM speed as everywhere; the A100 fit (0.616, the paper's rows) is 0.08
-    # above it. One measurement, on an H200 (an H100's arithmetic with faster memory). `fit_gpu_efficiency` refits it.
+    # above it. One measurement, on an H200 (an H100's arithmetic with faster memory). Chapter 53 refits it.
     "h100": GPU("H100 SXM", 989, 495, 80, 3350, 450, 50, matmul_efficiency=0.54),
     # H200 SXM: H100's compute and links, 141 GB HBM3e (nvidia-smi: 143771 MiB) at 4800 GB/s (H200 datasheet).
     "h200": GPU("H200 SXM", 989, 495, 140, 4800, 450, 50, matmul_efficiency=0.54),
 }
 
+def matmul_efficiency_of(gpu: GPU | str) -> float:
+    "The fitted fraction of peak `gpu`'s GEMMs achieve: its record's `matmul_efficiency`, the one home of that number."
+    g = GPUS[gpu] if isinstance(gpu, str) else gpu
+    if g.matmul_efficiency is None:
+        raise ValueError(f"{g.name} has no fitted matmul_efficiency: fit one with chapter 51's fit_efficiency from runs "
+                         f"timed on it, or give one: dataclasses.replace(gpu, matmul_efficiency=...)")
+    return g.matmul_efficiency
+
 # %% ../nbs/50_counting.ipynb
 @dataclass(frozen=True)
 class Assumptions:
-    """Everything the model assumes beyond the datasheet, each in one place. Only `matmul_efficiency` is fitted
-    (to the paper's three rows, one value for all); the rest are typical measured values, stated with their reason."""
-    matmul_efficiency: float = 0.616 # FITTED: achieved fraction of peak over a step's compute kernels (see "Reproduce")
+    """Everything the model assumes beyond the datasheet, each in one place: typical measured values, stated with their
+    reason, none fitted (the one fitted number is each device's `GPU.matmul_efficiency`)."""
     nvlink_efficiency: float = 0.80  # NCCL all-reduce bus bandwidth / NVLink rate: nccl-tests reach ~230-240 of 300 GB/s on DGX A100
     ib_efficiency: float = 0.80      # NCCL bus bandwidth / NIC line rate across nodes (~20 of 25 GB/s per HDR NIC)
     hbm_efficiency: float = 0.80     # streaming kernels (the Adam update) reach ~80% of HBM bandwidth

@@ -17,7 +17,7 @@ from .topology import Layout
 from .catalog import FIXTURES, is_full
 from .counting import (GiB, GPU, GPUS, Assumptions, Setup, layer_activation_bytes, layer_forward_flops,
                             logits_forward_flops, output_layer_bytes, stage_params)
-from .iteration_time import (SYSTEMS, System, allreduce_time, layer_ops, link, p2p_time, peak_flops, pipeline_time,
+from .iteration_time import (SYSTEMS, System, allreduce_time, layer_ops, link, matmul_flops, p2p_time, pipeline_time,
                                   reduce_scatter_time)
 from .run_plan import FS_GBPS_PER_GPU, checkpoint_size, transfer_seconds, JobPlan, format_job_plan
 from .tasks import TASKS, SHOTS, eval_dir, local_task, num_fewshot, read_task_jsonl
@@ -70,7 +70,7 @@ def forward_parts(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", pr
     t, p, d, b = L.tp, L.pp, L.dp, L.micro_batch
     tokens, split = b * model.seq_length, L.stage_layers(model)
     act = 2 if precision == "bf16" else 4
-    flops_per_s = peak_flops(gpu, precision) * (asm.matmul_efficiency if gpu.matmul_efficiency is None else gpu.matmul_efficiency)
+    flops_per_s = matmul_flops(gpu, precision)
     compute = [n * sum(layer_forward_flops(model, tokens)) / t / flops_per_s for n in split]
     compute[-1] += logits_forward_flops(model, tokens if logit_tokens is None else logit_tokens, t) / t / flops_per_s
     hbm = gpu.hbm_gbps * 1e9 * asm.hbm_efficiency

@@ -5,15 +5,17 @@
 # %% auto 0
 __all__ = ['FUSIONS', 'ATTENTION_CORE', 'SYSTEMS', 'MT_NLG_SYSTEM', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time',
            'Op', 'layer_ops', 'ridge_point', 'layer_time', 'layer_traffic', 'System', 'interleaved_bubble',
-           'pipeline_time', 'peak_flops', 'stage_parts', 'after_flush', 'Prediction', 'predict', 'paper_predictions',
-           'plot_paper_rows']
+           'pipeline_time', 'peak_flops', 'matmul_flops', 'stage_parts', 'after_flush', 'Prediction', 'predict',
+           'paper_predictions', 'plot_paper_rows', 'fit_efficiency']
 
 # %% ../nbs/51_iteration_time.ipynb
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 from .config import Config, ModelConfig
 from .topology import Layout
 from .pipeline_parallel import bubble_formula
 from .counting import (GiB, GPU, GPUS, PAPER_ROWS, Assumptions, Setup, check_setup, flops_per_iteration, largest_term,
+                            matmul_efficiency_of,
                             layer_forward_flops, logits_forward_flops, memory_per_gpu, recompute_flops, stage_params)
 
 # %% ../nbs/51_iteration_time.ipynb
@@ -179,6 +181,10 @@ def peak_flops(gpu: GPU, precision: str = "bf16") -> float:
     "Dense tensor-core peak (FLOP/s) a run's matmuls get: bf16, or TF32 for an fp32 run."
     return (gpu.peak_tflops if precision == "bf16" else gpu.tf32_tflops) * 1e12
 
+def matmul_flops(gpu: GPU, precision: str = "bf16") -> float:
+    "FLOP/s a step's GEMMs achieve on `gpu`: its peak times its one fitted number, `matmul_efficiency_of(gpu)`."
+    return peak_flops(gpu, precision) * matmul_efficiency_of(gpu)
+
 def stage_parts(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", precision: str = "bf16",
                 asm: Assumptions = Assumptions(), gpus_per_node: int = 8, system: System | str = "deepspeed") -> dict:
     """Seconds one micro-batch takes on a GPU of each stage, by part (a list per part, one entry per stage): compute
@@ -188,7 +194,7 @@ def stage_parts(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", prec
     t, p, d, b, v = L.tp, L.pp, L.dp, L.micro_batch, L.virtual_stages
     tokens, split = b * model.seq_length, L.stage_layers(model)
     act = 2 if precision == "bf16" else 4
-    flops_per_s = peak_flops(gpu, precision) * (asm.matmul_efficiency if gpu.matmul_efficiency is None else gpu.matmul_efficiency)
+    flops_per_s = matmul_flops(gpu, precision)
     layer_flops = 3 * sum(layer_forward_flops(model, tokens)) + recompute_flops(model, tokens, L.recompute)
     compute = [n * layer_flops / t / flops_per_s for n in split]
     compute[-1] += 3 * logits_forward_flops(model, tokens, t) / t / flops_per_s
@@ -285,12 +291,14 @@ def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a
                       stage, system.name)
 
 # %% ../nbs/51_iteration_time.ipynb
-def paper_predictions(cfg: Config, asm: Assumptions = Assumptions(), system: System | str = MT_NLG_SYSTEM) -> list[dict]:
-    "Predicted vs reported iteration time and TFLOP/s per GPU for the paper's three runs (TP 8 x PP 35, DP 8/10/12)."
+def paper_predictions(cfg: Config, asm: Assumptions = Assumptions(), system: System | str = MT_NLG_SYSTEM,
+                      gpu: GPU | str = "a100-80gb") -> list[dict]:
+    """Predicted vs reported iteration time and TFLOP/s per GPU for the paper's three runs (TP 8 x PP 35, DP 8/10/12)
+    on `gpu`, the paper's A100 (a record at another efficiency: what a fit tries)."""
     rows = []
     for nodes, dp, t_paper, tflops_paper in PAPER_ROWS:
         L = Setup(Layout(8, 35, dp), 1, "full")
-        pr = predict(cfg.model, L, cfg.schedule.global_batch_size, "a100-80gb", cfg.precision, asm, system=system)
+        pr = predict(cfg.model, L, cfg.schedule.global_batch_size, gpu, cfg.precision, asm, system=system)
         rows.append({"nodes": nodes, "gpus": L.gpus, "paper_s": t_paper, "predicted_s": pr.iteration_s,
                      "error": pr.iteration_s / t_paper - 1, "paper_tflops": tflops_paper,
                      "predicted_tflops": pr.hw_tflops, "bubble": bubble_formula(35, pr.micro_batches), "prediction": pr})
@@ -321,3 +329,22 @@ def plot_paper_rows(rows: list[dict]):
     bx.legend(fontsize=8)
     fig.tight_layout(); plt.close(fig)
     return fig
+
+# %% ../nbs/51_iteration_time.ipynb
+def fit_efficiency(gpu: GPU | str, errors: Callable[[GPU], list[float]]) -> float:
+    """The `matmul_efficiency` of `gpu` (to 0.001) that minimises the largest |relative error| of `errors(record)`, the
+    rows' predictions with the record at a trial efficiency. ValueError where the errors do not move with it (the rows
+    are not predicted on that record) or where the best lies at the search's edge (0.10 or 0.99)."""
+    gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
+    worst = lambda e: max(map(abs, errors(replace(gpu, matmul_efficiency=e))))
+    grid = [e / 100 for e in range(10, 100)]
+    coarse_errors = [worst(e) for e in grid]
+    if min(coarse_errors) == max(coarse_errors):
+        raise ValueError(f"the rows' errors do not move with {gpu.name}'s matmul_efficiency (the same {coarse_errors[0]:.1%} "
+                         f"at every value from {grid[0]} to {grid[-1]}): they are not predicted on that record, so "
+                         f"nothing fits it")
+    coarse = grid[coarse_errors.index(min(coarse_errors))]     # the worst error falls, then rises: refine around
+    if coarse in (grid[0], grid[-1]):
+        raise ValueError(f"{gpu.name}'s best matmul_efficiency lies at the search's edge ({coarse}): the model cannot "
+                         f"reach these rows' times with an efficiency between {grid[0]} and {grid[-1]}")
+    return min((round(coarse + d / 1000, 3) for d in range(-10, 11)), key=worst)

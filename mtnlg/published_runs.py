@@ -4,15 +4,16 @@
 
 # %% auto 0
 __all__ = ['NARAYANAN', 'JEAN_ZAY', 'KORTHIKANTI', 'KORTHIKANTI_COPY', 'KORTHIKANTI_TABLES', 'KORTHIKANTI_2240', 'PublishedRun',
-           'gpt', 'best_virtual_stages', 'published_runs', 'validate', 'plot_validation', 'fit_matmul_efficiency',
-           'tflops_of', 'korthikanti_runs']
+           'gpt', 'best_virtual_stages', 'published_runs', 'validate', 'plot_validation', 'at_efficiency',
+           'published_errors', 'tflops_of', 'korthikanti_runs']
 
 # %% ../nbs/52_published_runs.ipynb
 from dataclasses import dataclass, replace
+from typing import Callable
 from .config import Config, ModelConfig
 from .topology import Layout
 from .counting import GPU, GPUS, Assumptions, Setup, embedding_weighted_layers, flops_per_iteration, setup_problems
-from .iteration_time import MT_NLG_SYSTEM, SYSTEMS, System, paper_predictions, predict
+from .iteration_time import MT_NLG_SYSTEM, SYSTEMS, System, fit_efficiency, paper_predictions, predict
 
 # %% ../nbs/52_published_runs.ipynb
 @dataclass(frozen=True)
@@ -110,18 +111,21 @@ def plot_validation(mt_rows: list[dict], rows: list[dict], title: str = "one par
     return fig
 
 # %% ../nbs/52_published_runs.ipynb
-def fit_matmul_efficiency(cfg: Config, asm: Assumptions = Assumptions(), paper: bool = True, runs: list | None = None,
-                          paper_system: System | str = MT_NLG_SYSTEM) -> float:
-    """The matmul efficiency (to 0.001) that minimises the largest |relative error| over the paper's rows (iteration
-    time, predicted on `paper_system`; `paper=False` leaves them out) and the published runs `runs` (TFLOP/s; `validate` below)."""
-    def worst(e):
-        a = replace(asm, matmul_efficiency=e)
-        errors = [r["error"] for r in paper_predictions(cfg, a, paper_system)] if paper else []
-        if runs: errors += [r["error"] for r in validate(runs, a)]
-        return max(map(abs, errors))
+def at_efficiency(runs: list[PublishedRun], gpu: GPU) -> list[PublishedRun]:
+    "`runs` with their GPUs at `gpu`'s matmul efficiency, each keeping its own links (Jean Zay's Omni-Path); another chip: refused."
+    other = sorted({r.gpu.name for r in runs if (r.gpu.peak_tflops, r.gpu.hbm_gbps) != (gpu.peak_tflops, gpu.hbm_gbps)})
+    if other: raise ValueError(f"runs on {', '.join(other)} cannot carry {gpu.name}'s matmul efficiency: another chip")
+    return [replace(r, gpu=replace(r.gpu, matmul_efficiency=gpu.matmul_efficiency)) for r in runs]
+
+def published_errors(cfg: Config, paper: bool = True, runs: list | None = None, paper_system: System | str = MT_NLG_SYSTEM,
+                     asm: Assumptions = Assumptions()) -> Callable[[GPU], list[float]]:
+    """`fit_efficiency`'s rows for an A100 record: the relative errors of the paper's rows (iteration time, predicted on
+    `paper_system`; `paper=False` leaves them out) and of the published runs `runs` (TFLOP/s, `validate`), all on it."""
     if not paper and not runs: raise ValueError("nothing to fit: give the paper's rows, published runs, or both")
-    coarse = min((e / 100 for e in range(30, 81)), key=worst)     # the worst error falls, then rises: refine around
-    return min((round(coarse + d / 1000, 3) for d in range(-10, 11)), key=worst)
+    def errors(gpu: GPU) -> list[float]:
+        paper_rows = [r["error"] for r in paper_predictions(cfg, asm, paper_system, gpu)] if paper else []
+        return paper_rows + ([r["error"] for r in validate(at_efficiency(runs, gpu), asm)] if runs else [])
+    return errors
 
 # %% ../nbs/52_published_runs.ipynb
 KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models (arXiv 2205.05198)"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from mtnlg.config import load_config, count_parameters, narayanan_flops, stage_params_per_rank
 from mtnlg.topology import Layout
-from mtnlg.counting import Assumptions, GiB, Setup, PAPER_ROWS, flops_per_iteration, memory_per_gpu, stage_memory
+from mtnlg.counting import GPUS, Assumptions, GiB, Setup, PAPER_ROWS, flops_per_iteration, memory_per_gpu, stage_memory
 from mtnlg.iteration_time import paper_predictions, predict
 from mtnlg.planner import plan
 
@@ -30,7 +30,8 @@ def test_three_paper_rows_within_3_percent_with_one_parameter_set():
     # the trend is the paper's: each added replica costs per-GPU throughput
     assert rows[0]["predicted_tflops"] > rows[1]["predicted_tflops"] > rows[2]["predicted_tflops"]
     # and the fit is not slack: 10% less efficiency breaks it
-    worse = paper_predictions(CFG, replace(Assumptions(), matmul_efficiency=0.9 * Assumptions().matmul_efficiency))
+    a100 = GPUS["a100-80gb"]
+    worse = paper_predictions(CFG, gpu=replace(a100, matmul_efficiency=0.9 * a100.matmul_efficiency))
     assert max(r["error"] for r in worse) > 0.05
 
 def test_per_gpu_parameters_add_up_to_count_parameters():
@@ -234,7 +235,7 @@ def test_traits_change_what_they_name():
 
 def test_published_runs_with_the_mtnlg_parameters():
     rows = {r["run"]: r for r in validate()}
-    assert len(rows) == 17 and Assumptions().matmul_efficiency == 0.616      # one fitted number, MT-NLG's
+    assert len(rows) == 17 and GPUS["a100-80gb"].matmul_efficiency == 0.616      # one fitted number, MT-NLG's
     for name in ("GPT 39.1B, 512 GPUs", "GPT 76.1B, 1024 GPUs", "GPT 145.6B, 1536 GPUs", "GPT 174.6B, 1536 GPUs (PTD-P)"):
         assert abs(rows[name]["error"]) <= 0.10, (name, rows[name]["error"])
     # the rest are reported as they are: every other system ran faster than MT-NLG's number gives it
@@ -244,24 +245,25 @@ def test_published_runs_with_the_mtnlg_parameters():
     assert rows["BLOOM-176B, 384 GPUs"]["prediction"].layout.layers_per_stage == (5,) + (6,) * 10 + (5,)
 
 def test_one_number_carries_the_other_runs_and_korthikanti_but_not_mtnlg():
-    from mtnlg.published_runs import fit_matmul_efficiency, published_runs, korthikanti_runs
-    others = published_runs()
-    e = fit_matmul_efficiency(CFG, paper=False, runs=others)
-    a = replace(Assumptions(), matmul_efficiency=e)
-    assert 0.70 < e < 0.76
-    assert all(abs(r["error"]) <= 0.10 for r in validate(others, a))
-    assert all(abs(r["error"]) <= 0.10 for r in validate(korthikanti_runs(), a))     # the 22B included
-    mt = paper_predictions(CFG, a)                                           # rows that number never saw
+    from mtnlg.published_runs import published_errors, at_efficiency, published_runs, korthikanti_runs
+    from mtnlg.iteration_time import fit_efficiency
+    a100, others = GPUS["a100-80gb"], published_runs()
+    e = fit_efficiency(a100, published_errors(CFG, paper=False, runs=others))
+    a = replace(a100, matmul_efficiency=e)
+    assert e == 0.733
+    assert all(abs(r["error"]) <= 0.10 for r in validate(at_efficiency(others, a)))
+    assert all(abs(r["error"]) <= 0.10 for r in validate(at_efficiency(korthikanti_runs(), a)))     # the 22B included
+    mt = paper_predictions(CFG, gpu=a)                                       # rows that number never saw
     assert all(0.10 < r["predicted_tflops"] / r["paper_tflops"] - 1 < 0.20 for r in mt)   # MT-NLG's run: 12-17% slower
-    assert fit_matmul_efficiency(CFG) == Assumptions().matmul_efficiency      # the coarse-to-fine search finds 0.616 again
+    assert fit_efficiency(a100, published_errors(CFG)) == a100.matmul_efficiency   # the coarse-to-fine search finds 0.616 again
     # not MT-NLG's accumulation alone: even the most any fp32 accumulation moves (26 bytes) leaves a row outside
     heavy = replace(SYSTEMS["deepspeed-2022"], grad_accum_bytes=26)
-    e26 = fit_matmul_efficiency(CFG, runs=others, paper_system=heavy)
-    a26 = replace(Assumptions(), matmul_efficiency=e26)
-    tflops_errors = [r["error"] for r in validate(others, a26)] + \
-                    [r["predicted_tflops"] / r["paper_tflops"] - 1 for r in paper_predictions(CFG, a26, heavy)]
+    a26 = replace(a100, matmul_efficiency=fit_efficiency(a100, published_errors(CFG, runs=others, paper_system=heavy)))
+    tflops_errors = [r["error"] for r in validate(at_efficiency(others, a26))] + \
+                    [r["predicted_tflops"] / r["paper_tflops"] - 1 for r in paper_predictions(CFG, system=heavy, gpu=a26)]
     assert max(map(abs, tflops_errors)) > 0.10                               # MT-NLG at 3360 GPUs: +10.4%
-    with pytest.raises(ValueError, match="nothing to fit"): fit_matmul_efficiency(CFG, paper=False)
+    with pytest.raises(ValueError, match="nothing to fit"): published_errors(CFG, paper=False)
+    with pytest.raises(ValueError, match="cannot carry H100 SXM's matmul efficiency"): at_efficiency(others, GPUS["h100"])
 
 def test_memory_bound_traffic_is_the_ops_bytes_forward_backward_and_replayed():
     from mtnlg.iteration_time import layer_traffic, ATTENTION_CORE
@@ -308,7 +310,7 @@ def test_cli_plan_megatron_interleaves():
     assert first[1:3] == ["8", "35"] and first[6] == "3" and "Megatron-LM" in r.stdout.splitlines()[0]
 
 # --- issue 37: sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198) ---
-from mtnlg.published_runs import KORTHIKANTI_TABLES, gpt, korthikanti_runs
+from mtnlg.published_runs import KORTHIKANTI_TABLES, at_efficiency, gpt, korthikanti_runs
 from mtnlg.counting import GPUS, layer_activation_bytes, stored_activation_bytes, utilization
 from mtnlg.iteration_time import layer_ops
 from mtnlg.planner import sequence_parallel_gain
@@ -360,14 +362,16 @@ def test_sequence_parallel_trait_changes_what_it_names():
     assert meg[True].breakdown["tp comm"] == pytest.approx(plain.breakdown["tp comm"] * 3 / 4)
     assert meg[False].breakdown["grad accum"] == 0                                 # fused into the weight-gradient GEMM
 
-def _other_runs_parameters():
-    from mtnlg.published_runs import fit_matmul_efficiency
-    return replace(Assumptions(), matmul_efficiency=fit_matmul_efficiency(CFG, paper=False, runs=published_runs()))
+def _other_runs_gpu():
+    "The A100 at the efficiency fitted to the seventeen other runs (0.733)."
+    from mtnlg.published_runs import published_errors
+    from mtnlg.iteration_time import fit_efficiency
+    return replace(GPUS["a100-80gb"], matmul_efficiency=fit_efficiency("a100-80gb", published_errors(CFG, paper=False, runs=published_runs())))
 
 def test_korthikanti_rows_with_the_other_runs_parameters():
     runs = korthikanti_runs()
     assert len(runs) == 10 and all(r.system == "megatron-lm-2022" and r.verified for r in runs)
-    rows = {r["run"]: r for r in validate(runs, _other_runs_parameters())}
+    rows = {r["run"]: r for r in validate(at_efficiency(runs, _other_runs_gpu()))}
     for k in rows: assert abs(rows[k]["error"]) <= 0.10, (k, rows[k]["error"])      # all ten, the 22B included
     # the 1T's v is not in the paper (§6 gives 3 for the 175B and 530B only): the rule of the twenty rows picks it
     assert [r.given_virtual_stages for r in runs[6:8]] == [False, False] and all(r.given_virtual_stages for r in runs[2:6] + runs[8:])
@@ -408,13 +412,14 @@ def test_hopper_efficiency_is_the_one_h200_measured():
     (gpt-1.3b through `mtnlg train`, our engine); the A100 keeps the fit to the paper's rows."""
     import json
     from mtnlg.counting import GPUS
-    from mtnlg.calibration import fit_gpu_efficiency
+    from mtnlg.calibration import measured_errors
+    from mtnlg.iteration_time import fit_efficiency
     g = json.loads((ROOT / "bench/results/gpu-2026-11-26-nvidia-h200.json").read_text())
     d = next(r for r in g["rows"] if r["name"] == "default")
     seconds = g["global_batch"] * g["seq"] / d["tokens_per_s"]["median"]
     setup = Setup(Layout(1, 1, 1), d["micro_batch"], "none")
-    e = fit_gpu_efficiency(load_config(ROOT / g["config"]).model, setup, g["global_batch"], "h200", seconds)
-    assert e == GPUS["h100"].matmul_efficiency == GPUS["h200"].matmul_efficiency
-    assert GPUS["a100-80gb"].matmul_efficiency is None
+    e = fit_efficiency("h200", measured_errors([(load_config(ROOT / g["config"]).model, setup, g["global_batch"], seconds)]))
+    assert e == GPUS["h100"].matmul_efficiency == GPUS["h200"].matmul_efficiency == 0.54
+    assert GPUS["a100-80gb"].matmul_efficiency == 0.616
     step = predict(load_config(ROOT / g["config"]).model, setup, g["global_batch"], "h200", gpus_per_node=1).iteration_s
     assert step == pytest.approx(seconds, rel=0.005)
