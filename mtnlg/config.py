@@ -9,7 +9,7 @@ __all__ = ['ATTENTION_BACKENDS', 'ModelConfig', 'ParallelConfig', 'OptimizerConf
            'stage_params_per_rank', 'reduce_bucket_elements']
 
 # %% ../nbs/00_config.ipynb
-import dataclasses, difflib, math, os, re, types, typing
+import dataclasses, difflib, importlib.util, math, os, re, types, typing
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 import yaml
@@ -34,6 +34,7 @@ class ModelConfig:
     tp_layers: str = "megatron"          # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
     recompute: str = "none"              # activation recomputation in backward: none | selective (attention core) | full (whole layer)
     kernels: str = "reference"           # fused kernels (chapter 20): reference (plain PyTorch) | triton | compile (torch.compile)
+                                         # | liger (liger-kernel's LayerNorm and fused linear cross-entropy: optional, a GPU)
     loss_chunk: int = 0                  # 0: the paper's output layer, its logits kept for backward; N: chapter 20's linear
                                          # cross-entropy, N tokens' logits at a time (Triton with kernels=triton, else PyTorch)
     attention_backend: str = "auto"      # SDPA's kernel: auto (PyTorch's pick) | flash | cudnn | efficient | math
@@ -76,6 +77,7 @@ class OptimizerConfig:
     adam_eps: float = 1e-8
     weight_decay: float = 0.1
     clip_grad: float = 1.0
+    fused: bool = False      # torch's fused AdamW (`fused=True`: one kernel over all parameters; CUDA and CPU): the same update
 
 @dataclass
 class ScheduleConfig:
@@ -238,8 +240,14 @@ def _validate(c: Config):
         raise ConfigError(f"`model.tp_layers` must be megatron or scratch, got {m.tp_layers!r}")
     if m.recompute not in ("none", "selective", "full"):
         raise ConfigError(f"`model.recompute` must be none, selective or full, got {m.recompute!r}")
-    if m.kernels not in ("reference", "triton", "compile"):
-        raise ConfigError(f"`model.kernels` must be reference, triton or compile, got {m.kernels!r}")
+    if m.kernels not in ("reference", "triton", "compile", "liger"):
+        raise ConfigError(f"`model.kernels` must be reference, triton, compile or liger, got {m.kernels!r}")
+    if m.kernels == "liger" and importlib.util.find_spec("liger_kernel") is None:
+        raise ConfigError("`model.kernels`=liger needs liger-kernel (pip install liger-kernel: optional, a CUDA package, "
+                          "not in the requirements); choose reference, triton or compile without it")
+    if m.kernels == "liger" and m.loss_chunk and p.tensor_parallel > 1:
+        raise ConfigError(f"`model.kernels`=liger with `model.loss_chunk`: liger's fused linear cross-entropy has no "
+                          f"tensor-parallel form; use TP 1 (got {p.tensor_parallel}) or kernels=triton")
     if m.attention_backend not in ATTENTION_BACKENDS:
         raise ConfigError(f"`model.attention_backend` must be one of {', '.join(ATTENTION_BACKENDS)}, got {m.attention_backend!r}")
     if p.partition not in ("uniform", "balanced"):

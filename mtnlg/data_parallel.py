@@ -84,9 +84,12 @@ def param_groups(model, weight_decay: float) -> list[dict]:
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:
-    "The paper's AdamW (β = (0.9, 0.95), ε, weight decay 0.1 from the config) over `model`'s trainable parameters."
+    """The paper's AdamW (β = (0.9, 0.95), ε, weight decay 0.1 from the config) over `model`'s trainable parameters;
+    `optimizer.fused`: torch's fused implementation of the same update (a speed lever, bench/gpu.py's `fused_adamw` row)."""
     o = cfg.optimizer
-    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps)
+    fused = {"fused": True} if o.fused else {}        # unset, torch picks its default (foreach on a GPU): unchanged runs
+    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
+                             **fused)
 
 # %% ../nbs/13_data_parallel_zero.ipynb
 def optimizer_bytes(num_params: int, data_parallel: int = 1, zero_stage1: bool = True, bytes_per_param: int = 12) -> float:

@@ -249,7 +249,7 @@ def chunked_token_losses(hidden, embedding_weight, labels, cfg: ModelConfig, seq
         x = tp_layers(cfg.tp_layers).gather_from_sequence(hidden).transpose(0, 1)
     else: x = tp_layers(cfg.tp_layers).copy_to_tp(hidden)    # backward: sum every rank's share of the hidden gradient
     losses = kernels.linear_cross_entropy(x.flatten(0, 1), embedding_weight, labels.flatten(), cfg.loss_chunk, group,
-                                          "triton" if cfg.kernels == "triton" else "torch")
+                                          cfg.kernels if cfg.kernels in ("triton", "liger") else "torch")
     return losses.view(labels.shape)
 
 # %% ../nbs/01_model.ipynb

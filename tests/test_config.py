@@ -45,7 +45,7 @@ INVALID = {
         ["whole steps of `batch_size_rampup_increment`=48"]),
     "min_lr above lr": (TINY, {"optimizer.min_lr": 1.0}, ["`optimizer.min_lr`=1.0 is above `optimizer.lr`"]),
     "unknown precision": (TINY, {"precision": "fp8"}, ["`precision` must be fp32 or bf16, got 'fp8'"]),
-    "unknown kernels": (TINY, {"model.kernels": "cuda"}, ["`model.kernels` must be reference, triton or compile, got 'cuda'"]),
+    "unknown kernels": (TINY, {"model.kernels": "cuda"}, ["`model.kernels` must be reference, triton, compile or liger, got 'cuda'"]),
     "negative loss chunk": (TINY, {"model.loss_chunk": -16}, ["`model.loss_chunk` must be >= 0, got -16"]),
     "list expected": (TINY, {"data.train_files": "a.jsonl"}, ["`data.train_files` must be a list"]),
     "sequence not divisible for sequence parallelism": (TINY, {"parallel.tensor_parallel": 4, "parallel.sequence_parallel": True,

@@ -276,7 +276,7 @@ def test_chunked_cross_entropy_never_holds_the_logits():
 
 def test_chunked_cross_entropy_rejects_bad_input():
     h, w, y = K.kernel_inputs("linear_cross_entropy", (5, 4, 10))
-    with pytest.raises(ValueError, match="kernel must be 'triton' or 'torch', got 'cuda'"): K.linear_cross_entropy(h, w, y, kernel="cuda")
+    with pytest.raises(ValueError, match="kernel must be 'triton', 'torch' or 'liger', got 'cuda'"): K.linear_cross_entropy(h, w, y, kernel="cuda")
     with pytest.raises(ValueError, match=r"h must be \[tokens, hidden\] and labels \[tokens\], got \(5, 4\) and \(4,\)"):
         K.linear_cross_entropy(h, w, y[:4], kernel="torch")
     with pytest.raises(ValueError, match="chunk must be >= 1, got 0"): K.linear_cross_entropy(h, w, y, 0, kernel="torch")
