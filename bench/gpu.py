@@ -14,6 +14,9 @@ allocated and reserved memory per step):
   - hf-eager / hf-compile: Hugging Face `GPT2LMHeadModel` at the same shape (layers, hidden, heads, positions, the
     padded vocabulary), SDPA attention, dropout 0.1, fp32 weights (the masters) under bf16 autocast, the same AdamW and
     clipping, the same tokens per step, eager and under `torch.compile` (model and loss);
+  - fused (issue 54): `--set optimizer.fused=true` (torch's fused AdamW), `--set model.kernels=liger model.loss_chunk=4096`
+    (liger-kernel's LayerNorm and fused linear cross-entropy; optional, skipped where it is not installed) and both: the
+    device commands, each under 9 minutes, are in bench/GPU_PLAN.md;
   - determinism: gpt-125m with `deterministic: true`, two identical runs and one killed with `kill -9` inside a save and
     resumed with `--resume auto`, compared bit for bit (every tensor of the last checkpoint — weights, fp32 masters, Adam
     moments — every random stream, and the per-step losses); then the same two runs without the switch.
@@ -90,6 +93,13 @@ def plan(config: str, device: str, cfg) -> list[Row]:
              Row("compile_blocks+cudnn", "levers", "compile_blocks and SDPA's cudnn kernel", {"model.compile_blocks": "true", "model.attention_backend": "cudnn"}),
              Row("loss_chunk=4096", "levers", "--set model.loss_chunk=4096: the linear cross-entropy, 4096 tokens' logits at a time", {"model.loss_chunk": 4096}),
              Row("micro=4", "levers", "--set schedule.micro_batch_size=4", {"schedule.micro_batch_size": 4})]
+    # issue 54's levers from maintained libraries, each against the default and, for liger's loss, against our own chunked
+    # loss (loss_chunk=4096 above): torch's fused AdamW, liger-kernel's LayerNorm and fused linear cross-entropy
+    rows += [Row("fused_adamw", "fused", "--set optimizer.fused=true: torch's fused AdamW (one kernel over all parameters)",
+                 {"optimizer.fused": "true"}),
+             Row("liger", "fused", "--set model.kernels=liger model.loss_chunk=4096: liger-kernel's LayerNorm and fused "
+                 "linear cross-entropy (against loss_chunk=4096, our chunked loss)", {"model.kernels": "liger", "model.loss_chunk": 4096}),
+             Row("liger+fused_adamw", "fused", "both", {"model.kernels": "liger", "model.loss_chunk": 4096, "optimizer.fused": "true"})]
     rows.append(Row("profile", "profile", "the default's step under torch.profiler: GPU time by kernel kind, idle time", profile=True))
     rows.append(Row("profile:compile_blocks", "compiled-profile", "the same with model.compile_blocks=true: what the compiled layers fuse",
                     {"model.compile_blocks": "true"}, profile=True))
@@ -106,11 +116,17 @@ def plan(config: str, device: str, cfg) -> list[Row]:
         if r.group == "backend" and r.flags[1] == auto: r.alias = "default"
         if r.group == "kernels" and r.sets["model.kernels"] == cfg.model.kernels: r.alias = "default"
         if r.group == "recompute" and r.sets["model.recompute"] == cfg.model.recompute: r.alias = "default"
-        if r.group == "levers" and all(str(getattr(cfg.model if k.startswith("model.") else cfg.schedule, k.split(".")[1])).lower() == str(v)
-                                       for k, v in r.sets.items()): r.alias = "default"
+        if r.group in ("levers", "fused") and all(str(getattr(getattr(cfg, k.split(".")[0]), k.split(".")[1])).lower() == str(v)
+                                                  for k, v in r.sets.items()): r.alias = "default"
         if r.group == "deterministic" and cfg.deterministic: r.alias = "default"
+    import importlib.util
+    for r in rows:
+        if r.sets.get("model.kernels") == "liger" and importlib.util.find_spec("liger_kernel") is None:
+            r.skip = "liger-kernel is not installed (optional, a CUDA package: carry its wheel, bench/GPU_PLAN.md)"
     if device == "cpu":
         for r in rows:
+            if r.sets.get("model.kernels") == "liger":
+                r.skip = "liger-kernel's Triton kernels need a GPU (its loss runs in Triton's interpreter on a CPU: tests/test_levers.py)"
             if r.name == "kernels=triton":
                 r.skip = "Triton kernels need a GPU (a CPU runs them only in Triton's interpreter, ~1000x slower: bench/kernels.py checks them there)"
             if r.name in ("kernels=compile", "hf-compile") or "compile_blocks" in r.name:
@@ -590,7 +606,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the results JSON here instead (any path)")
     ap.add_argument("--only", help="comma-separated rows or groups, run in this order: default, engine, single, backend, kernels, "
                                    "kernels=compile, recompute, recompute=full, deterministic, levers, attention=cudnn, compile_blocks, "
-                                   "profile, memory, hf, hf-eager, hf-compile, determinism")
+                                   "fused, fused_adamw, liger, liger+fused_adamw, profile, memory, hf, hf-eager, hf-compile, determinism")
     ap.add_argument("--steps", type=int, default=WARMUP + MIN_RUNS, help=f"training steps per run (>= {WARMUP + MIN_RUNS}: "
                     f"{WARMUP} of warm-up, then at least {MIN_RUNS} measured)")
     ap.add_argument("--det-steps", type=int, default=8, help="steps of each determinism run (a checkpoint halfway)")

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
     before = sorted((ROOT / "bench" / "results").iterdir())
-    r = subprocess.run([sys.executable, "bench/gpu.py", "--dry-run", "--only", "default,engine,single,kernels=triton,hf-eager,profile,determinism",
+    r = subprocess.run([sys.executable, "bench/gpu.py", "--dry-run", "--only", "default,engine,single,kernels=triton,hf-eager,profile,fused_adamw,liger,determinism",
                         "--det-steps", "4", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted((ROOT / "bench" / "results").iterdir()) == before          # only --save writes bench/results
@@ -22,10 +22,10 @@ def dry_run(tmp_path_factory):
 def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
     d, stdout = dry_run
     rows = {r["name"]: r for r in d["rows"]}
-    assert list(rows) == ["default", "engine", "single", "kernels=triton", "hf-eager", "profile"]
+    assert list(rows) == ["default", "engine", "single", "kernels=triton", "hf-eager", "profile", "fused_adamw", "liger"]
     assert d["dry_run"] and d["device"] == "cpu" and d["config"] == "scaled_configs/tiny.yaml" and d["steps"] == 7
     assert "shared" in d["hardware"]["shared_machine"] and d["hardware"]["torch"] == torch.__version__
-    for name in ("default", "engine", "single", "hf-eager"):
+    for name in ("default", "engine", "single", "hf-eager", "fused_adamw"):
         r = rows[name]
         t = r["tokens_per_s"]
         assert t["runs"] == 5 and 0 < t["min"] <= t["median"] <= t["max"], name           # steps 3-7 of 7
@@ -42,6 +42,11 @@ def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
     assert rows["hf-eager"]["parameters"] == rows["default"]["parameters"] == rows["engine"]["parameters"]   # the same shape
     assert "Hugging Face" in rows["hf-eager"]["what"] and rows["hf-eager"]["command"].startswith("python bench/gpu.py --hf-worker")
     assert "Triton" in rows["kernels=triton"]["skipped"] and "tokens_per_s" not in rows["kernels=triton"]
+    # issue 54's levers: torch's fused AdamW takes the default's steps (its losses within fp32 rounding); liger needs a GPU
+    f = rows["fused_adamw"]
+    assert f["overrides"]["optimizer.fused"] == "true" and "--set optimizer.fused=true" in f["command"]
+    assert f["losses"] == pytest.approx(rows["default"]["losses"], abs=1e-4)
+    assert "need a GPU" in rows["liger"]["skipped"] and "tokens_per_s" not in rows["liger"]
     for name in rows: assert f"] {name}:" in stdout                                   # one progress line per measurement
     assert "x default" in stdout and "total" in stdout
     prof = rows["profile"]["profile"]                                                 # one more step, under torch.profiler

@@ -63,3 +63,42 @@ print((ours - lig).abs().max().item(), *[(x - z).abs().max().item() for x, z in 
     assert r.returncode == 0, r.stderr[-2000:]
     loss_err, dh_err, dw_err = map(float, r.stdout.split())
     assert loss_err <= 1e-6 and dh_err <= 1e-5 and dw_err <= 1e-5, r.stdout      # seen: 0.0, 1.4e-6, 1.2e-6
+
+CUDA = torch.cuda.is_available()
+
+@pytest.mark.skipif(not CUDA, reason="the GPU half of the check: bench/GPU_PLAN.md runs it on the device first")
+def test_fused_adamw_takes_the_default_steps_on_the_gpu():
+    cfg = load_config(TINY)
+    def steps(fused):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).cuda()
+        opt = make_optimizer(m, replace(cfg, optimizer=replace(cfg.optimizer, fused=fused)))
+        for step in range(5):
+            x = torch.randn(64, 256, generator=torch.Generator().manual_seed(step)).cuda()
+            m(x).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+        return [p.detach().cpu() for p in m.parameters()]
+    for a, b in zip(steps(False), steps(True)): torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+
+@pytest.mark.skipif(not (CUDA and HAVE_LIGER), reason="liger-kernel on a GPU: bench/GPU_PLAN.md runs it on the device first")
+def test_liger_equals_ours_on_the_gpu():
+    "liger's LayerNorm against the model's (nn.LayerNorm), its fused linear cross-entropy against our chunked loss, fp32 and bf16."
+    from mtnlg.model import LayerNorm
+    torch.manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        ours_ln, liger_ln = LayerNorm(512, 1e-5).cuda().to(dtype), LayerNorm(512, 1e-5, "liger").cuda().to(dtype)
+        with torch.no_grad(): ours_ln.weight.normal_(); ours_ln.bias.normal_()
+        liger_ln.load_state_dict(ours_ln.state_dict())
+        x = torch.randn(4, 256, 512, device="cuda", dtype=dtype, requires_grad=True)
+        a, b = ours_ln(x), liger_ln(x)
+        torch.testing.assert_close(b, a, rtol=tol, atol=tol)
+        g = torch.randn_like(a)
+        for u, v in zip(torch.autograd.grad(a, (x, ours_ln.weight), g), torch.autograd.grad(b, (x, liger_ln.weight), g)):
+            torch.testing.assert_close(v, u, rtol=tol, atol=tol * 50)      # the weight's gradient: a sum over 1024 rows
+        h = torch.randn(1024, 512, device="cuda", dtype=dtype, requires_grad=True)
+        w = (torch.randn(50304, 512, device="cuda") * 0.02).to(dtype).requires_grad_()
+        y = torch.randint(0, 50257, (1024,), device="cuda")
+        ours, lig = K.linear_cross_entropy(h, w, y, 256, kernel="torch"), K.linear_cross_entropy(h, w, y, kernel="liger")
+        torch.testing.assert_close(lig.float(), ours.float(), rtol=tol, atol=tol)
+        g = torch.rand(1024, device="cuda")
+        for u, v in zip(torch.autograd.grad(ours, (h, w), g), torch.autograd.grad(lig, (h, w), g)):
+            torch.testing.assert_close(v.float(), u.float(), rtol=tol, atol=tol)
