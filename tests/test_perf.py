@@ -423,3 +423,20 @@ def test_hopper_efficiency_is_the_one_h200_measured():
     assert GPUS["a100-80gb"].matmul_efficiency == 0.616
     step = predict(load_config(ROOT / g["config"]).model, setup, g["global_batch"], "h200", gpus_per_node=1).iteration_s
     assert step == pytest.approx(seconds, rel=0.005)
+
+def test_one_fitter_refuses_a_fit_that_cannot_move_an_error():
+    """Issue 54: the fitted number has one home per system (`GPU.matmul_efficiency`), one reader and one fitter. Rows that
+    are not predicted on the record handed to the fitter (an A100 fit over rows run on an H200, the old flat objective)
+    are refused, as is a best value at the search's edge, instead of returning a bound."""
+    from mtnlg.counting import matmul_efficiency_of
+    from mtnlg.iteration_time import fit_efficiency
+    assert not hasattr(Assumptions(), "matmul_efficiency")
+    assert [matmul_efficiency_of(g) for g in ("a100-80gb", "h100", "h200")] == [0.616, 0.54, 0.54]
+    with pytest.raises(ValueError, match="B200 has no fitted matmul_efficiency"):
+        matmul_efficiency_of(replace(GPUS["h100"], name="B200", matmul_efficiency=None))
+    on_h200 = lambda g: [r["error"] for r in paper_predictions(CFG, gpu=GPUS["h200"])]       # ignores the record it is handed
+    with pytest.raises(ValueError, match=r"do not move with A100 80GB's matmul_efficiency \(the same .* at every value"):
+        fit_efficiency("a100-80gb", on_h200)
+    with pytest.raises(ValueError, match=r"lies at the search's edge \(0.99\)"):
+        fit_efficiency("a100-80gb", lambda g: [paper_predictions(CFG, gpu=g)[0]["error"] + 1])
+    assert fit_efficiency("a100-80gb", lambda g: [r["error"] for r in paper_predictions(CFG, gpu=g)]) == 0.616
