@@ -300,15 +300,15 @@ def _sample_chunks(shard_items: list, cap: int, word_chunks) -> list[tuple[str, 
     return out
 
 def _extracted_items(path, fold: int, folds: int):
-    "`(id, text)` of an extract-stage shard's documents outside fold `fold`."
-    from mtnlg.quality import outside_fold
-    yield from outside_fold(((d["id"], d["text"]) for d in iter_docs(path)), fold, folds)
+    "`(fold key, text)` of an extract-stage shard's documents outside fold `fold`."
+    from mtnlg.quality import outside_fold, fold_key
+    yield from outside_fold(((fold_key(d), d["text"]) for d in iter_docs(path)), fold, folds)
 
 def _raw_items(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: int, folds: int):
-    """`(id, raw text)` of an input shard's records outside fold `fold` — whole page text for HTML — named as the extract
-    stage names their documents, so a page's raw text and its extracted text fall in the same fold."""
-    from mtnlg.quality import raw_page_text, outside_fold
-    records = ((f"{dataset}/{shard_stem(src)}:{loc}", obj.get(key))
+    """`(fold key, raw text)` of an input shard's records outside fold `fold` — whole page text for HTML — keyed as the
+    extract stage's documents are (URL, else id), so a page's raw text and its extracted text fall in the same fold."""
+    from mtnlg.quality import raw_page_text, outside_fold, fold_key
+    records = ((fold_key({"id": f"{dataset}/{shard_stem(src)}:{loc}", "url": obj.get("url")}), obj.get(key))
                for loc, obj in iter_documents(src, ReadReport(), reader, key, max_bytes, keep_truncated))
     for i, raw in outside_fold(records, fold, folds):     # by id first: a page of the held-out fold is never parsed
         if isinstance(raw, str): yield i, raw_page_text(raw) if fmt == "html" else raw
@@ -316,7 +316,7 @@ def _raw_items(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: 
 def task_train_quality(path, fold, folds, positives, negatives, max_chunks, seed):
     """One fold's quality classifier, on a worker: chunks of the positive datasets' extracted documents against the negative
     datasets' raw input, sampled as `_sample_chunks` says, none from fold `fold`'s documents. Writes the model and, beside it
-    (`.json`), the ids of the documents it trained on. `positives`: extract-stage files; `negatives`: `_raw_items` arguments."""
+    (`.json`), the fold keys (URLs, else ids) of the documents it trained on. `positives`: extract-stage files; `negatives`: `_raw_items` arguments."""
     from mtnlg.quality import QualityClassifier, word_chunks
     path, ids_path = Path(path), Path(path).with_suffix(".json")
     if path.is_file() and ids_path.is_file(): return json.loads(ids_path.read_text())["chunks"]
@@ -334,7 +334,7 @@ def task_train_quality(path, fold, folds, positives, negatives, max_chunks, seed
     return chunks
 
 def quality_model_paths(out: Path, folds: int) -> list[Path]:
-    return [out / "quality" / "models" / f"fold{k}-of-{folds}.bin" for k in range(folds)]
+    return [out / "quality_models" / f"fold{k}-of-{folds}.bin" for k in range(folds)]
 
 def train_quality_models(c) -> list[Path] | None:
     """The quality classifiers (chapter 31), one per fold, trained as tasks on the executor: extracted text of the positive

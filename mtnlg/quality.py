@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['raw_page_text', 'boilerplate_text', 'word_chunks', 'QualityClassifier', 'pareto_keep', 'keep_probability',
-           'shard_rng', 'StreamingSum', 'quality_shard', 'fold_of', 'outside_fold', 'CrossFitted']
+           'shard_rng', 'StreamingSum', 'quality_shard', 'fold_of', 'fold_key', 'outside_fold', 'CrossFitted']
 
 # %% ../nbs/31_quality.ipynb
 import os, re, tempfile, time
@@ -156,26 +156,32 @@ def fold_of(doc_id: str, folds: int) -> int:
     import hashlib
     return int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8).digest(), "little") % folds
 
+def fold_key(doc: dict) -> str:
+    """What decides a document's fold: its URL when it has one — the same page falls in one fold whatever its container
+    (WARC, JSONL, parquet), shard or crawl — else its id (`dataset/shard:record`)."""
+    url = doc.get("url")
+    return url if isinstance(url, str) and url else doc["id"]
+
 def outside_fold(items, fold: int, folds: int):
     "The `(id, text)` items fold `fold`'s model may train on: those of every other fold (all of them when `folds` is 1: in-sample)."
     return ((i, t) for i, t in items if folds == 1 or fold_of(i, folds) != fold)
 
 class CrossFitted:
-    """`folds` classifiers, model k trained without fold k's documents: `score_docs` scores each document (a dict with `id`
-    and `text`) with the model of its own fold, so no document is scored by a model that trained on it. One model: in-sample."""
+    """`folds` classifiers, model k trained without fold k's documents: `score_docs` scores each document (a dict with `id`,
+    `text` and maybe `url`) with the model of its own fold, so no document is scored by a model that trained on it. One model: in-sample."""
     def __init__(self, models, trained_on=None):
-        self.models, self.trained_on = list(models), trained_on    # trained_on[k]: the ids model k trained on (when known)
+        self.models, self.trained_on = list(models), trained_on    # trained_on[k]: the fold keys model k trained on (when known)
     @property
     def folds(self) -> int: return len(self.models)
     def score_docs(self, docs) -> np.ndarray:
-        fold = np.array([fold_of(d["id"], self.folds) for d in docs], int)
+        fold = np.array([fold_of(fold_key(d), self.folds) for d in docs], int)
         out = np.zeros(len(docs))
         for k, m in enumerate(self.models):
             if len(at := np.flatnonzero(fold == k)): out[at] = m.score([docs[i]["text"] for i in at])
         return out
     @classmethod
     def train(cls, positives, negatives, folds: int = 5, seed: int = 0, chunks=word_chunks) -> "CrossFitted":
-        "`positives`, `negatives`: lists of `(document id, text)`; model k trains on the chunks of the documents outside fold k."
+        "`positives`, `negatives`: lists of `(fold key, text)`; model k trains on the chunks of the documents outside fold k."
         models, trained_on = [], []
         for k in range(folds):
             pos, neg = list(outside_fold(positives, k, folds)), list(outside_fold(negatives, k, folds))
