@@ -350,7 +350,8 @@ def train_quality_models(c) -> list[Path] | None:
                    "train quality models")
     how = "in-sample: documents are scored by the model that trained on them" if q.folds == 1 else \
           "cross-fitted: each document scored by the model trained without its fold"
-    c.log(f"quality classifier: {q.folds} model(s) of {chunks[0]['positive']} curated / {chunks[0]['negative']} raw-crawl chunks ({how})")
+    span = lambda k: f"{min(n[k] for n in chunks)}" + (f"-{max(n[k] for n in chunks)}" if len({n[k] for n in chunks}) > 1 else "")
+    c.log(f"quality classifier: {q.folds} model(s) of {span('positive')} curated / {span('negative')} raw-crawl chunks ({how})")
     return paths
 
 def train_tokenizer(cfg: CurateConfig, files, out: Path) -> Path:
