@@ -325,7 +325,8 @@ def task_train_quality(path, fold, folds, positives, negatives, max_chunks, seed
     neg = _sample_chunks([_raw_items(*n, fold, folds) for n in negatives], SAMPLE_FACTOR * max_chunks, word_chunks)
     pos = [pos[i] for i in rng.permutation(len(pos))[:max_chunks]]; neg = [neg[i] for i in rng.permutation(len(neg))[:max_chunks]]
     if not pos or not neg: raise ValueError(f"quality classifier (fold {fold} of {folds}): {len(pos)} positive and {len(neg)} negative "
-                                            "chunks; check quality.positive_datasets / negative_datasets have text")
+                                            "chunks; check quality.positive_datasets / negative_datasets have text (each fold's model "
+                                            "leaves its fold out: with a handful of documents, use fewer quality.folds)")
     QualityClassifier.train([c for _, c in pos], [c for _, c in neg], seed=seed).save(path)
     chunks = {"positive": len(pos), "negative": len(neg)}
     tmp = ids_path.with_name(ids_path.name + ".tmp")
