@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['FIGURE_2', 'TRAIN_TOKENS_530B', 'epochs_from_weights', 'blending_indices', 'epoch_documents', 'blend_order',
-           'blend_documents']
+           'blend_documents', 'blendable_weights']
 
 # %% ../nbs/34_blend.ipynb
 import json, math
@@ -69,3 +69,16 @@ def blend_documents(datasets: dict, weights: dict, total_tokens: float, seed: in
     sizes = {n: (len(texts), sum(tokens_of(t) for t in texts)) for n, texts in datasets.items()}
     names, order, index, report = blend_order(sizes, weights, total_tokens, seed)
     return [datasets[names[d]][k] for d, k in zip(order, index)], report
+
+# %% ../nbs/34_blend.ipynb
+def blendable_weights(weights: dict, has_documents) -> tuple[dict, str | None]:
+    """The positive `weights` of the datasets in `has_documents`, and — when a dataset with a positive weight has no
+    documents — a warning that says where its share of the blend went (normalised weights before -> after)."""
+    asked = {d: w for d, w in weights.items() if w > 0}
+    kept = {d: w for d, w in asked.items() if d in has_documents}
+    if not kept: raise ValueError(f"no dataset with a blend weight > 0 has documents (weights {asked})")
+    gone = [d for d in asked if d not in kept]
+    if not gone: return kept, None
+    before, after = sum(asked.values()), sum(kept.values())
+    return kept, (f"WARNING: blend: {', '.join(f'{d} (weight {asked[d] / before:.2f})' for d in gone)} has no documents; its "
+                  "weight went to the others in proportion: " + ", ".join(f"{d} {w / before:.2f} -> {w / after:.2f}" for d, w in kept.items()))

@@ -4,7 +4,7 @@
 
 # %% auto 0
 __all__ = ['raw_page_text', 'boilerplate_text', 'word_chunks', 'QualityClassifier', 'pareto_keep', 'keep_probability',
-           'shard_rng', 'StreamingSum', 'quality_shard']
+           'shard_rng', 'StreamingSum', 'quality_shard', 'fold_of', 'fold_key', 'outside_fold', 'CrossFitted']
 
 # %% ../nbs/31_quality.ipynb
 import os, re, tempfile, time
@@ -73,6 +73,10 @@ class QualityClassifier:
         if not texts: return np.zeros(0)
         return expit(self._features.transform(texts) @ self.weights + self.bias).clip(0, 1)
 
+    def score_docs(self, docs) -> np.ndarray:
+        "`score` of documents (dicts with `text`): the stage's interface, which `CrossFitted` shares."
+        return self.score([d["text"] for d in docs])
+
     def save(self, path):
         "A small `.npz` (non-zero weights only) at exactly `path`, whatever its suffix."
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -126,16 +130,17 @@ class StreamingSum:
                 except StopIteration as done: self.total = done.value
                 self.block = []
 
-def quality_shard(src, dst, clf: QualityClassifier, filter: bool = True, alpha: float = 9.0, seed: int = 0,
+def quality_shard(src, dst, clf, filter: bool = True, alpha: float = 9.0, seed: int = 0,
                   batch: int | None = None) -> Manifest:
     """Quality stage over one shard, a batch of documents at a time (at most `batch`, default chapter 30's `BATCH_DOCS`):
-    add a `quality` score; if `filter`, keep documents by the Pareto rule."""
+    add a `quality` score; if `filter`, keep documents by the Pareto rule. `clf`: a `QualityClassifier`, or a `CrossFitted`
+    one that scores each document with the model of its fold (below)."""
     t0, src = time.time(), Path(src)
     man, rng = Manifest("quality", src.name, docs_in=count_docs(src)), shard_rng(seed, src.name)
     total = StreamingSum(man.docs_in)
     def scored():
         for docs in iter_batches(src, batch):
-            scores = clf.score([d["text"] for d in docs]); total.add(scores)
+            scores = clf.score_docs(docs); total.add(scores)
             keep = pareto_keep(scores, rng, alpha) if filter else np.ones(len(docs), bool)
             for d, s, k in zip(docs, scores, keep):
                 if k: yield {**d, "quality": round(float(s), 4)}
@@ -144,3 +149,42 @@ def quality_shard(src, dst, clf: QualityClassifier, filter: bool = True, alpha: 
     man.extra = {"mean_score": total.total / man.docs_in if man.docs_in else None}
     man.seconds = time.time() - t0
     return man.check()
+
+# %% ../nbs/31_quality.ipynb
+def fold_of(doc_id: str, folds: int) -> int:
+    "A document's fold, 0 .. folds-1: a stable hash of its id (the same on every machine, run and Python), so no table is kept."
+    import hashlib
+    return int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8).digest(), "little") % folds
+
+def fold_key(doc: dict) -> str:
+    """What decides a document's fold: its URL when it has one — the same page falls in one fold whatever its container
+    (WARC, JSONL, parquet), shard or crawl — else its id (`dataset/shard:record`)."""
+    url = doc.get("url")
+    return url if isinstance(url, str) and url else doc["id"]
+
+def outside_fold(items, fold: int, folds: int):
+    "The `(id, text)` items fold `fold`'s model may train on: those of every other fold (all of them when `folds` is 1: in-sample)."
+    return ((i, t) for i, t in items if folds == 1 or fold_of(i, folds) != fold)
+
+class CrossFitted:
+    """`folds` classifiers, model k trained without fold k's documents: `score_docs` scores each document (a dict with `id`,
+    `text` and maybe `url`) with the model of its own fold, so no document is scored by a model that trained on it. One model: in-sample."""
+    def __init__(self, models, trained_on=None):
+        self.models, self.trained_on = list(models), trained_on    # trained_on[k]: the fold keys model k trained on (when known)
+    @property
+    def folds(self) -> int: return len(self.models)
+    def score_docs(self, docs) -> np.ndarray:
+        fold = np.array([fold_of(fold_key(d), self.folds) for d in docs], int)
+        out = np.zeros(len(docs))
+        for k, m in enumerate(self.models):
+            if len(at := np.flatnonzero(fold == k)): out[at] = m.score([docs[i]["text"] for i in at])
+        return out
+    @classmethod
+    def train(cls, positives, negatives, folds: int = 5, seed: int = 0, chunks=word_chunks) -> "CrossFitted":
+        "`positives`, `negatives`: lists of `(fold key, text)`; model k trains on the chunks of the documents outside fold k."
+        models, trained_on = [], []
+        for k in range(folds):
+            pos, neg = list(outside_fold(positives, k, folds)), list(outside_fold(negatives, k, folds))
+            models.append(QualityClassifier.train([c for _, t in pos for c in chunks(t)], [c for _, t in neg for c in chunks(t)], seed=seed))
+            trained_on.append({i for i, _ in pos + neg})
+        return cls(models, trained_on)

@@ -67,7 +67,7 @@ def comparable(out: Path) -> dict:
 
 def test_same_pages_give_byte_identical_output_in_every_format(runs):
     ref = comparable(runs["warc"])
-    assert {"indexed/crawl.bin", "indexed/crawl.idx", "tokenizer.json", "blend/train.jsonl", "quality_model.bin",
+    assert {"indexed/crawl.bin", "indexed/crawl.idx", "tokenizer.json", "blend/train.jsonl", "quality_models/fold0-of-5.bin",
             "decontaminate/crawl/crawl-000.jsonl"} <= set(ref)
     for fmt in FORMATS:
         got = comparable(runs[fmt])

@@ -256,3 +256,40 @@ def test_blend_token_counts_match_encoding(streaming, tmp_path):
     assert list(_token_counts(docs, [tmp_path / "a", tmp_path / "b"], tok)) == expected and expected.count(0) == 2
     assert [docs.text(i) for i in (0, 10, 11, 21)] == [texts[0], "", texts[10], texts[19]]
     docs.close()
+
+def test_no_document_is_scored_by_a_model_that_trained_on_it(bad_corpus):
+    "Cross-fitting (chapter 31): each document's score is its own fold's model's, and that model never trained on it; the others did."
+    from mtnlg.quality import QualityClassifier, fold_key, fold_of
+    _, out, summary, _ = bad_corpus
+    folds = 5
+    models = [QualityClassifier.load(out / f"quality_models/fold{k}-of-{folds}.bin") for k in range(folds)]
+    trained_on = [set(json.loads((out / f"quality_models/fold{k}-of-{folds}.json").read_text())["trained_on"]) for k in range(folds)]
+    assert all(trained_on)
+    scored = 0
+    for d in ("wikipedia", "webtext", "crawl"):
+        for f in sorted((out / "quality" / d).glob("*.jsonl")):
+            for doc in map(json.loads, open(f)):
+                key = fold_key(doc); k = fold_of(key, folds)
+                assert key not in trained_on[k], key                                       # its own model never saw it
+                assert doc["quality"] == round(float(models[k].score([doc["text"]])[0]), 4)  # and that model scored it
+                if d != "webtext" and len(doc["text"].split()) >= 30:                     # a positive or negative with a chunk:
+                    assert all(key in trained_on[j] for j in range(folds) if j != k), key  # every other model trained on it
+                scored += 1
+    assert scored == summary["stages"]["quality"]["kept"]
+
+def test_a_dataset_that_ends_empty_is_said_loudly(tmp_path, capsys):
+    "The summary and the log say which stage emptied a dataset, and the blend says where its weight went."
+    from mtnlg.curate import load_curate_config, curate, format_summary, _HINTS
+    cfg = load_curate_config(CONFIG, {"quality.alpha": 1000.0})     # P(keep) = (2 - score)^-1000: no crawl page survives
+    s = curate(cfg, tmp_path / "out", "local", 1, progress=False)
+    crawl = s["datasets"]["crawl"]["quality"]
+    assert crawl["kept"] == 0 and crawl["docs_in"] > 0
+    expected = [f"WARNING: dataset 'crawl' ends empty: quality dropped {crawl['docs_in']} of {crawl['docs_in']} "
+                f"({crawl['docs_in']} low quality (Pareto)) [{_HINTS['quality']}]",
+                "WARNING: blend: crawl (weight 0.20) has no documents; its weight went to the others in proportion: "
+                "wikipedia 0.60 -> 0.75, webtext 0.20 -> 0.25"]
+    assert s["warnings"] == expected
+    printed = capsys.readouterr().out
+    assert all(w in printed for w in expected) and all(w in format_summary(s) for w in expected)
+    line = (tmp_path / "out/blend/megatron_data_path.txt").read_text().split()
+    assert [float(w) for w in line[0::2]] == pytest.approx([0.75, 0.25])
