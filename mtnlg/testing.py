@@ -50,8 +50,10 @@ def failed_ranks(torchrun_stderr: str) -> dict[int, int]:
     return {int(r): int(c) for r, c in found}
 
 def rank_failure_report(torchrun_stderr: str, rank_stderrs: list[str], lines: int = 40) -> str:
-    "Each failed rank, its exit code (and signal) and its own last `lines` lines of stderr; every rank's if torchrun named none."
-    failed = failed_ranks(torchrun_stderr) or {r: None for r in range(len(rank_stderrs))}
+    """Each failed rank, its exit code (and signal) and its own last `lines` lines of stderr — not the ranks torchrun
+    stopped (SIGTERM) after the first failed; every rank's if torchrun named none."""
+    failed = failed_ranks(torchrun_stderr)
+    failed = {r: c for r, c in failed.items() if c != -signal.SIGTERM} or failed or {r: None for r in range(len(rank_stderrs))}
     out = []
     for r, code in failed.items():
         how = "" if code is None else f" exit code {code}" + (f" ({signal.Signals(-code).name})" if code < 0 and

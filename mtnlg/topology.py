@@ -415,6 +415,11 @@ def job_failure(errors: list[dict], exit_codes: dict[int, int], exit_times: dict
     else: exit_code, line = code or 1, f"rank {first} exited with code {code} and left no error"
     return exit_code, line + _after(first, err, codes, by_rank, t)
 
+def _short(message: str, width: int = 80) -> str:
+    "An error's gist: without a C++ source location (`[.../pair.cc:553] `), its first sentence, at most `width` characters."
+    m = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ", "", message).split(". ")[0]
+    return m if len(m) <= width else m[:width - 3] + "..."
+
 def _after(first: int, err: dict | None, codes: dict, by_rank: dict, t: dict) -> str:
     "One line: the ranks that failed after `first` (grouped by what they said), not those the launcher stopped."
     why = {}
@@ -422,7 +427,7 @@ def _after(first: int, err: dict | None, codes: dict, by_rank: dict, t: dict) ->
         if r == first or _stopped(r, codes[r], by_rank): continue
         e = by_rank.get(r)
         if err and e and e["message"] == err["message"]: continue      # said the same: the first line says it
-        reason = e["message"][:100] if e else (f"ended by {_signal_name(codes[r])}" if codes[r] < 0 else f"exit code {codes[r]}")
+        reason = _short(e["message"]) if e else (f"ended by {_signal_name(codes[r])}" if codes[r] < 0 else f"exit code {codes[r]}")
         why.setdefault(reason, []).append(r)
     if not why: return ""
     n = sum(map(len, why.values()))
