@@ -400,17 +400,18 @@ def job_failure(errors: list[dict], exit_codes: dict[int, int], exit_times: dict
     `exit_codes`: rank -> exit code, negative for a signal; `exit_times`: rank -> when it exited) — a user error as
     one process prints it, with its rank only where the other ranks did not say the same; a crash with its rank; a
     rank a signal ended with the signal — then, on a second line, the ranks that failed after it (not the ones the
-    launcher stopped). Without exit times, errors come before signals, and torchrun's SIGTERM last."""
+    launcher stopped; not after a user error, which stays one line). Without exit times, errors come before signals,
+    and torchrun's SIGTERM last."""
     by_rank = {e["rank"]: e for e in errors}
     codes = {**{r: e["code"] for r, e in by_rank.items()}, **exit_codes}
     if not codes: return 1, "the job failed and no rank said why"
     t = _failure_times(by_rank, codes, exit_times or {})          # no exit times: the errors, then the signals
     first = min(codes, key=lambda r: (t[r], codes[r] == -signal.SIGTERM and r not in by_rank, r))
     code, err = codes[first], by_rank.get(first)
-    if err and err["code"] == 2:
+    if err and err["code"] == 2:                 # a user error: one line, as one process prints it, and nothing after
         alone = any(e["message"] != err["message"] for e in errors) or len(errors) < len(codes)
-        exit_code, line = 2, (f"rank {first}: " if alone and first != 0 else "") + err["message"]
-    elif err: exit_code, line = err["code"], f"rank {first} failed: {err['message']} (its traceback is above)"
+        return 2, (f"rank {first}: " if alone and first != 0 else "") + err["message"]
+    if err: exit_code, line = err["code"], f"rank {first} failed: {err['message']} (its traceback is above)"
     elif code < 0: exit_code, line = 128 - code, f"rank {first} was ended by {_signal_name(code)} and left no error"
     else: exit_code, line = code or 1, f"rank {first} exited with code {code} and left no error"
     return exit_code, line + _after(first, err, codes, by_rank, t)
