@@ -21,8 +21,9 @@ Path(sys.argv[2], f"rank{rank}").write_text(os.environ.get("MTNLG_RANK_ERRORS", 
 def work(args):
     if args.how in ("collective", "raise-in-collective", "srun-user", "srun-crash"):
         import torch, torch.distributed as dist
-        from mtnlg.topology import Layout, init_distributed
-        init_distributed(Layout(1, 1, launcher_env()["world_size"]))
+        env = launcher_env()                          # torchrun's variables or srun's, as init_distributed reads them
+        for k in ("rank", "world_size", "master_addr", "master_port"): os.environ[k.upper()] = str(env[k])
+        dist.init_process_group("gloo")               # (without megatron-core's groups: a faster start)
         dist.barrier()                                # every rank is in: now one fails while the others wait in gloo
         if rank == 1 and args.how == "collective": os.kill(os.getpid(), signal.SIGKILL)
         if rank == 2 and args.how == "raise-in-collective": raise RuntimeError("boom on rank 2")
