@@ -11,7 +11,7 @@ __all__ = ['READER_SETTINGS', 'COMMANDS', 'describe', 'add_data_dir_argument', '
            'add_checkpoint_arguments', 'main']
 
 # %% ../nbs/99_cli.ipynb
-import argparse, json, os, shutil, signal, subprocess, sys
+import argparse, json, os, shutil, signal, subprocess, sys, traceback
 from pathlib import Path
 from .catalog import use_data_dir, shown_path
 from .config import Config, ConfigError, load_config, config_from_dict, parse_override, count_parameters, layers_per_stage, stage_params_per_rank
@@ -108,12 +108,10 @@ def add_train_arguments(p: argparse.ArgumentParser):
             check_inputs(cfg, args.run_dir)
             return relaunch(args.argv, args.nproc)
         check_layout(cfg, launcher_env()["world_size"])
-        import torch.distributed as dist
         from mtnlg.train import train
         train(cfg, args.run_dir, progress=not args.no_progress, backend=args.backend)   # SIGUSR1/SIGTERM: checkpointed, exit 0
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)          # a stop asked once the run has ended changes nothing
-        if dist.is_initialized():      # every rank done before any tears its groups down (a gloo peer still talking aborts)
-            dist.barrier(); dist.destroy_process_group()
+        end_job()
         return 0
     p.set_defaults(func=run)
 
@@ -147,7 +145,7 @@ def add_reshard_arguments(p: argparse.ArgumentParser):
         from mtnlg.train import reshard
         out = reshard(ckpt.dir, args.dst, cfg)
         if dist.get_rank() == 0: print(f"resharded {ckpt.dir} ({ckpt.layout}) -> {out} ({Layout.of(cfg)})")
-        dist.destroy_process_group()
+        end_job()
         return 0
     p.set_defaults(func=run)
 
@@ -365,9 +363,9 @@ def reading_layout_of(lm) -> str:
     return str(getattr(lm.model, "layout", "TP 1 x PP 1 x DP 1"))
 
 def end_job():
-    "Every rank done before any tears its groups down (a gloo peer still talking aborts)."
-    import torch.distributed as dist
-    if dist.is_initialized() and dist.get_world_size() > 1: dist.barrier(); dist.destroy_process_group()
+    "Every rank done before any tears its groups down (a gloo peer still talking aborts): chapter 10's `end_distributed`."
+    from mtnlg.topology import end_distributed
+    end_distributed()
 
 def add_eval_arguments(p):
     "`mtnlg eval --checkpoint DIR [--tasks all|a,b] [--shots 0,1,few] [--data-dir ROOT] [--out DIR] [--nproc N --set parallel.tensor_parallel=T ...]`"
@@ -592,7 +590,8 @@ def _user_error(e: Exception) -> str | None:
 
 def main(argv=None) -> int:
     """`mtnlg <command> ...`. User errors (bad config, missing file, bad data) print one line and exit 2; in a rank of
-    `--nproc N` they are left for the launcher to print once (chapter 10's `run_ranks`), and so is a crash's first line."""
+    `--nproc N` they are left for the launcher to print once (chapter 10's `run_ranks`), and so is a crash's first line;
+    under srun the rank that failed first prints its error, the others nothing (`claim_first_error`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] not in ("info", "data", "hans"):       # commands that import torch and friends: their CPU-irrelevant advice off
         from mtnlg.topology import quiet_libraries
@@ -602,11 +601,20 @@ def main(argv=None) -> int:
     try:
         with use_data_dir(getattr(args, "data_dir", None)):   # one data setting for the command and the processes it starts
             return args.func(args)
+    except KeyboardInterrupt:
+        from mtnlg.topology import RANK_ERRORS_ENV, launched
+        if os.environ.get(RANK_ERRORS_ENV) and launched(): return 130     # the launcher stops every rank and says so once
+        raise
     except Exception as e:
-        from mtnlg.topology import report_rank_error
-        message = _user_error(e)
+        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env
+        message, rank = _user_error(e), launcher_env()["rank"]
         if message is None:                     # a crash: its traceback, as always; its first line for the launcher
-            report_rank_error(1, f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}")
-            raise
-        if not report_rank_error(2, message): print(f"mtnlg: {message}", file=sys.stderr)
+            line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+            if report_rank_error(1, line) or not launcher_env()["launched"]: raise
+            if not claim_first_error(): return 1                # srun: a peer failed first and says so
+            traceback.print_exc()
+            print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
+            return 1
+        if not report_rank_error(2, message) and claim_first_error():
+            print(f"mtnlg: {f'rank {rank}: ' if rank else ''}{message}", file=sys.stderr)
         return 2

@@ -4,10 +4,11 @@
 
 # %% auto 0
 __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_ORDER', 'whoami', 'init_distributed_worker',
-           'gather', 'full_tensor', 'toy_dense', 'toy_parallel', 'toy_parity_worker', 'max_differences', 'gpt_batch',
-           'gpt_loss_and_grads', 'generate_tp_worker', 'gpt_tp_worker', 'pipeline_worker', 'training_batches',
-           'max_param_difference', 'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker',
-           'MemoryTracker', 'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
+           'failed_ranks', 'rank_failure_report', 'torchrun_script', 'gather', 'full_tensor', 'toy_dense',
+           'toy_parallel', 'toy_parity_worker', 'max_differences', 'gpt_batch', 'gpt_loss_and_grads',
+           'generate_tp_worker', 'gpt_tp_worker', 'pipeline_worker', 'training_batches', 'max_param_difference',
+           'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker', 'MemoryTracker',
+           'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
            'measure_stage_memory', 'reader_requests', 'parallel_reader_worker']
 
 # %% ../nbs/98_testing.ipynb
@@ -28,6 +29,63 @@ def init_distributed_worker(tensor_parallel: int, pipeline_parallel: int, data_p
     quiet_libraries()
     layout = init_distributed(Layout(tensor_parallel, pipeline_parallel, data_parallel))
     return layout.coord(dist.get_rank())
+
+# %% ../nbs/98_testing.ipynb
+import os, re, signal, subprocess, sys, tempfile
+from pathlib import Path
+
+_RUN_AS_MAIN = ("import runpy, sys; from mtnlg.topology import end_distributed; sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__'); end_distributed()")
+
+def _rank_logs(logs: str, nproc: int, name: str) -> list[str]:
+    out = []
+    for r in range(nproc):
+        files = sorted(Path(logs).glob(f"*/attempt_*/{r}/{name}.log"))
+        out.append(files[-1].read_text(errors="replace") if files else "")
+    return out
+
+def failed_ranks(torchrun_stderr: str) -> dict[int, int]:
+    "rank -> exit code of every failure in torchrun's report (the root cause first)."
+    found = re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_stderr)
+    return {int(r): int(c) for r, c in found}
+
+def rank_failure_report(torchrun_stderr: str, rank_stderrs: list[str], lines: int = 40) -> str:
+    """Each failed rank, its exit code (and signal) and its own last `lines` lines of stderr — not the ranks torchrun
+    stopped (SIGTERM) after the first failed; every rank's if torchrun named none."""
+    failed = failed_ranks(torchrun_stderr)
+    failed = {r: c for r, c in failed.items() if c != -signal.SIGTERM} or failed or {r: None for r in range(len(rank_stderrs))}
+    out = []
+    for r, code in failed.items():
+        how = "" if code is None else f" exit code {code}" + (f" ({signal.Signals(-code).name})" if code < 0 and
+                                                              -code in signal.Signals._value2member_map_ else "")
+        tail = "\n".join(rank_stderrs[r].rstrip().splitlines()[-lines:]) if r < len(rank_stderrs) else ""
+        out.append(f"--- rank {r}{how}; its last lines:\n{tail}")
+    return "\n".join(out) + "\n--- torchrun: " + (torchrun_stderr.strip().splitlines() or [""])[-1]
+
+def torchrun_script(script, nproc: int, *args, timeout: float = 600, env: dict | None = None, cwd=None,
+                    check: bool = True) -> subprocess.CompletedProcess:
+    """Run `script args...` as `nproc` ranks under torchrun (each rank: the script as `__main__`, then
+    `end_distributed`). Returns the job with every rank's stdout and stderr, rank by rank; with `check`, a failed job
+    raises AssertionError naming each failed rank, its exit code and its own last lines."""
+    from mtnlg.topology import free_port
+    with tempfile.TemporaryDirectory(prefix="mtnlg-torchrun-") as logs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+               "--master-port", str(free_port()), "--log-dir", logs, "--redirects", "3", "--no-python",
+               sys.executable, "-c", _RUN_AS_MAIN, str(script), *map(str, args)]
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **(env or {})})
+        try: out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGTERM)                 # torchrun passes it to every rank, then SIGKILLs them
+            out, err = p.communicate(timeout=60)
+            err += f"\n(timed out after {timeout} s)"
+        stdouts, stderrs = _rank_logs(logs, nproc, "stdout"), _rank_logs(logs, nproc, "stderr")
+    code = p.returncode if p.returncode is not None else 1
+    job = subprocess.CompletedProcess(cmd, code, "".join(stdouts) + out, "".join(stderrs) + err)
+    if check and code != 0:
+        raise AssertionError(f"{Path(str(script)).name} on {nproc} ranks failed (torchrun exit {code}):\n"
+                             + rank_failure_report(err, stderrs))
+    return job
 
 # %% ../nbs/98_testing.ipynb
 def _toy_weights(vocab=64, hidden=16, ffn=32, seed=0):

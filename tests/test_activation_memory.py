@@ -38,13 +38,10 @@ MEASURE = textwrap.dedent('''
 def measured(tmp_path_factory):
     d = tmp_path_factory.mktemp("saved")
     script = d / "measure.py"; script.write_text(MEASURE)
-    from mtnlg.topology import free_port
+    from mtnlg.testing import torchrun_script
     result = {}
     for tp in (1, 2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(tp), "--master-port", str(free_port()),
-               str(script), str(d / f"tp{tp}.json"), str(tp), json.dumps(SHAPES)]
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
+        torchrun_script(script, tp, d / f"tp{tp}.json", tp, json.dumps(SHAPES), cwd=ROOT)
         result[tp] = json.loads((d / f"tp{tp}.json").read_text())
     return result
 

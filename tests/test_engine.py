@@ -205,11 +205,9 @@ def test_pipelined_gradients_equal_unpipelined(tmp_path, extra, unsummed_layerno
             "schedule.batch_size_rampup_increment": "null", "model.seq_length": "32", **{k: str(v) for k, v in layout(2, 2, 1).items()},
             **extra}
     (tmp_path / "tokenizer.json").write_text("{}")       # a checkpoint carries a tokenizer; gradients need none
-    from mtnlg.topology import free_port
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", str(free_port()), str(script),
-           CONFIG, str(tmp_path), *[f"{k}={v}" for k, v in sets.items()]] + (["--unsummed-layernorms"] if unsummed_layernorms else [])
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    from mtnlg.testing import torchrun_script          # each rank ends with a barrier; a failure shows the rank's own lines
+    torchrun_script(script, 4, CONFIG, tmp_path, *[f"{k}={v}" for k, v in sets.items()],
+                    *(["--unsummed-layernorms"] if unsummed_layernorms else []), cwd=ROOT)
     from mtnlg.checkpoint import load_state_dict
     out = {"grads": load_state_dict(tmp_path / "grads"), "batch": torch.load(tmp_path / "batch.pt")["batch"]}
     # the reference: one process, TP1, the same layer seeds
