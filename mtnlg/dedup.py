@@ -6,10 +6,12 @@
 __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes', 'one_permutation_minhash', 'minhash_signatures',
            'estimate_jaccard', 'edit_words', 'exact_jaccard', 'band_keys', 'candidate_pairs', 's_curve', 'DedupResult',
            'fuzzy_dedup', 'pair_precision_recall', 'compiled_signatures', 'compiled_candidate_pairs',
-           'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard']
+           'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard', 'signature_count', 'signature_rows',
+           'lsh_band_task', 'verify_partition_task', 'components_task', 'shard_drops', 'plan_partitions',
+           'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup.ipynb
-import re, time, zipfile
+import json, os, re, time, zipfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -470,3 +472,182 @@ def dedup_shard(src, dst, drops: dict) -> Manifest:
     man.kept = write_jsonl(dst, kept())
     man.seconds = time.time() - t0
     return man.check()
+
+# %% ../nbs/32_dedup.ipynb
+def _npz_member(path, name: str = "sig.npy") -> tuple[int, np.dtype, tuple]:
+    "Where array `name` of a stored (uncompressed) .npz begins: the byte offset of its data, its dtype and shape, from the headers alone."
+    with zipfile.ZipFile(path) as z: info = z.getinfo(name)
+    with open(path, "rb") as f:
+        f.seek(info.header_offset + 26)
+        n_name, n_extra = (int(x) for x in np.frombuffer(f.read(4), "<u2"))
+        f.seek(info.header_offset + 30 + n_name + n_extra)
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+        return f.tell(), dtype, shape
+
+def signature_count(path) -> int:
+    "How many documents a signature file holds."
+    return int(_npz_member(path)[2][0])
+
+def signature_rows(path, columns=None, rows=None) -> np.ndarray:
+    """Signature entries `columns` (a list; None: all) of documents `rows` (None: all) of one signature file, read
+    through a memory map closed before returning: a task that visits thousands of shards holds one file at a time."""
+    offset, dtype, shape = _npz_member(path)
+    cols = slice(None) if columns is None else np.asarray(columns)
+    if shape[0] == 0: return np.zeros(shape, dtype)[:, cols]
+    m = np.memmap(path, dtype, "r", offset=offset, shape=shape)
+    try: return np.array((m if rows is None else m[np.asarray(rows)])[:, cols])
+    finally: m._mmap.close()
+
+def _bucket_pairs(ids: np.ndarray, keys: np.ndarray, max_bucket: int = 64) -> np.ndarray:
+    """[pairs, 2] documents (i < j) that share a band key, as `candidate_pairs` pairs them: every pair of a bucket of
+    at most `max_bucket` documents, a star from the smallest document of a larger one."""
+    order = np.lexsort((ids, keys)); k, m = keys[order], ids[order]
+    start = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]])) if len(k) else np.zeros(0, np.int64)
+    size = np.diff(np.append(start, len(k)))
+    out = [np.zeros((0, 2), np.int64)]
+    for g in np.unique(size[(size >= 2) & (size <= max_bucket)]):
+        members = m[start[size == g][:, None] + np.arange(g)]        # [buckets of g documents, g], rows ascending
+        a, b = np.triu_indices(g, 1)
+        out.append(np.stack([members[:, a].ravel(), members[:, b].ravel()], 1))
+    for s, g in zip(start[size > max_bucket], size[size > max_bucket]):
+        out.append(np.stack([np.full(g - 1, m[s]), m[s + 1 : s + g]], 1))
+    return np.concatenate(out).astype(np.int64)
+
+def lsh_band_task(signature_files, offsets, band: int, rows: int, partitions: int, out_dir, max_bucket: int = 64) -> int:
+    """Stage A, one LSH band: its key for every document of every shard (one signature file open at a time; documents
+    without shingles skipped), the candidate pairs of its buckets, written to `partitions` files by i mod `partitions`
+    (`out_dir/band-B/part-P.npy`, global document numbers i < j). Holds 16 bytes a document: a key and a number."""
+    out = Path(out_dir) / f"band-{band:03d}"
+    if (out / "done").is_file(): return int((out / "done").read_text())
+    keys, ids = [], []
+    for f, off in zip(signature_files, offsets):
+        s = signature_rows(f, [0, *range(band * rows, (band + 1) * rows)])
+        live = np.flatnonzero(s[:, 0] != EMPTY)
+        keys.append(band_keys(s[live, 1:], 1, rows)[:, 0]); ids.append(off + live)
+    pairs = _bucket_pairs(np.concatenate([np.zeros(0, np.int64), *ids]), np.concatenate([np.zeros(0, np.uint64), *keys]), max_bucket)
+    del keys, ids
+    out.mkdir(parents=True, exist_ok=True)
+    part = pairs[:, 0] % partitions
+    order = np.argsort(part, kind="stable"); bounds = np.searchsorted(part[order], np.arange(partitions + 1))
+    for p in range(partitions): np.save(out / f"part-{p:05d}.npy", pairs[order[bounds[p]:bounds[p + 1]]])
+    (out / "done").write_text(str(len(pairs)))
+    return len(pairs)
+
+def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
+    "Full signatures of the (sorted, unique) global document numbers `docs`, each shard's rows read by one memory map."
+    shard = np.searchsorted(offsets, docs, side="right") - 1
+    out = None
+    for s in np.unique(shard):
+        sel = np.flatnonzero(shard == s)
+        rows = signature_rows(signature_files[s], None, docs[sel] - offsets[s])
+        if out is None: out = np.empty((len(docs), rows.shape[1]), rows.dtype)
+        out[sel] = rows
+    return out if out is not None else np.zeros((0, 1), np.uint32)
+
+def verify_partition_task(signature_files, offsets, partition: int, bands: int, threshold: float, lsh_dir,
+                          chunk: int = 65536) -> tuple[int, int]:
+    """Stage A', one partition: its candidate pairs from every band (deduplicated: a pair found by several bands counts
+    once), their estimated Jaccard from the two documents' signatures (`chunk` pairs at a time, the rows read from
+    their shards), and the pairs that reach `threshold` written as edges. Returns (candidate pairs, edges)."""
+    lsh_dir = Path(lsh_dir); done = lsh_dir / "edges" / f"part-{partition:05d}.json"
+    if done.is_file(): return tuple(json.loads(done.read_text()))
+    n = int(offsets[-1])
+    codes = np.unique(np.concatenate([np.zeros(0, np.int64)] + [np.load(lsh_dir / f"band-{b:03d}" / f"part-{partition:05d}.npy") @ np.array([n, 1])
+                                                                   for b in range(bands)]))
+    i, j, keep = codes // max(1, n), codes % max(1, n), np.zeros(len(codes), bool)
+    for s in range(0, len(codes), chunk):
+        a, b = i[s:s + chunk], j[s:s + chunk]
+        docs = np.unique(np.concatenate([a, b]))
+        sig = _gather_rows(signature_files, offsets, docs)
+        keep[s:s + chunk] = estimate_jaccard(sig[np.searchsorted(docs, a)], sig[np.searchsorted(docs, b)]) >= threshold
+    done.parent.mkdir(parents=True, exist_ok=True)
+    np.save(lsh_dir / "edges" / f"part-{partition:05d}.npy", np.stack([i[keep], j[keep]], 1))
+    done.write_text(json.dumps([len(codes), int(keep.sum())]))
+    return len(codes), int(keep.sum())
+
+@njit(cache=True)
+def _union_edges(parent, edges):
+    "Union-find over one file of edges: every root is the smallest document of its tree."
+    for p in range(edges.shape[0]):
+        a, b = edges[p, 0], edges[p, 1]
+        while parent[a] != a: parent[a] = parent[parent[a]]; a = parent[a]
+        while parent[b] != b: parent[b] = parent[parent[b]]; b = parent[b]
+        if a != b: parent[max(a, b)] = min(a, b)
+
+@njit(cache=True)
+def _roots(parent):
+    for d in range(parent.shape[0]): parent[d] = parent[parent[d]]    # parents are smaller: one pass flattens
+    return parent
+
+def components_task(signature_files, offsets, priority, partitions: int, lsh_dir) -> dict:
+    """Stage B: the connected components of the edge files (read one at a time into a union-find of 8 bytes a document),
+    and each document's fate: -1 if kept, else the priority rank of the dataset whose copy was kept (the document of the
+    component first in dataset priority, then in corpus order: `fuzzy_dedup`'s rule). Written to `lsh_dir/fate.npy`
+    (int16, one per document), which the per-shard tasks read their slice of. Holds ~18 bytes a document."""
+    lsh_dir = Path(lsh_dir); done = lsh_dir / "fate.json"
+    if done.is_file(): return json.loads(done.read_text())
+    n, rank_of = int(offsets[-1]), {d: r for r, d in enumerate(priority)}
+    parent = np.arange(n, dtype=np.int64)
+    for p in range(partitions): _union_edges(parent, np.load(lsh_dir / "edges" / f"part-{p:05d}.npy"))
+    root = _roots(parent)
+    rank = np.empty(n, np.int16)
+    for f, off in zip(signature_files, offsets):
+        with np.load(f, allow_pickle=True) as z: names = z["datasets"].tolist()
+        if unknown := sorted(set(names) - set(rank_of)): raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
+        rank[off:off + len(names)] = [rank_of[d] for d in names]
+    best = np.full(n, np.iinfo(np.int64).max, np.int64)                  # per root: rank * n + document, smallest wins
+    np.minimum.at(best, root, rank.astype(np.int64) * n + np.arange(n))
+    winner = best[root] % max(1, n); del best
+    fate = np.where(winner == np.arange(n), -1, rank[winner]).astype(np.int16)
+    np.save(lsh_dir / "fate.npy", fate)
+    info = {"documents": n, "kept": int((fate < 0).sum())}
+    done.write_text(json.dumps(info)); return info
+
+def shard_drops(signature_file, offset: int, priority, fate_path, dst) -> dict:
+    """Stage C, one shard: {document id: drop reason} of its own documents, read from its slice of the fates (a memory
+    map) and its signature file's ids, written to `dst` (JSON)."""
+    dst = Path(dst)
+    if dst.is_file(): return json.loads(dst.read_text())
+    with np.load(signature_file, allow_pickle=True) as z: ids = z["ids"]
+    fate = np.load(fate_path, mmap_mode="r")
+    mine = np.array(fate[offset:offset + len(ids)]); del fate
+    drops = {ids[k]: f"near-duplicate of a {priority[mine[k]]} document" for k in np.flatnonzero(mine >= 0)}
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp"); tmp.write_text(json.dumps(drops)); os.replace(tmp, dst)
+    return drops
+
+def plan_partitions(n_shards: int, partitions: int = 0) -> int:
+    "Edge partitions: as asked, else one per 16 shards (at least 1, at most 4,096): pairs per partition stay small as the corpus grows."
+    return partitions if partitions > 0 else max(1, min(4096, -(-n_shards // 16)))
+
+def _inline(fn, args_list, what=""): return [fn(*a) for a in args_list]
+
+def partitioned_plan(signature_files, priority, threshold: float, bands: int, rows: int, work_dir,
+                     partitions: int = 0, map=_inline) -> tuple[dict, np.ndarray]:
+    """Stages A (one task per band), A' (one per edge partition) and B (one task: ids and labels), each run as
+    `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor). Returns the summary numbers
+    `plan_dedup` gives and each shard's first global document number (the shard-C tasks' offsets)."""
+    work, files = Path(work_dir), [str(f) for f in signature_files]
+    offsets = np.concatenate([[0], np.cumsum(map(signature_count, [(f,) for f in files], "dedup: count"), dtype=np.int64)])
+    if offsets[-1] == 0: return {"documents": 0}, offsets
+    P = plan_partitions(len(files), partitions)
+    map(lsh_band_task, [(files, offsets, b, rows, P, work) for b in range(bands)], "dedup: LSH bands")
+    found = map(verify_partition_task, [(files, offsets, p, bands, threshold, work) for p in range(P)], "dedup: verify pairs")
+    info = map(components_task, [(files, offsets, list(priority), P, work)], "dedup: components")[0]
+    return {**info, "candidate_pairs": sum(c for c, _ in found), "edges": sum(e for _, e in found)}, offsets
+
+def plan_dedup_partitioned(signature_files, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8,
+                           work_dir=None, partitions: int = 0, map=_inline) -> tuple[dict, dict]:
+    """`plan_dedup`'s result computed in partitions (stages A, A', B, then C for every shard), the drops of all shards
+    gathered here to compare; the curation leaves each shard's in its own file for its dedup worker."""
+    import tempfile
+    work = Path(work_dir or tempfile.mkdtemp())
+    info, offsets = partitioned_plan(signature_files, priority, threshold, bands, rows, work, partitions, map)
+    if offsets[-1] == 0: return {}, info
+    drops = {}
+    for d in map(shard_drops, [(f, int(o), list(priority), work / "fate.npy", work / "drops" / f"{k:06d}.json")
+                               for k, (f, o) in enumerate(zip(signature_files, offsets))], "dedup: drops"): drops.update(d)
+    return drops, info
+
