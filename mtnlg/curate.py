@@ -57,6 +57,7 @@ class DedupSpec:
     threshold: float = 0.8
     ngram: int = 5
     engine: str = "compiled"          # compiled | numpy: chapter 32's kernels or their numpy twin (the same decisions)
+    partitions: int = 0               # edge partitions of the partitioned plan (chapter 32); 0: one per 16 shards
 
 @dataclass
 class DecontaminateSpec:
@@ -137,6 +138,7 @@ def _validate_curate(c: CurateConfig):
     if d.bands * d.rows > d.num_perm: raise ConfigError(f"`dedup.bands * dedup.rows` = {d.bands * d.rows} exceeds `dedup.num_perm` = {d.num_perm}")
     if d.num_perm & (d.num_perm - 1): raise ConfigError(f"`dedup.num_perm` must be a power of two, got {d.num_perm}")
     if not 0 < d.threshold <= 1: raise ConfigError(f"`dedup.threshold` must be in (0, 1], got {d.threshold}")
+    if d.partitions < 0: raise ConfigError(f"`dedup.partitions` must be >= 0 (0: one per 16 shards), got {d.partitions}")
     if d.engine not in ("compiled", "numpy"): raise ConfigError(f"`dedup.engine` must be compiled or numpy, got {d.engine!r}")
     if c.tokenize.tokenizer not in ("train-bpe", "gpt2"): raise ConfigError(f"`tokenize.tokenizer` must be train-bpe or gpt2, got {c.tokenize.tokenizer!r}")
     if c.tokenize.tokenizer == "gpt2" and not (c.tokenize.vocab_file and c.tokenize.merges_file):
@@ -245,10 +247,11 @@ def task_signatures(sig_path, src, num_perm, ngram, seed, engine="compiled"):
     if not Path(sig_path).is_file(): signature_shard(src, sig_path, num_perm, ngram, seed, engine)
     return str(sig_path)
 
-def task_dedup(man_path, src, dst, plan_path):
-    from mtnlg.dedup import dedup_shard
-    drops = _cached(("dedup", str(plan_path)), lambda: json.loads(Path(plan_path).read_text())["drops"])
-    return _run_stage(man_path, dedup_shard, src, dst, drops)
+def task_dedup(man_path, src, dst, sig_path, offset, priority, fate_path, drops_path):
+    "Stage C of the partitioned plan (this shard's drops, from its slice of the fates), then pass 3 with only those."
+    from mtnlg.dedup import dedup_shard, shard_drops
+    if Path(man_path).is_file(): return _run_stage(man_path, None)
+    return _run_stage(man_path, dedup_shard, src, dst, shard_drops(sig_path, offset, priority, fate_path, drops_path))
 
 def _task_ngrams(path):
     z = np.load(path); return {int(k): z[k] for k in z.files}
@@ -398,17 +401,16 @@ def quality_stage(c: Curation) -> dict:
 
 # %% ../nbs/36_curate.ipynb
 def dedup_stage(c: Curation) -> dict:
-    from mtnlg.dedup import plan_dedup
-    dd = c.cfg.dedup
+    from mtnlg.dedup import partitioned_plan
+    dd, priority = c.cfg.dedup, list(c.spec)
     sigs = c.map(task_signatures, [(c.file("dedup_signatures", d, s, ".npz"), c.file("quality", d, s), dd.num_perm,
                                     dd.ngram, c.cfg.seed, dd.engine) for d, s in c.jobs], "dedup signatures")
-    plan = c.out / "dedup_plan.json"
-    if not plan.is_file():
-        drops, info = plan_dedup(sigs, list(c.spec), dd.threshold, dd.bands, dd.rows, dd.engine)
-        plan.write_text(json.dumps({"drops": drops, "summary": info}))
-    ms = c.map(task_dedup, [(c.manifest("dedup", d, s), c.file("quality", d, s), c.file("dedup", d, s), plan)
-                            for d, s in c.jobs], "dedup")
-    return {**summarize(ms), "plan": json.loads(plan.read_text())["summary"]}
+    info, offsets = partitioned_plan(sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map)
+    (c.out / "dedup_plan.json").write_text(json.dumps({"summary": info}))
+    ms = c.map(task_dedup, [(c.manifest("dedup", d, s), c.file("quality", d, s), c.file("dedup", d, s), sig, int(o), priority,
+                             c.out / "dedup_lsh/fate.npy", c.file("dedup_drops", d, s, ".json"))
+                            for (d, s), sig, o in zip(c.jobs, sigs, offsets)], "dedup")
+    return {**summarize(ms), "plan": info}
 
 # %% ../nbs/36_curate.ipynb
 def decontaminate_stage(c: Curation) -> dict:
