@@ -10,6 +10,7 @@ __all__ = ['SAMPLE_FACTOR', 'STAGES', 'CC_PAGES_SOURCE', 'WARC_FILE_SOURCE', 'WA
            'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate', 'task_tokenize',
            'train_quality_model', 'train_tokenizer', 'discover_shards', 'summarize', 'Curation', 'extract_stage',
            'quality_stage', 'dedup_stage', 'decontaminate_stage', 'tokenize_stage', 'curate', 'check_flow',
+           'task_shard_tokens', 'task_merge_indexed', 'task_blend_text', 'task_gpt_samples', 'blend_report',
            'blend_outputs', 'format_summary', 'Snapshot', 'newest_rates_file', 'load_plan_rates', 'dedup_bytes_per_doc',
            'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
 
@@ -83,6 +84,7 @@ class BlendSpec:
     valid_fraction: float = 0.05      # documents per dataset held out for validation
     seq_length: int = 128
     num_samples: int = 1000           # blended GPT samples built as a check of the indexed datasets
+    write_text: bool = True           # blend/train.jsonl + valid.jsonl, text to read (training reads the indexed datasets)
 
 @dataclass
 class SlurmSpec:
@@ -295,6 +297,7 @@ def _sample_chunks(shard_texts: list, cap: int, word_chunks) -> list[str]:
         for t in texts:
             got += word_chunks(t)
             if len(got) >= quota: break
+        if hasattr(texts, "close"): texts.close()        # its file now, not when collected: thousands of shards, one open at a time
         out += got[:quota]
     return out
 
@@ -458,7 +461,6 @@ def _timed(ex, run, *args) -> dict:
 def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
            progress: bool = True, log=print, scheduler_file=None) -> dict:
     "Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write) the summary."
-    from mtnlg.indexed import merge_indexed
     t_start = time.time()
     out = Path(output_dir) if output_dir else cfg.path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -471,11 +473,7 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
         for stage, run in zip(STAGES, (extract_stage, quality_stage, dedup_stage, decontaminate_stage, tokenize_stage)):
             summary["stages"][stage] = _timed(ex, run, c)
         prefixes = {d: out / "indexed" / d for d in c.spec}
-        def blend():
-            for d in c.spec:
-                if not Path(f"{prefixes[d]}.idx").is_file(): merge_indexed([out / "tokenize" / d / shard_stem(s) for s in shards[d]], prefixes[d])
-            return blend_outputs(cfg, out, c.spec, shards, prefixes, c.file)
-        summary["blend"] = _timed(ex, blend)
+        summary["blend"] = _timed(ex, lambda: blend_outputs(cfg, out, c.spec, shards, prefixes, c.file, c.map))
     finally: ex.close()
     summary["seconds"] = time.time() - t_start
     check_flow(summary)
@@ -495,56 +493,114 @@ def _line_offsets(path) -> np.ndarray:
     with open(path, "rb") as f: return np.fromiter(itertools.accumulate(map(len, f), initial=0), np.int64)[:-1]
 
 class _Documents:
-    "One dataset's curated documents (its shards' lines, in order) by number: their byte offsets in memory, each text read from disk when asked."
-    def __init__(self, files):
-        self.files, self.handles = list(files), {}
+    """One dataset's curated documents (its shards' lines, in order) by number: their byte offsets in memory, each text
+    read from disk when asked, through at most `max_open` open files (the most recently used)."""
+    def __init__(self, files, max_open: int = 8):
+        from collections import OrderedDict
+        self.files, self.handles, self.max_open = list(files), OrderedDict(), max_open
         offsets = [_line_offsets(f) for f in self.files]
         self.per_file, self.offset = [len(o) for o in offsets], np.concatenate([np.zeros(0, np.int64), *offsets])
         self.start = np.cumsum([0] + self.per_file)
     def __len__(self): return int(self.start[-1])
     def text(self, i) -> str:
         k = int(np.searchsorted(self.start, i, side="right")) - 1
-        if k not in self.handles: self.handles[k] = open(self.files[k], "rb")
+        if k in self.handles: self.handles.move_to_end(k)
+        else:
+            if len(self.handles) >= self.max_open: self.handles.popitem(last=False)[1].close()
+            self.handles[k] = open(self.files[k], "rb")
         f = self.handles[k]; f.seek(self.offset[i]); return json.loads(f.readline())["text"]
     def close(self):
         for f in self.handles.values(): f.close()
+        self.handles.clear()
 
 def _token_counts(docs: _Documents, prefixes, tok):
     """Each document's `len(tok.encode(text).ids)`: its length in the tokenize stage's shard `prefixes[k]` less the
     end-of-text token, or, in a shard that dropped documents without tokens (its lengths no longer line up), counted again."""
-    from mtnlg.indexed import IndexedTokens
-    for f, n, p in zip(docs.files, docs.per_file, prefixes):
-        lengths = IndexedTokens(p).lengths
-        if len(lengths) == n: yield from (lengths.astype(np.int64) - 1).tolist()
-        else: yield from (len(e.ids) for b in iter_batches(f) for e in tok.encode_batch([d["text"] for d in b]))
+    for f, n, p in zip(docs.files, docs.per_file, prefixes): yield from _shard_token_counts(f, n, p, tok)
 
-def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file) -> dict:
-    from mtnlg.blend import blend_order
-    from mtnlg.indexed import blended_gpt_samples, IndexedTokens
+def _shard_token_counts(f, n: int, prefix, tok):
+    from mtnlg.indexed import read_index
+    lengths = read_index(prefix)[1]
+    if len(lengths) == n: yield from (lengths.astype(np.int64) - 1).tolist()
+    else: yield from (len(e.ids) for b in iter_batches(f) for e in tok.encode_batch([d["text"] for d in b]))
+
+def task_shard_tokens(src, prefix, tokenizer_path, limit: int | None = None) -> tuple[int, int]:
+    "One curated shard's (documents, tokens of its first `limit` documents, all if None): the blend's per-shard bookkeeping, as a task."
     from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    docs = {d: _Documents(stage_file("decontaminate", d, s) for s in shards[d]) for d in spec}
-    train = {}                                      # dataset -> how many train documents: the first ones; the rest are valid
-    for d in spec:
-        if n := len(docs[d]): train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
-    weights = {d: spec[d].weight for d in train if spec[d].weight > 0}
-    if not weights: raise ValueError("no documents survived curation in any dataset with a blend weight > 0")
-    counts = {d: _token_counts(docs[d], [out / "tokenize" / d / shard_stem(s) for s in shards[d]], tok) for d in weights}
-    sizes = {d: (train[d], sum(itertools.islice(counts[d], train[d]))) for d in weights}
-    total = cfg.blend.train_tokens or sum(tokens for _, tokens in sizes.values())
-    names, order, index, report = blend_order(sizes, weights, total, cfg.seed)
-    (out / "blend").mkdir(exist_ok=True)
+    with open(src, "rb") as f: n = sum(1 for _ in f)
+    tok = _cached(("tok", str(tokenizer_path)), lambda: Tokenizer.from_file(str(tokenizer_path)))
+    return n, sum(itertools.islice(_shard_token_counts(src, n, prefix, tok), n if limit is None else limit))
+
+def task_merge_indexed(prefixes, out_prefix) -> int:
+    from mtnlg.indexed import merge_indexed, read_index
+    return len(read_index(out_prefix)[1]) if Path(f"{out_prefix}.idx").is_file() else merge_indexed(prefixes, out_prefix)
+
+def task_blend_text(files: dict, sizes: dict, weights: dict, total: float, seed: int, train: dict, out) -> tuple[int, int]:
+    "`blend/train.jsonl` (the blend order's documents) and `blend/valid.jsonl`, text to read: a task, and the only one that reads every document again."
+    from mtnlg.blend import blend_order
+    docs = {d: _Documents(fs) for d, fs in files.items()}
+    names, order, index, _ = blend_order(sizes, weights, total, seed)
     try:
-        n_train = write_jsonl(out / "blend/train.jsonl", ({"text": docs[names[k]].text(i)} for k, i in zip(order, index)))
-        n_valid = write_jsonl(out / "blend/valid.jsonl", ({"text": docs[d].text(i)} for d in train for i in range(train[d], len(docs[d]))))
+        n_train = write_jsonl(Path(out) / "blend/train.jsonl", ({"text": docs[names[k]].text(i)} for k, i in zip(order, index)))
+        n_valid = write_jsonl(Path(out) / "blend/valid.jsonl", ({"text": docs[d].text(i)} for d in train for i in range(train[d], len(docs[d]))))
     finally:
         for x in docs.values(): x.close()
-    w = {d: weights[d] / sum(weights.values()) for d in weights if len(IndexedTokens(prefixes[d]))}
+    return n_train, n_valid
+
+def task_gpt_samples(prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int) -> tuple[int, list]:
+    "The blended GPT samples megatron-core would draw (a check of the indexed datasets): how many, and each dataset's share."
+    from mtnlg.indexed import blended_gpt_samples
+    bs = blended_gpt_samples(prefixes, weights, seq_length, num_samples, seed)
+    return len(bs), (np.bincount(bs.dataset_index, minlength=len(prefixes)) / max(1, len(bs))).round(4).tolist()
+
+def blend_report(sizes: dict, weights: dict, total: float) -> dict:
+    "`blend_order`'s report without its per-document order: each dataset's documents, tokens, weight, epochs and documents out."
+    w = np.array([weights[n] for n in sizes], float); w /= w.sum()
+    report = {}
+    for (n, (docs, size)), wd in zip(sizes.items(), w):
+        if size == 0: raise ValueError(f"dataset {n!r} has no tokens to blend")
+        epochs = wd * total / size
+        report[n] = {"documents": docs, "tokens": size, "weight": float(wd), "epochs": float(epochs),
+                     "documents_out": int(epochs) * docs + round((epochs - int(epochs)) * docs)}
+    return report
+
+def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file, map=None) -> dict:
+    """The blend from per-shard numbers that tasks count (`map(fn, args_list, what)`: the executor): the driver adds up
+    a few numbers a shard and opens no shard. Writes `blend/megatron_data_path.txt` and, if `blend.write_text`, the text JSONL."""
+    map = map or (lambda fn, args, what="": [fn(*a) for a in args])
+    files = {d: [stage_file("decontaminate", d, s) for s in shards[d]] for d in spec}
+    toks = {d: [out / "tokenize" / d / shard_stem(s) for s in shards[d]] for d in spec}
+    tok_path, jobs = out / "tokenizer.json", [(d, k) for d in spec for k in range(len(shards[d]))]
+    per_shard = dict(zip(jobs, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path) for d, k in jobs], "blend: count tokens")))
+    n_docs = {d: sum(per_shard[d, k][0] for k in range(len(shards[d]))) for d in spec}
+    train = {}                                      # dataset -> how many train documents: the first ones; the rest are valid
+    for d in spec:
+        if n := n_docs[d]: train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
+    weights = {d: spec[d].weight for d in train if spec[d].weight > 0}
+    if not weights: raise ValueError("no documents survived curation in any dataset with a blend weight > 0")
+    tokens, partial = {d: 0 for d in weights}, []
+    for d in weights:                               # whole shards before the train/valid boundary; the boundary shard counted by a task
+        seen = 0
+        for k in range(len(shards[d])):
+            n, t = per_shard[d, k]
+            if seen + n <= train[d]: tokens[d] += t
+            elif seen < train[d]: partial.append((d, k, train[d] - seen))
+            seen += n
+    for (d, _, _), (_, t) in zip(partial, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path, lim) for d, k, lim in partial], "blend: boundary")):
+        tokens[d] += t
+    sizes = {d: (train[d], tokens[d]) for d in weights}
+    total = cfg.blend.train_tokens or sum(tokens.values())
+    report = blend_report(sizes, weights, total)
+    (out / "blend").mkdir(exist_ok=True)
+    if cfg.blend.write_text:
+        n_train, n_valid = map(task_blend_text, [({d: files[d] for d in spec}, sizes, weights, total, cfg.seed, train, out)], "blend: text")[0]
+    else: n_train, n_valid = sum(r["documents_out"] for r in report.values()), sum(n_docs[d] - train[d] for d in train)
+    n_indexed = dict(zip(spec, map(task_merge_indexed, [(toks[d], prefixes[d]) for d in spec], "blend: merge indexed")))
+    w = {d: weights[d] / sum(weights.values()) for d in weights if n_indexed[d]}
     (out / "blend/megatron_data_path.txt").write_text(" ".join(f"{w[d]:.6g} {prefixes[d]}" for d in w) + "\n")
-    bs = blended_gpt_samples([prefixes[d] for d in w], list(w.values()), cfg.blend.seq_length, cfg.blend.num_samples, cfg.seed)
-    shares = np.bincount(bs.dataset_index, minlength=len(w)) / max(1, len(bs))
+    n_samples, shares = map(task_gpt_samples, [([prefixes[d] for d in w], list(w.values()), cfg.blend.seq_length, cfg.blend.num_samples, cfg.seed)], "blend: samples")[0]
     return {"datasets": report, "train_documents": n_train, "valid_documents": n_valid,
-            "gpt_samples": len(bs), "gpt_sample_shares": dict(zip(w, shares.round(4).tolist()))}
+            "gpt_samples": n_samples, "gpt_sample_shares": dict(zip(w, shares))}
 
 # %% ../nbs/36_curate.ipynb
 def format_summary(summary: dict) -> str:
