@@ -577,30 +577,38 @@ def _union_edges(parent, edges):
         if a != b: parent[max(a, b)] = min(a, b)
 
 @njit(cache=True)
-def _roots(parent):
-    for d in range(parent.shape[0]): parent[d] = parent[parent[d]]    # parents are smaller: one pass flattens
-    return parent
+def _fates(parent, rank):
+    """Each document's fate from the union-find: -1 if it is its component's first document in (dataset priority, corpus
+    order), else the rank of that document's dataset. `parent` is reused: its roots' entries end as their winners."""
+    n = parent.shape[0]
+    for d in range(n): parent[d] = parent[parent[d]]                  # parents are smaller: one pass flattens
+    for d in range(n):                # a root (its component's smallest document, visited first) now holds the best so far
+        r = parent[d]
+        if r < d:
+            w = parent[r]
+            if rank[d] < rank[w]: parent[r] = d                       # equal ranks: the earlier document stays
+    fate = np.empty(n, np.int16)
+    for d in range(n):                # below d: a root; at or above d: d is a root and that is its winner
+        w = parent[parent[d]] if parent[d] < d else parent[d]
+        fate[d] = -1 if w == d else rank[w]
+    return fate
 
 def components_task(signature_files, offsets, priority, partitions: int, lsh_dir) -> dict:
     """Stage B: the connected components of the edge files (read one at a time into a union-find of 8 bytes a document),
     and each document's fate: -1 if kept, else the priority rank of the dataset whose copy was kept (the document of the
     component first in dataset priority, then in corpus order: `fuzzy_dedup`'s rule). Written to `lsh_dir/fate.npy`
-    (int16, one per document), which the per-shard tasks read their slice of. Holds ~18 bytes a document."""
+    (int16, one per document), which the per-shard tasks read their slice of. Holds 12 bytes a document."""
     lsh_dir = Path(lsh_dir); done = lsh_dir / "fate.json"
     if done.is_file(): return json.loads(done.read_text())
     n, rank_of = int(offsets[-1]), {d: r for r, d in enumerate(priority)}
     parent = np.arange(n, dtype=np.int64)
     for p in range(partitions): _union_edges(parent, np.load(lsh_dir / "edges" / f"part-{p:05d}.npy"))
-    root = _roots(parent)
     rank = np.empty(n, np.int16)
     for f, off in zip(signature_files, offsets):
         with np.load(f, allow_pickle=True) as z: names = z["datasets"].tolist()
         if unknown := sorted(set(names) - set(rank_of)): raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
         rank[off:off + len(names)] = [rank_of[d] for d in names]
-    best = np.full(n, np.iinfo(np.int64).max, np.int64)                  # per root: rank * n + document, smallest wins
-    np.minimum.at(best, root, rank.astype(np.int64) * n + np.arange(n))
-    winner = best[root] % max(1, n); del best
-    fate = np.where(winner == np.arange(n), -1, rank[winner]).astype(np.int16)
+    fate = _fates(parent, rank); del parent
     np.save(lsh_dir / "fate.npy", fate)
     info = {"documents": n, "kept": int((fate < 0).sum())}
     done.write_text(json.dumps(info)); return info
