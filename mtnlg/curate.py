@@ -4,15 +4,16 @@
 
 # %% auto 0
 __all__ = ['SAMPLE_FACTOR', 'STAGES', 'CC_PAGES_SOURCE', 'WARC_FILE_SOURCE', 'WARC_FILE_BYTES', 'WARC_COUNT_SOURCE',
-           'WARC_FILES_2021_04', 'CC_SNAPSHOTS', 'RATES_FIXTURE', 'DatasetSpec', 'ExtractSpec', 'QualitySpec',
-           'DedupSpec', 'DecontaminateSpec', 'TokenizeSpec', 'BlendSpec', 'SlurmSpec', 'CurateConfig',
+           'WARC_FILES_2021_04', 'CC_SNAPSHOTS', 'RATES_FIXTURE', 'DEDUP_RATE_KEYS', 'DatasetSpec', 'ExtractSpec',
+           'QualitySpec', 'DedupSpec', 'DecontaminateSpec', 'TokenizeSpec', 'BlendSpec', 'SlurmSpec', 'CurateConfig',
            'load_curate_config', 'LocalExecutor', 'DaskExecutor', 'make_executor', 'task_extract', 'task_quality',
            'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate', 'task_tokenize',
            'train_quality_model', 'train_tokenizer', 'discover_shards', 'summarize', 'Curation', 'extract_stage',
            'quality_stage', 'dedup_stage', 'decontaminate_stage', 'tokenize_stage', 'curate', 'check_flow',
            'task_shard_tokens', 'task_merge_indexed', 'task_blend_text', 'task_gpt_samples', 'blend_report',
-           'blend_outputs', 'format_summary', 'Snapshot', 'newest_rates_file', 'load_plan_rates', 'dedup_bytes_per_doc',
-           'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
+           'blend_outputs', 'format_summary', 'Snapshot', 'newest_rates_file', 'load_plan_rates', 'load_dedup_rates',
+           'dedup_bytes_per_doc', 'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots',
+           'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
 import itertools, json, os, sys, time
@@ -648,9 +649,9 @@ CC_SNAPSHOTS = [
 from .catalog import REPO, shown_path
 RATES_FIXTURE = REPO / "tests/fixtures/curate-rates.json"   # made-up round numbers for tests: never a measurement
 
-def newest_rates_file(root=None) -> Path | None:
-    "The newest benchmark result, bench/results/curate-<date>-<device>.json under `root` (default: this repository; the date sorts), or None."
-    found = sorted(Path(root or REPO, "bench/results").glob("curate-*.json"))
+def newest_rates_file(root=None, bench: str = "curate") -> Path | None:
+    "The newest benchmark result, bench/results/<bench>-<date>-<device>.json under `root` (default: this repository; the date sorts), or None."
+    found = sorted(p for p in Path(root or REPO, "bench/results").glob(f"{bench}-*.json") if p.name[len(bench) + 1].isdigit())
     return found[-1] if found else None
 
 def _bad_rates(r: dict) -> list[str]:
@@ -658,11 +659,11 @@ def _bad_rates(r: dict) -> list[str]:
     positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
     per_stage = lambda d: isinstance(d, dict) and d and all(positive(v) or v == 0 for v in d.values())
     bad = [k for k in ("pages_per_gb", "kept_docs_per_page", "peak_rss_per_worker_bytes") if not positive(r.get(k))]
-    bad += [k for k in ("cpu_seconds_per_gb", "serial_seconds_per_gb") if not per_stage(r.get(k))]
+    bad += [k for k in ("cpu_seconds_per_gb",) if not per_stage(r.get(k))]
     if r.get("dedup_index_bytes_per_doc") is not None and not positive(r["dedup_index_bytes_per_doc"]): bad.append("dedup_index_bytes_per_doc")
     return bad
 
-def load_plan_rates(path) -> dict:
+def load_plan_rates(path, dedup_rates=None) -> dict:
     """The per-GB-of-.warc.gz rates (`plan_rates`) of a bench/curate.py result, checked, with `source` and `fixture`
     (true for the test fixture) added. A missing file or a malformed one raises an error of one line that names it."""
     p = Path(path)
@@ -672,7 +673,22 @@ def load_plan_rates(path) -> dict:
     r = data.get("plan_rates") if isinstance(data, dict) else None
     if not isinstance(r, dict): raise ValueError(f"rates file {p}: no `plan_rates` object (bench/curate.py writes one when it runs its large size)")
     if bad := _bad_rates(r): raise ValueError(f"rates file {p}: `plan_rates` needs positive numbers for {', '.join(bad)}")
-    return {**r, "source": str(p), "fixture": bool(data.get("fixture"))}
+    dedup = r.get("partitioned_dedup") or load_dedup_rates(dedup_rates or newest_rates_file(p.parent.parent.parent if p.parent.name == "results" else None, "dedup-scale"))
+    return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
+
+DEDUP_RATE_KEYS = ("band_seconds_per_doc", "verify_seconds_per_doc", "components_seconds_per_doc", "band_bytes_per_doc",
+                   "components_bytes_per_doc", "driver_cpu_seconds_per_shard")
+
+def load_dedup_rates(path) -> dict:
+    """The partitioned dedup's rates from a bench/dedup_scale.py result: each stage's marginal seconds and traced bytes a
+    document (stage A's one band, A', B), and the curation driver's CPU seconds a shard."""
+    if path is None or not Path(path).is_file():
+        raise FileNotFoundError(f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run python bench/dedup_scale.py --save")
+    data = json.loads(Path(path).read_text()); m = data["marginal"]
+    r = {"band_seconds_per_doc": m["seconds_per_doc"]["band"], "verify_seconds_per_doc": m["seconds_per_doc"]["verify"],
+         "components_seconds_per_doc": m["seconds_per_doc"]["components"], "band_bytes_per_doc": m["traced_bytes_per_doc"]["band"],
+         "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"], "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"]}
+    return {k: max(0.0, float(v)) for k, v in r.items()} | {"source": str(path), "device": data.get("device"), "date": data.get("date")}
 
 def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tuple[float, str]:
     "The dedup index's bytes per document: measured, if the rates say; else chapter 32's signatures alone (uint32 x num_perm), a floor."
@@ -684,18 +700,27 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
     "One single-threaded worker per core (cluster/curate.sbatch: one per Slurm task), as many as the node's memory holds at the measured peak."
     return max(1, min(cores_per_node, int(node_memory_bytes // rates["peak_rss_per_worker_bytes"])))
 
-def snapshot_cost(rates: dict, snap: Snapshot) -> dict:
-    "What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the driver's hours, kept documents, the dedup index."
-    gb = snap.warc_bytes / 1e9
+def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
+    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
+    (the driver's per-shard steps and fixed costs, one LSH band task, the components task), kept documents, dedup memory."""
+    gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
+    kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
-    kept = snap.pages * rates["kept_docs_per_page"]
-    return {"snapshot": snap.name, "crawl": snap.crawl, "pages": snap.pages, "warc_gb": gb, "core_hours": core_hours,
-            "parallel_core_hours": sum(core_hours.values()), "driver_hours": sum(rates["serial_seconds_per_gb"].values()) * gb / 3600,
-            "kept_docs": kept, "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0]}
+    core_hours["dedup"] = core_hours.get("dedup", 0.0) + kept * d["verify_seconds_per_doc"] / 3600     # stage A': partitions on every worker
+    fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
+    serial = {"driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600,
+              "dedup LSH band": kept * d["band_seconds_per_doc"] / 3600, "dedup components": kept * d["components_seconds_per_doc"] / 3600}
+    return {"snapshot": snap.name, "crawl": snap.crawl, "pages": snap.pages, "warc_gb": gb, "shards": shards, "core_hours": core_hours,
+            "parallel_core_hours": sum(core_hours.values()), "serial_hours": serial, "driver_hours": sum(serial.values()), "bands": bands,
+            "kept_docs": kept, "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
+            "dedup_task_bytes": {"LSH band": kept * d["band_bytes_per_doc"], "components": kept * d["components_bytes_per_doc"]}}
 
 def wall_hours(cost: dict, workers: int) -> float:
-    "Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then the driver's, which no node shortens."
-    return cost["parallel_core_hours"] / workers + cost["driver_hours"]
+    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
+    shortens: the driver's steps, and the LSH bands (one task each: a wave of them while there are fewer workers than
+    bands) and the components task."""
+    extra_waves = -(-cost["bands"] // workers) - 1
+    return cost["parallel_core_hours"] / workers + cost["driver_hours"] + extra_waves * cost["serial_hours"]["dedup LSH band"]
 
 def curation_plan(rates: dict, snapshots=CC_SNAPSHOTS, nodes=(1, 8, 64), cores_per_node: int = 64, node_memory_bytes: float = 512e9) -> dict:
     "The cost of each snapshot, and its wall-clock hours on each node count of `nodes`."
@@ -710,13 +735,16 @@ def both_snapshots(costs: list[dict]) -> dict:
     "The snapshots' costs added up: MT-NLG deduplicated across all its datasets, so one dedup index holds them together."
     add = lambda key: sum(c[key] for c in costs)
     add_each = lambda key: {k: sum(c[key][k] for c in costs) for k in costs[0][key]}
-    return {"snapshot": "both", "crawl": "", **{k: add(k) for k in ("pages", "warc_gb", "parallel_core_hours", "driver_hours",
+    return {"snapshot": "both", "crawl": "", **{k: add(k) for k in ("pages", "warc_gb", "shards", "parallel_core_hours", "driver_hours",
                                                                      "kept_docs", "dedup_index_bytes")},
-            "core_hours": add_each("core_hours"), "wall_hours": add_each("wall_hours")}
+            "core_hours": add_each("core_hours"), "wall_hours": add_each("wall_hours"), "serial_hours": add_each("serial_hours"),
+            "dedup_task_bytes": add_each("dedup_task_bytes"), "bands": costs[0]["bands"]}
 
 def _rates_line(r: dict) -> str:
     if r["fixture"]: return f"rates: {shown_path(r['source'])}: THE TEST FIXTURE'S MADE-UP NUMBERS, NOT A MEASUREMENT"
-    return f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')})"
+    d = r["partitioned_dedup"]
+    return (f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')}); partitioned dedup and the "
+            f"driver a shard: {shown_path(d['source'])}, measured on {d.get('device', '?')} ({d.get('date', '?')})")
 
 def _sizes_table(rows: list[dict], pages_per_gb: float) -> list[str]:
     from mtnlg.blend import FIGURE_2
@@ -732,7 +760,7 @@ def _sizes_table(rows: list[dict], pages_per_gb: float) -> list[str]:
 
 def _core_hours_table(rows: list[dict]) -> list[str]:
     stages = list(rows[0]["core_hours"])
-    out = [f"{'core-hours':10s} " + " ".join(f"{s:>13s}" for s in stages) + f" {'driver (h)':>10s} {'total':>10s}"]
+    out = [f"{'core-hours':10s} " + " ".join(f"{s:>13s}" for s in stages) + f" {'serial (h)':>10s} {'total':>10s}"]
     for c in rows:
         out.append(f"{c['snapshot']:10s} " + " ".join(f"{c['core_hours'][s]:13,.0f}" for s in stages)
                    + f" {c['driver_hours']:10,.1f} {c['parallel_core_hours'] + c['driver_hours']:10,.0f}")
@@ -742,22 +770,24 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     nodes, w = plan["nodes"], plan["workers_per_node"]
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
     out = [f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
-           f"{rss / 1e9:.2f} GB peak RSS a worker); the driver's hours do not shrink with N",
+           f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do not shrink with N",
            f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes)]
     out += [f"{c['snapshot']:10s} " + " ".join(f"{c['wall_hours'][n]:9,.1f}" for n in nodes) for c in rows]
     return out
 
 def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
-    per_doc, how = dedup_bytes_per_doc(plan["rates"])
-    workers_rss = plan["workers_per_node"] * plan["rates"]["peak_rss_per_worker_bytes"]
+    d, (per_doc, how) = plan["rates"]["partitioned_dedup"], dedup_bytes_per_doc(plan["rates"])
+    workers_rss = (plan["workers_per_node"] - 1) * plan["rates"]["peak_rss_per_worker_bytes"]
     free = plan["node_memory_bytes"] - workers_rss
-    out = [f"dedup planning (plan_dedup): the whole index in the driver, one process on the first node beside its workers "
-           f"({per_doc:,.0f} bytes a document, {how}; {free / 1e9:,.0f} GB free there)"]
-    out += [f"  {c['snapshot']:10s} {c['dedup_index_bytes'] / 1e9:9,.0f} GB: " + ("fits" if c["dedup_index_bytes"] <= free else
-            f"does not fit; a node of >= {(c['dedup_index_bytes'] + workers_rss) / 1e12:.1f} TB would hold it") for c in rows]
-    if any(c["dedup_index_bytes"] > free for c in rows):
-        out.append("  where it does not fit: run the driver on a large-memory node, or dedup in parts that fit (a snapshot, "
-                   "a range of WARC segments), which misses the duplicates between parts")
+    out = [f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band "
+           f"({d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
+           f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"]
+    for c in rows:
+        need = max(c["dedup_task_bytes"].values())
+        out.append(f"  {c['snapshot']:10s} {c['dedup_task_bytes']['LSH band'] / 1e9:7,.0f} GB a band task, "
+                   f"{c['dedup_task_bytes']['components'] / 1e9:5,.0f} GB the components: " + ("fits" if need <= free else
+                   f"does not fit; a node of >= {(need + workers_rss) / 1e12:.1f} TB would hold it")
+                   + f" (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, {per_doc:,.0f} bytes a document, {how})")
     return out
 
 def _commands(plan: dict, config: str) -> list[str]:

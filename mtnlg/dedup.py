@@ -500,10 +500,10 @@ def signature_rows(path, columns=None, rows=None) -> np.ndarray:
     try: return np.array((m if rows is None else m[np.asarray(rows)])[:, cols])
     finally: m._mmap.close()
 
-def _bucket_pairs(ids: np.ndarray, keys: np.ndarray, max_bucket: int = 64) -> np.ndarray:
+def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndarray:
     """[pairs, 2] documents (i < j) that share a band key, as `candidate_pairs` pairs them: every pair of a bucket of
-    at most `max_bucket` documents, a star from the smallest document of a larger one."""
-    order = np.lexsort((ids, keys)); k, m = keys[order], ids[order]
+    at most `max_bucket` documents, a star from the smallest document of a larger one. `m`, `k`: documents and their
+    keys, sorted by (key, document)."""
     start = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]])) if len(k) else np.zeros(0, np.int64)
     size = np.diff(np.append(start, len(k)))
     out = [np.zeros((0, 2), np.int64)]
@@ -526,8 +526,10 @@ def lsh_band_task(signature_files, offsets, band: int, rows: int, partitions: in
         s = signature_rows(f, [0, *range(band * rows, (band + 1) * rows)])
         live = np.flatnonzero(s[:, 0] != EMPTY)
         keys.append(band_keys(s[live, 1:], 1, rows)[:, 0]); ids.append(off + live)
-    pairs = _bucket_pairs(np.concatenate([np.zeros(0, np.int64), *ids]), np.concatenate([np.zeros(0, np.uint64), *keys]), max_bucket)
-    del keys, ids
+    ids = np.concatenate([np.zeros(0, np.int64), *ids])
+    keys = np.concatenate([np.zeros(0, np.uint64), *keys])
+    order = np.lexsort((ids, keys)); ids = ids[order]; keys = keys[order]; del order     # peak: 32 bytes a document
+    pairs = _bucket_pairs(ids, keys, max_bucket); del ids, keys
     out.mkdir(parents=True, exist_ok=True)
     part = pairs[:, 0] % partitions
     order = np.argsort(part, kind="stable"); bounds = np.searchsorted(part[order], np.arange(partitions + 1))
