@@ -2,7 +2,7 @@
 stage's task timed and its memory measured in a fresh process, and the driver's peak RSS while the whole plan runs on a
 local pool of 2 workers — against the single-process `plan_dedup`, whose memory grows by its signatures.
 
-    python bench/dedup_scale.py [--docs 100000] [--shards 25] [--driver-shards 300] [--work /tmp/mtnlg-dedup-scale] [--save]
+    [BAND_SPLITS=4] python bench/dedup_scale.py [--docs 100000] [--shards 25] [--driver-shards 300] [--work /tmp/mtnlg-dedup-scale] [--save]
 
 Input: synthetic MinHash signatures (uniform random uint32, 128 a document) in `.npz` files as `signature_shard`
 writes them; 5% of the documents are copies of an earlier one with 4 of 128 entries changed (estimated Jaccard 0.97:
@@ -18,6 +18,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / "bench"))
 BANDS, ROWS, THRESHOLD, PRIORITY = 16, 8, 0.8, ["wikipedia", "cc"]
+SPLITS = int(os.environ.get("BAND_SPLITS", 4))          # LSH tasks a band (dedup.band_splits); the plan assumes the measured one
+
+def _key_files(work, files) -> list[str]: return [str(Path(work) / "keys" / f"{k:06d}.npy") for k in range(len(files))]
 
 def make_signatures(folder: Path, docs: int, shards: int, seed: int = 0) -> list[str]:
     "Signature files of `docs` documents over `shards` shards (dataset cc, the first tenth wikipedia), 5% planted copies."
@@ -50,9 +53,10 @@ def _child(stage: str, files: list, work: str) -> dict:
     from mtnlg import dedup
     from mtnlg.curate import LocalExecutor
     offsets = np.concatenate([[0], np.cumsum([dedup.signature_count(f) for f in files])]).astype(np.int64)
-    P = dedup.plan_partitions(len(files))
-    run = {"band": lambda: dedup.lsh_band_task(files, offsets, 0, ROWS, P, work),
-           "verify": lambda: [dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work) for p in range(P)],
+    P, keys = dedup.plan_partitions(len(files)), _key_files(work, files)
+    run = {"band_keys": lambda: [dedup.band_keys_task(f, k, BANDS, ROWS) for f, k in zip(files, keys)],
+           "band": lambda: dedup.lsh_band_task(keys, offsets, 0, P, work, 0, SPLITS),
+           "verify": lambda: [dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work, 65536, SPLITS) for p in range(P)],
            "components": lambda: dedup.components_task(files, offsets, PRIORITY, P, work),
            "shard_drops": lambda: len(dedup.shard_drops(files[0], 0, PRIORITY, Path(work) / "fate.npy", Path(work) / "drops-0.json")),
            "plan_dedup": lambda: dedup.plan_dedup(files, PRIORITY, THRESHOLD, BANDS, ROWS)[1]}
@@ -60,7 +64,7 @@ def _child(stage: str, files: list, work: str) -> dict:
         from curate import PeakRSS
         ex, rss = LocalExecutor(2), PeakRSS(os.getpid(), 0.1)
         t = time.time()
-        try: info = dedup.partitioned_plan(files, PRIORITY, THRESHOLD, BANDS, ROWS, Path(work) / "driver", 0, lambda fn, a, w="": ex.map(fn, a, w, False))[0]
+        try: info = dedup.partitioned_plan(files, PRIORITY, THRESHOLD, BANDS, ROWS, Path(work) / "driver", 0, lambda fn, a, w="": ex.map(fn, a, w, False), SPLITS)[0]
         finally: ex.close()
         r = rss.result()
         return {"seconds": time.time() - t, "driver_rss_bytes": _vmhwm(), "worker_rss_bytes": r["worker_max_bytes"], "plan": info}
@@ -105,18 +109,19 @@ def measure(files: list, work: Path) -> dict:
     from mtnlg import dedup
     import shutil
     shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
-    out = {"documents": sum(dedup.signature_count(f) for f in files), "shards": len(files), "band": child("band", files, work)}
+    out = {"documents": sum(dedup.signature_count(f) for f in files), "shards": len(files), "band_splits": SPLITS,
+           "band_keys": child("band_keys", files, work), "band": child("band", files, work)}
     offsets = np.concatenate([[0], np.cumsum([dedup.signature_count(f) for f in files])]).astype(np.int64)
-    for b in range(1, BANDS): dedup.lsh_band_task(files, offsets, b, ROWS, dedup.plan_partitions(len(files)), work)
+    for b in range(BANDS):
+        for s in range(SPLITS): dedup.lsh_band_task(_key_files(work, files), offsets, b, dedup.plan_partitions(len(files)), work, s, SPLITS)
     out["verify"] = child("verify", files, work)
-    for p in range(1, dedup.plan_partitions(len(files))): dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work)
     for stage in ("components", "shard_drops", "plan_dedup", "driver"): out[stage] = child(stage, files, work)
     return out
 
 def per_doc(small: dict, large: dict) -> dict:
     "Marginal bytes and seconds a document of each stage, between the two sizes."
     dn = large["documents"] - small["documents"]
-    stages = ("band", "verify", "components", "shard_drops", "plan_dedup")
+    stages = ("band_keys", "band", "verify", "components", "shard_drops", "plan_dedup")
     return {"traced_bytes_per_doc": {s: (large[s]["peak_traced_bytes"] - small[s]["peak_traced_bytes"]) / dn for s in stages},
             "seconds_per_doc": {s: (large[s]["seconds"] - small[s]["seconds"]) / dn for s in stages},
             "driver_rss_ratio_4x": large["driver"]["driver_rss_bytes"] / small["driver"]["driver_rss_bytes"]}
@@ -140,7 +145,7 @@ def main(argv=None) -> int:
     result = {"benchmark": "dedup_scale", "date": datetime.date.today().isoformat(), "device": "this 2-core CPU",
               "machine_note": "shared with other jobs (load average 20+ on 2 cores): seconds are upper bounds; memory is not affected",
               "command": "python bench/dedup_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "sizes": sizes, "marginal": per_doc(sizes["1x"], sizes["4x"]), "curation_driver": driver,
+              "band_splits": SPLITS, "sizes": sizes, "marginal": per_doc(sizes["1x"], sizes["4x"]), "curation_driver": driver,
               "driver_cpu_seconds_per_shard": (driver["4x"]["driver_cpu_seconds"] - driver["1x"]["driver_cpu_seconds"]) / (driver["4x"]["shards"] - driver["1x"]["shards"]),
               "curation_driver_rss_ratio_4x": driver["4x"]["driver_rss_bytes"] / driver["1x"]["driver_rss_bytes"],
               "curation_worker_rss_ratio_4x": driver["4x"]["worker_rss_bytes"] / driver["1x"]["worker_rss_bytes"]}

@@ -60,6 +60,7 @@ class DedupSpec:
     ngram: int = 5
     engine: str = "compiled"          # compiled | numpy: chapter 32's kernels or their numpy twin (the same decisions)
     partitions: int = 0               # edge partitions of the partitioned plan (chapter 32); 0: one per 16 shards
+    band_splits: int = 1              # LSH tasks per band (each a key range): more tasks, each holding a share of the documents
 
 @dataclass
 class DecontaminateSpec:
@@ -141,6 +142,7 @@ def _validate_curate(c: CurateConfig):
     if d.bands * d.rows > d.num_perm: raise ConfigError(f"`dedup.bands * dedup.rows` = {d.bands * d.rows} exceeds `dedup.num_perm` = {d.num_perm}")
     if d.num_perm & (d.num_perm - 1): raise ConfigError(f"`dedup.num_perm` must be a power of two, got {d.num_perm}")
     if not 0 < d.threshold <= 1: raise ConfigError(f"`dedup.threshold` must be in (0, 1], got {d.threshold}")
+    if d.band_splits < 1: raise ConfigError(f"`dedup.band_splits` must be >= 1, got {d.band_splits}")
     if d.partitions < 0: raise ConfigError(f"`dedup.partitions` must be >= 0 (0: one per 16 shards), got {d.partitions}")
     if d.engine not in ("compiled", "numpy"): raise ConfigError(f"`dedup.engine` must be compiled or numpy, got {d.engine!r}")
     if c.tokenize.tokenizer not in ("train-bpe", "gpt2"): raise ConfigError(f"`tokenize.tokenizer` must be train-bpe or gpt2, got {c.tokenize.tokenizer!r}")
@@ -409,7 +411,7 @@ def dedup_stage(c: Curation) -> dict:
     dd, priority = c.cfg.dedup, list(c.spec)
     sigs = c.map(task_signatures, [(c.file("dedup_signatures", d, s, ".npz"), c.file("quality", d, s), dd.num_perm,
                                     dd.ngram, c.cfg.seed, dd.engine) for d, s in c.jobs], "dedup signatures")
-    info, offsets = partitioned_plan(sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map)
+    info, offsets = partitioned_plan(sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map, dd.band_splits)
     (c.out / "dedup_plan.json").write_text(json.dumps({"summary": info}))
     ms = c.map(task_dedup, [(c.manifest("dedup", d, s), c.file("quality", d, s), c.file("dedup", d, s), sig, int(o), priority,
                              c.out / "dedup_lsh/fate.npy", c.file("dedup_drops", d, s, ".json"))
@@ -687,8 +689,10 @@ def load_dedup_rates(path) -> dict:
     data = json.loads(Path(path).read_text()); m = data["marginal"]
     r = {"band_seconds_per_doc": m["seconds_per_doc"]["band"], "verify_seconds_per_doc": m["seconds_per_doc"]["verify"],
          "components_seconds_per_doc": m["seconds_per_doc"]["components"], "band_bytes_per_doc": m["traced_bytes_per_doc"]["band"],
-         "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"], "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"]}
-    return {k: max(0.0, float(v)) for k, v in r.items()} | {"source": str(path), "device": data.get("device"), "date": data.get("date")}
+         "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"], "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"],
+         "band_keys_seconds_per_doc": m["seconds_per_doc"].get("band_keys", 0.0)}
+    return ({k: max(0.0, float(v)) for k, v in r.items()} | {"band_splits": int(data.get("band_splits", 1)), "source": str(path),
+                                                              "device": data.get("device"), "date": data.get("date")})
 
 def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tuple[float, str]:
     "The dedup index's bytes per document: measured, if the rates say; else chapter 32's signatures alone (uint32 x num_perm), a floor."
@@ -702,23 +706,25 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
 
 def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
     """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
-    (the driver's per-shard steps and fixed costs, one LSH band task, the components task), kept documents, dedup memory."""
+    (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates measured it —, the
+    components task), kept documents, dedup memory."""
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
     kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
-    core_hours["dedup"] = core_hours.get("dedup", 0.0) + kept * d["verify_seconds_per_doc"] / 3600     # stage A': partitions on every worker
+    core_hours["dedup"] = core_hours.get("dedup", 0.0) + kept * (d["verify_seconds_per_doc"] + d.get("band_keys_seconds_per_doc", 0)) / 3600   # A0, A': every worker
     fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
     serial = {"driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600,
               "dedup LSH band": kept * d["band_seconds_per_doc"] / 3600, "dedup components": kept * d["components_seconds_per_doc"] / 3600}
     return {"snapshot": snap.name, "crawl": snap.crawl, "pages": snap.pages, "warc_gb": gb, "shards": shards, "core_hours": core_hours,
-            "parallel_core_hours": sum(core_hours.values()), "serial_hours": serial, "driver_hours": sum(serial.values()), "bands": bands,
+            "parallel_core_hours": sum(core_hours.values()), "serial_hours": serial, "driver_hours": sum(serial.values()),
+            "bands": bands * d.get("band_splits", 1),
             "kept_docs": kept, "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
             "dedup_task_bytes": {"LSH band": kept * d["band_bytes_per_doc"], "components": kept * d["components_bytes_per_doc"]}}
 
 def wall_hours(cost: dict, workers: int) -> float:
     """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
-    shortens: the driver's steps, and the LSH bands (one task each: a wave of them while there are fewer workers than
-    bands) and the components task."""
+    shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers than
+    tasks) and the components task."""
     extra_waves = -(-cost["bands"] // workers) - 1
     return cost["parallel_core_hours"] / workers + cost["driver_hours"] + extra_waves * cost["serial_hours"]["dedup LSH band"]
 
@@ -779,8 +785,9 @@ def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
     d, (per_doc, how) = plan["rates"]["partitioned_dedup"], dedup_bytes_per_doc(plan["rates"])
     workers_rss = (plan["workers_per_node"] - 1) * plan["rates"]["peak_rss_per_worker_bytes"]
     free = plan["node_memory_bytes"] - workers_rss
-    out = [f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band "
-           f"({d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
+    out = [f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band's "
+           f"key split (1/{d.get('band_splits', 1)} of a band: "
+           f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
            f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"]
     for c in rows:
         need = max(c["dedup_task_bytes"].values())

@@ -7,8 +7,8 @@ __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes'
            'estimate_jaccard', 'edit_words', 'exact_jaccard', 'band_keys', 'candidate_pairs', 's_curve', 'DedupResult',
            'fuzzy_dedup', 'pair_precision_recall', 'compiled_signatures', 'compiled_candidate_pairs',
            'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard', 'signature_count', 'signature_rows',
-           'lsh_band_task', 'verify_partition_task', 'components_task', 'shard_drops', 'plan_partitions',
-           'partitioned_plan', 'plan_dedup_partitioned']
+           'band_keys_task', 'lsh_band_task', 'verify_partition_task', 'components_task', 'shard_drops',
+           'plan_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup.ipynb
 import json, os, re, time, zipfile
@@ -515,17 +515,33 @@ def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndar
         out.append(np.stack([np.full(g - 1, m[s]), m[s + 1 : s + g]], 1))
     return np.concatenate(out).astype(np.int64)
 
-def lsh_band_task(signature_files, offsets, band: int, rows: int, partitions: int, out_dir, max_bucket: int = 64) -> int:
-    """Stage A, one LSH band: its key for every document of every shard (one signature file open at a time; documents
-    without shingles skipped), the candidate pairs of its buckets, written to `partitions` files by i mod `partitions`
-    (`out_dir/band-B/part-P.npy`, global document numbers i < j). Holds 16 bytes a document: a key and a number."""
-    out = Path(out_dir) / f"band-{band:03d}"
+def band_keys_task(signature_file, dst, bands: int, rows: int) -> int:
+    """Stage A0, one shard: its documents' band keys, band by band (`dst`: [bands, documents] uint64, a band's keys
+    contiguous) and which documents have shingles (`dst` with .live.npy), so that a band task reads 8 bytes a document
+    of that band instead of every signature file. Returns the shard's documents."""
+    dst = Path(dst); live_path = dst.with_suffix(".live.npy")
+    if live_path.is_file(): return len(np.load(live_path, mmap_mode="r"))
+    sig = signature_rows(signature_file)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    np.save(dst, np.ascontiguousarray(band_keys(sig, bands, rows).T))
+    np.save(live_path, sig[:, 0] != EMPTY) if len(sig) else np.save(live_path, np.zeros(0, bool))
+    return len(sig)
+
+def lsh_band_task(key_files, offsets, band: int, partitions: int, out_dir, split: int = 0, splits: int = 1,
+                  max_bucket: int = 64) -> int:
+    """Stage A, one LSH band (or its `split`-th of `splits` key ranges: keys with key mod splits = split): the band's
+    keys of every shard (one key file open at a time; documents without shingles skipped), the candidate pairs of its
+    buckets, written to `partitions` files by i mod `partitions` (`out_dir/band-B-S/part-P.npy`, global document numbers
+    i < j). A bucket lies in one split, so the splits together give the band's pairs. Holds 32 bytes a document of its
+    split at its peak (a key and a number, sorted), 16 after."""
+    out = Path(out_dir) / f"band-{band:03d}-{split:03d}"
     if (out / "done").is_file(): return int((out / "done").read_text())
     keys, ids = [], []
-    for f, off in zip(signature_files, offsets):
-        s = signature_rows(f, [0, *range(band * rows, (band + 1) * rows)])
-        live = np.flatnonzero(s[:, 0] != EMPTY)
-        keys.append(band_keys(s[live, 1:], 1, rows)[:, 0]); ids.append(off + live)
+    for f, off in zip(key_files, offsets):
+        m = np.load(f, mmap_mode="r")
+        k = np.array(m[band]) if m.shape[1] else np.zeros(0, np.uint64); del m
+        sel = np.load(Path(f).with_suffix(".live.npy")) & (k % np.uint64(splits) == split)
+        keys.append(k[sel]); ids.append(off + np.flatnonzero(sel))
     ids = np.concatenate([np.zeros(0, np.int64), *ids])
     keys = np.concatenate([np.zeros(0, np.uint64), *keys])
     order = np.lexsort((ids, keys)); ids = ids[order]; keys = keys[order]; del order     # peak: 32 bytes a document
@@ -549,15 +565,15 @@ def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
     return out if out is not None else np.zeros((0, 1), np.uint32)
 
 def verify_partition_task(signature_files, offsets, partition: int, bands: int, threshold: float, lsh_dir,
-                          chunk: int = 65536) -> tuple[int, int]:
+                          chunk: int = 65536, splits: int = 1) -> tuple[int, int]:
     """Stage A', one partition: its candidate pairs from every band (deduplicated: a pair found by several bands counts
     once), their estimated Jaccard from the two documents' signatures (`chunk` pairs at a time, the rows read from
     their shards), and the pairs that reach `threshold` written as edges. Returns (candidate pairs, edges)."""
     lsh_dir = Path(lsh_dir); done = lsh_dir / "edges" / f"part-{partition:05d}.json"
     if done.is_file(): return tuple(json.loads(done.read_text()))
     n = int(offsets[-1])
-    codes = np.unique(np.concatenate([np.zeros(0, np.int64)] + [np.load(lsh_dir / f"band-{b:03d}" / f"part-{partition:05d}.npy") @ np.array([n, 1])
-                                                                   for b in range(bands)]))
+    codes = np.unique(np.concatenate([np.zeros(0, np.int64)] + [np.load(lsh_dir / f"band-{b:03d}-{s:03d}" / f"part-{partition:05d}.npy") @ np.array([n, 1])
+                                                                   for b in range(bands) for s in range(splits)]))
     i, j, keep = codes // max(1, n), codes % max(1, n), np.zeros(len(codes), bool)
     for s in range(0, len(codes), chunk):
         a, b = i[s:s + chunk], j[s:s + chunk]
@@ -635,26 +651,28 @@ def plan_partitions(n_shards: int, partitions: int = 0) -> int:
 def _inline(fn, args_list, what=""): return [fn(*a) for a in args_list]
 
 def partitioned_plan(signature_files, priority, threshold: float, bands: int, rows: int, work_dir,
-                     partitions: int = 0, map=_inline) -> tuple[dict, np.ndarray]:
-    """Stages A (one task per band), A' (one per edge partition) and B (one task: ids and labels), each run as
+                     partitions: int = 0, map=_inline, band_splits: int = 1) -> tuple[dict, np.ndarray]:
+    """Stages A0 (one task per shard), A (one per band and key split), A' (one per edge partition) and B (one task: ids and labels), each run as
     `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor). Returns the summary numbers
     `plan_dedup` gives and each shard's first global document number (the shard-C tasks' offsets)."""
     work, files = Path(work_dir), [str(f) for f in signature_files]
-    offsets = np.concatenate([[0], np.cumsum(map(signature_count, [(f,) for f in files], "dedup: count"), dtype=np.int64)])
+    key_files = [str(work / "keys" / f"{k:06d}.npy") for k in range(len(files))]
+    counts = map(band_keys_task, [(f, k, bands, rows) for f, k in zip(files, key_files)], "dedup: band keys")
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
     if offsets[-1] == 0: return {"documents": 0}, offsets
-    P = plan_partitions(len(files), partitions)
-    map(lsh_band_task, [(files, offsets, b, rows, P, work) for b in range(bands)], "dedup: LSH bands")
-    found = map(verify_partition_task, [(files, offsets, p, bands, threshold, work) for p in range(P)], "dedup: verify pairs")
+    P, S = plan_partitions(len(files), partitions), max(1, band_splits)
+    map(lsh_band_task, [(key_files, offsets, b, P, work, s, S) for b in range(bands) for s in range(S)], "dedup: LSH bands")
+    found = map(verify_partition_task, [(files, offsets, p, bands, threshold, work, 65536, S) for p in range(P)], "dedup: verify pairs")
     info = map(components_task, [(files, offsets, list(priority), P, work)], "dedup: components")[0]
     return {**info, "candidate_pairs": sum(c for c, _ in found), "edges": sum(e for _, e in found)}, offsets
 
 def plan_dedup_partitioned(signature_files, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8,
-                           work_dir=None, partitions: int = 0, map=_inline) -> tuple[dict, dict]:
+                           work_dir=None, partitions: int = 0, map=_inline, band_splits: int = 1) -> tuple[dict, dict]:
     """`plan_dedup`'s result computed in partitions (stages A, A', B, then C for every shard), the drops of all shards
     gathered here to compare; the curation leaves each shard's in its own file for its dedup worker."""
     import tempfile
     work = Path(work_dir or tempfile.mkdtemp())
-    info, offsets = partitioned_plan(signature_files, priority, threshold, bands, rows, work, partitions, map)
+    info, offsets = partitioned_plan(signature_files, priority, threshold, bands, rows, work, partitions, map, band_splits)
     if offsets[-1] == 0: return {}, info
     drops = {}
     for d in map(shard_drops, [(f, int(o), list(priority), work / "fate.npy", work / "drops" / f"{k:06d}.json")
