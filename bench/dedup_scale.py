@@ -6,7 +6,8 @@ local pool of 2 workers — against the single-process `plan_dedup`, whose memor
 
 Input: synthetic MinHash signatures (uniform random uint32, 128 a document) in `.npz` files as `signature_shard`
 writes them; 5% of the documents are copies of an earlier one with 4 of 128 entries changed (estimated Jaccard 0.97:
-candidates and edges). Per-document constants are marginal: (peak at 4x - peak at 1x) / (documents added), from
+candidates and edges). A third size, 4x the documents in the 1x shard count, separates the cost a document from the
+cost a shard. Per-document constants are marginal: (peak at 4x - peak at 1x) / (documents added), from
 tracemalloc (numpy's buffers and Python objects); peak RSS (VmHWM) is reported beside them. Then a whole curation
 (tests/test_many_shards.py's one-document shards) at `--driver-shards` and 4x as many, on a pool of 2 workers: the
 driver's CPU seconds a shard (what no node count shortens) and its and the workers' peak RSS (sampled every 0.1 s).
@@ -18,7 +19,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / "bench"))
 BANDS, ROWS, THRESHOLD, PRIORITY = 16, 8, 0.8, ["wikipedia", "cc"]
-SPLITS = int(os.environ.get("BAND_SPLITS", 4))          # LSH tasks a band (dedup.band_splits); the plan assumes the measured one
+SPLITS = int(os.environ.get("BAND_SPLITS", 4))
+REPEATS = 3          # LSH tasks a band (dedup.band_splits); the plan assumes the measured one
 
 def _key_files(work, files) -> list[str]: return [str(Path(work) / "keys" / f"{k:06d}.npy") for k in range(len(files))]
 
@@ -71,11 +73,27 @@ def _child(stage: str, files: list, work: str) -> dict:
     if stage == "components":               # warm the kernels outside the measurement
         dedup._fates(np.arange(3, dtype=np.int64), np.zeros(3, np.int16)); dedup._union_edges(np.arange(3, dtype=np.int64), np.zeros((0, 2), np.int64))
     if stage == "plan_dedup": dedup.plan_dedup(files[:1], PRIORITY, THRESHOLD, BANDS, ROWS)
-    tracemalloc.start(); t = time.time()
+    tracemalloc.start()
     out = run[stage]()
-    sec, peak = time.time() - t, tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
-    return {"seconds": sec, "peak_traced_bytes": peak, "rss_bytes": _vmhwm(),
+    peak = tracemalloc.get_traced_memory()[1]; tracemalloc.stop()
+    seconds = []
+    for _ in range(REPEATS):                # timed apart from tracemalloc (it slows allocation); the median of REPEATS runs
+        _forget(stage, work, keys)
+        t = time.time(); run[stage](); seconds.append(time.time() - t)
+    return {"seconds": float(np.median(seconds)), "all_seconds": seconds, "peak_traced_bytes": peak, "rss_bytes": _vmhwm(),
             "result": out if not isinstance(out, np.ndarray) else None}
+
+def _forget(stage: str, work, keys):
+    "Remove what a stage wrote, so that running it again redoes the work (each task skips work whose output exists)."
+    import shutil
+    work = Path(work)
+    if stage == "band_keys":
+        for k in keys: Path(k).with_suffix(".live.npy").unlink(missing_ok=True)
+    elif stage == "band": shutil.rmtree(work / "band-000-000", ignore_errors=True)
+    elif stage == "verify":
+        for f in (work / "edges").glob("*.json"): f.unlink()
+    elif stage == "components": (work / "fate.json").unlink(missing_ok=True)
+    elif stage == "shard_drops": (work / "drops-0.json").unlink(missing_ok=True)
 
 def _curate_child(config: str) -> dict:
     "A whole curation on a pool of 2 workers, this process its driver: the driver's CPU seconds and peak RSS, the workers' peak RSS."
@@ -118,13 +136,16 @@ def measure(files: list, work: Path) -> dict:
     for stage in ("components", "shard_drops", "plan_dedup", "driver"): out[stage] = child(stage, files, work)
     return out
 
-def per_doc(small: dict, large: dict) -> dict:
-    "Marginal bytes and seconds a document of each stage, between the two sizes."
-    dn = large["documents"] - small["documents"]
+def per_doc(small: dict, more_docs: dict, large: dict) -> dict:
+    """Marginal bytes and seconds a document of each stage (1x -> 4x the documents in the same shards) and seconds a shard
+    (4x the documents in the same shards -> in 4x the shards): a task that visits every shard pays both."""
+    dn, ds = more_docs["documents"] - small["documents"], large["shards"] - more_docs["shards"]
     stages = ("band_keys", "band", "verify", "components", "shard_drops", "plan_dedup")
-    return {"traced_bytes_per_doc": {s: (large[s]["peak_traced_bytes"] - small[s]["peak_traced_bytes"]) / dn for s in stages},
-            "seconds_per_doc": {s: (large[s]["seconds"] - small[s]["seconds"]) / dn for s in stages},
-            "driver_rss_ratio_4x": large["driver"]["driver_rss_bytes"] / small["driver"]["driver_rss_bytes"]}
+    return {"traced_bytes_per_doc": {s: (more_docs[s]["peak_traced_bytes"] - small[s]["peak_traced_bytes"]) / dn for s in stages},
+            "seconds_per_doc": {s: (more_docs[s]["seconds"] - small[s]["seconds"]) / dn for s in stages},
+            "seconds_per_shard": {s: (large[s]["seconds"] - more_docs[s]["seconds"]) / ds for s in stages},
+            "driver_rss_ratio_4x": large["driver"]["driver_rss_bytes"] / small["driver"]["driver_rss_bytes"],
+            "worker_rss_ratio_4x": large["driver"]["worker_rss_bytes"] / small["driver"]["worker_rss_bytes"]}
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -136,8 +157,8 @@ def main(argv=None) -> int:
     if a.child: print(json.dumps(_child(a.child, json.loads(sys.stdin.read()), a.work), default=str)); return 0
     if a.curate_child: print(json.dumps(_curate_child(a.curate_child), default=str)); return 0
     work, sizes = Path(a.work), {}
-    for name, k in (("1x", 1), ("4x", 4)):
-        files = make_signatures(work / f"sig-{name}", a.docs * k, a.shards * k)
+    for name, k, ks in (("1x", 1, 1), ("4x-docs", 4, 1), ("4x", 4, 4)):
+        files = make_signatures(work / f"sig-{name}", a.docs * k, a.shards * ks)
         sizes[name] = measure(files, work / f"plan-{name}")
         print(name, json.dumps({s: (v if not isinstance(v, dict) else {kk: vv for kk, vv in v.items() if kk != "result"}) for s, v in sizes[name].items()}), flush=True)
     driver = {name: driver_at(a.driver_shards * k, work / f"curate-{name}") for name, k in (("1x", 1), ("4x", 4))}
@@ -145,7 +166,7 @@ def main(argv=None) -> int:
     result = {"benchmark": "dedup_scale", "date": datetime.date.today().isoformat(), "device": "this 2-core CPU",
               "machine_note": "shared with other jobs (load average 20+ on 2 cores): seconds are upper bounds; memory is not affected",
               "command": "python bench/dedup_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "band_splits": SPLITS, "sizes": sizes, "marginal": per_doc(sizes["1x"], sizes["4x"]), "curation_driver": driver,
+              "band_splits": SPLITS, "sizes": sizes, "marginal": per_doc(sizes["1x"], sizes["4x-docs"], sizes["4x"]), "curation_driver": driver,
               "driver_cpu_seconds_per_shard": (driver["4x"]["driver_cpu_seconds"] - driver["1x"]["driver_cpu_seconds"]) / (driver["4x"]["shards"] - driver["1x"]["shards"]),
               "curation_driver_rss_ratio_4x": driver["4x"]["driver_rss_bytes"] / driver["1x"]["driver_rss_bytes"],
               "curation_worker_rss_ratio_4x": driver["4x"]["worker_rss_bytes"] / driver["1x"]["worker_rss_bytes"]}

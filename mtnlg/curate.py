@@ -682,15 +682,16 @@ DEDUP_RATE_KEYS = ("band_seconds_per_doc", "verify_seconds_per_doc", "components
                    "components_bytes_per_doc", "driver_cpu_seconds_per_shard")
 
 def load_dedup_rates(path) -> dict:
-    """The partitioned dedup's rates from a bench/dedup_scale.py result: each stage's marginal seconds and traced bytes a
-    document (stage A's one band, A', B), and the curation driver's CPU seconds a shard."""
+    """The partitioned dedup's rates from a bench/dedup_scale.py result: each stage's marginal seconds a document and a
+    shard and traced bytes a document (stage A0's shards, A's one band split, A', B), and the curation driver's CPU seconds a shard."""
     if path is None or not Path(path).is_file():
         raise FileNotFoundError(f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run python bench/dedup_scale.py --save")
     data = json.loads(Path(path).read_text()); m = data["marginal"]
     r = {"band_seconds_per_doc": m["seconds_per_doc"]["band"], "verify_seconds_per_doc": m["seconds_per_doc"]["verify"],
          "components_seconds_per_doc": m["seconds_per_doc"]["components"], "band_bytes_per_doc": m["traced_bytes_per_doc"]["band"],
          "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"], "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"],
-         "band_keys_seconds_per_doc": m["seconds_per_doc"].get("band_keys", 0.0)}
+         "band_keys_seconds_per_doc": m["seconds_per_doc"].get("band_keys", 0.0),
+         **{f"{s}_seconds_per_shard": m.get("seconds_per_shard", {}).get(s, 0.0) for s in ("band_keys", "band", "verify", "components")}}
     return ({k: max(0.0, float(v)) for k, v in r.items()} | {"band_splits": int(data.get("band_splits", 1)), "source": str(path),
                                                               "device": data.get("device"), "date": data.get("date")})
 
@@ -711,10 +712,11 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
     kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
-    core_hours["dedup"] = core_hours.get("dedup", 0.0) + kept * (d["verify_seconds_per_doc"] + d.get("band_keys_seconds_per_doc", 0)) / 3600   # A0, A': every worker
+    task = lambda s: (kept * d[f"{s}_seconds_per_doc"] + shards * d.get(f"{s}_seconds_per_shard", 0.0)) / 3600   # a task over the corpus
+    core_hours["dedup"] = core_hours.get("dedup", 0.0) + task("verify") + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)   # A0, A': every worker
     fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
-    serial = {"driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600,
-              "dedup LSH band": kept * d["band_seconds_per_doc"] / 3600, "dedup components": kept * d["components_seconds_per_doc"] / 3600}
+    serial = {"driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600, "dedup LSH band": task("band"),
+              "dedup components": task("components")}
     return {"snapshot": snap.name, "crawl": snap.crawl, "pages": snap.pages, "warc_gb": gb, "shards": shards, "core_hours": core_hours,
             "parallel_core_hours": sum(core_hours.values()), "serial_hours": serial, "driver_hours": sum(serial.values()),
             "bands": bands * d.get("band_splits", 1),
