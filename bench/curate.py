@@ -92,7 +92,7 @@ def run_ours(inp: Path, work: Path, tok: dict, workers: int) -> dict:
         stages[name] = {"wall_seconds": s["wall_seconds"], "cpu_seconds": s["cpu_seconds"], "docs_in": s.get("docs_in"),
                         "kept": s.get("kept"), "input_bytes": stage_input_bytes(out, inp, name), "shard_seconds": shard_s,
                         "dropped": s.get("dropped"), "peak_rss": sampler.between(s["started"], s["started"] + s["wall_seconds"])}
-    drops = json.loads((out / "dedup_plan.json").read_text())["drops"]
+    drops = {i: r for f in sorted((out / "dedup_drops").rglob("*.json")) for i, r in json.loads(f.read_text()).items()}   # per shard (chapter 32)
     cc_kept = sum(json.loads(f.read_text())["kept"] for f in (out / "manifests/extract/cc").glob("*.json"))
     return {**m, "stages": stages, "removed_as_duplicates": [i.split(":", 1)[1] for i in drops if i.startswith("cc/")],
             "dedup_index": dedup_index_bytes(out), "cc_documents_extracted": cc_kept,

@@ -4,15 +4,16 @@
 
 # %% auto 0
 __all__ = ['SAMPLE_FACTOR', 'STAGES', 'MOST', 'CC_PAGES_SOURCE', 'WARC_FILE_SOURCE', 'WARC_FILE_BYTES', 'WARC_COUNT_SOURCE',
-           'WARC_FILES_2021_04', 'CC_SNAPSHOTS', 'RATES_FIXTURE', 'DatasetSpec', 'ExtractSpec', 'QualitySpec',
-           'DedupSpec', 'DecontaminateSpec', 'TokenizeSpec', 'BlendSpec', 'SlurmSpec', 'CurateConfig',
+           'WARC_FILES_2021_04', 'CC_SNAPSHOTS', 'RATES_FIXTURE', 'DEDUP_RATE_KEYS', 'DatasetSpec', 'ExtractSpec',
+           'QualitySpec', 'DedupSpec', 'DecontaminateSpec', 'TokenizeSpec', 'BlendSpec', 'SlurmSpec', 'CurateConfig',
            'load_curate_config', 'LocalExecutor', 'DaskExecutor', 'make_executor', 'task_extract', 'task_quality',
            'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate', 'task_tokenize',
            'task_train_quality', 'quality_model_paths', 'train_quality_models', 'train_tokenizer', 'discover_shards',
            'summarize', 'Curation', 'extract_stage', 'quality_stage', 'dedup_stage', 'decontaminate_stage',
-           'tokenize_stage', 'curate', 'check_flow', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary',
-           'Snapshot', 'newest_rates_file', 'load_plan_rates', 'dedup_bytes_per_doc', 'workers_per_node',
-           'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
+           'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_merge_indexed', 'task_blend_text',
+           'task_gpt_samples', 'blend_report', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary',
+           'Snapshot', 'newest_rates_file', 'load_plan_rates', 'load_dedup_rates', 'dedup_bytes_per_doc',
+           'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
 import itertools, json, os, sys, time
@@ -59,6 +60,8 @@ class DedupSpec:
     threshold: float = 0.8
     ngram: int = 5
     engine: str = "compiled"          # compiled | numpy: chapter 32's kernels or their numpy twin (the same decisions)
+    partitions: int = 0               # edge partitions of the partitioned plan (chapter 32); 0: one per 16 shards
+    band_splits: int = 1              # LSH tasks per band (each a key range): more tasks, each holding a share of the documents
 
 @dataclass
 class DecontaminateSpec:
@@ -84,6 +87,7 @@ class BlendSpec:
     valid_fraction: float = 0.05      # documents per dataset held out for validation
     seq_length: int = 128
     num_samples: int = 1000           # blended GPT samples built as a check of the indexed datasets
+    write_text: bool = True           # blend/train.jsonl + valid.jsonl, text to read (training reads the indexed datasets)
 
 @dataclass
 class SlurmSpec:
@@ -140,6 +144,8 @@ def _validate_curate(c: CurateConfig):
     if d.bands * d.rows > d.num_perm: raise ConfigError(f"`dedup.bands * dedup.rows` = {d.bands * d.rows} exceeds `dedup.num_perm` = {d.num_perm}")
     if d.num_perm & (d.num_perm - 1): raise ConfigError(f"`dedup.num_perm` must be a power of two, got {d.num_perm}")
     if not 0 < d.threshold <= 1: raise ConfigError(f"`dedup.threshold` must be in (0, 1], got {d.threshold}")
+    if d.band_splits < 1: raise ConfigError(f"`dedup.band_splits` must be >= 1, got {d.band_splits}")
+    if d.partitions < 0: raise ConfigError(f"`dedup.partitions` must be >= 0 (0: one per 16 shards), got {d.partitions}")
     if d.engine not in ("compiled", "numpy"): raise ConfigError(f"`dedup.engine` must be compiled or numpy, got {d.engine!r}")
     if c.tokenize.tokenizer not in ("train-bpe", "gpt2"): raise ConfigError(f"`tokenize.tokenizer` must be train-bpe or gpt2, got {c.tokenize.tokenizer!r}")
     if c.tokenize.tokenizer == "gpt2" and not (c.tokenize.vocab_file and c.tokenize.merges_file):
@@ -249,10 +255,11 @@ def task_signatures(sig_path, src, num_perm, ngram, seed, engine="compiled"):
     if not Path(sig_path).is_file(): signature_shard(src, sig_path, num_perm, ngram, seed, engine)
     return str(sig_path)
 
-def task_dedup(man_path, src, dst, plan_path):
-    from mtnlg.dedup import dedup_shard
-    drops = _cached(("dedup", str(plan_path)), lambda: json.loads(Path(plan_path).read_text())["drops"])
-    return _run_stage(man_path, dedup_shard, src, dst, drops)
+def task_dedup(man_path, src, dst, sig_path, offset, priority, fate_path, drops_path):
+    "Stage C of the partitioned plan (this shard's drops, from its slice of the fates), then pass 3 with only those."
+    from mtnlg.dedup import dedup_shard, shard_drops
+    if Path(man_path).is_file(): return _run_stage(man_path, None)
+    return _run_stage(man_path, dedup_shard, src, dst, shard_drops(sig_path, offset, priority, fate_path, drops_path))
 
 def _task_ngrams(path):
     z = np.load(path); return {int(k): z[k] for k in z.files}
@@ -296,6 +303,7 @@ def _sample_chunks(shard_items: list, cap: int, word_chunks) -> list[tuple[str, 
         for i, t in items:
             got += [(i, c) for c in word_chunks(t)]
             if len(got) >= quota: break
+        if hasattr(texts, "close"): texts.close()        # its file now, not when collected: thousands of shards, one open at a time
         out += got[:quota]
     return out
 
@@ -438,17 +446,16 @@ def quality_stage(c: Curation) -> dict:
 
 # %% ../nbs/36_curate.ipynb
 def dedup_stage(c: Curation) -> dict:
-    from mtnlg.dedup import plan_dedup
-    dd = c.cfg.dedup
+    from mtnlg.dedup import partitioned_plan
+    dd, priority = c.cfg.dedup, list(c.spec)
     sigs = c.map(task_signatures, [(c.file("dedup_signatures", d, s, ".npz"), c.file("quality", d, s), dd.num_perm,
                                     dd.ngram, c.cfg.seed, dd.engine) for d, s in c.jobs], "dedup signatures")
-    plan = c.out / "dedup_plan.json"
-    if not plan.is_file():
-        drops, info = plan_dedup(sigs, list(c.spec), dd.threshold, dd.bands, dd.rows, dd.engine)
-        plan.write_text(json.dumps({"drops": drops, "summary": info}))
-    ms = c.map(task_dedup, [(c.manifest("dedup", d, s), c.file("quality", d, s), c.file("dedup", d, s), plan)
-                            for d, s in c.jobs], "dedup")
-    return {**summarize(ms), "plan": json.loads(plan.read_text())["summary"]}
+    info, offsets = partitioned_plan(sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map, dd.band_splits)
+    (c.out / "dedup_plan.json").write_text(json.dumps({"summary": info}))
+    ms = c.map(task_dedup, [(c.manifest("dedup", d, s), c.file("quality", d, s), c.file("dedup", d, s), sig, int(o), priority,
+                             c.out / "dedup_lsh/fate.npy", c.file("dedup_drops", d, s, ".json"))
+                            for (d, s), sig, o in zip(c.jobs, sigs, offsets)], "dedup")
+    return {**summarize(ms), "plan": info}
 
 # %% ../nbs/36_curate.ipynb
 def decontaminate_stage(c: Curation) -> dict:
@@ -496,7 +503,6 @@ def _timed(ex, run, *args) -> dict:
 def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
            progress: bool = True, log=print, scheduler_file=None) -> dict:
     "Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write) the summary."
-    from mtnlg.indexed import merge_indexed
     t_start = time.time()
     out = Path(output_dir) if output_dir else cfg.path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -511,11 +517,7 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
         summary["datasets"] = dataset_flow(c)
         for w in (warnings := flow_warnings(summary["datasets"])): log(w)
         prefixes = {d: out / "indexed" / d for d in c.spec}
-        def blend():
-            for d in c.spec:
-                if not Path(f"{prefixes[d]}.idx").is_file(): merge_indexed([out / "tokenize" / d / shard_stem(s) for s in shards[d]], prefixes[d])
-            return blend_outputs(cfg, out, c.spec, shards, prefixes, c.file)
-        summary["blend"] = _timed(ex, blend)
+        summary["blend"] = _timed(ex, lambda: blend_outputs(cfg, out, c.spec, shards, prefixes, c.file, c.map))
         if moved := summary["blend"].get("weights_moved"): log(moved); warnings.append(moved)
         summary["warnings"] = warnings
     finally: ex.close()
@@ -537,56 +539,114 @@ def _line_offsets(path) -> np.ndarray:
     with open(path, "rb") as f: return np.fromiter(itertools.accumulate(map(len, f), initial=0), np.int64)[:-1]
 
 class _Documents:
-    "One dataset's curated documents (its shards' lines, in order) by number: their byte offsets in memory, each text read from disk when asked."
-    def __init__(self, files):
-        self.files, self.handles = list(files), {}
+    """One dataset's curated documents (its shards' lines, in order) by number: their byte offsets in memory, each text
+    read from disk when asked, through at most `max_open` open files (the most recently used)."""
+    def __init__(self, files, max_open: int = 8):
+        from collections import OrderedDict
+        self.files, self.handles, self.max_open = list(files), OrderedDict(), max_open
         offsets = [_line_offsets(f) for f in self.files]
         self.per_file, self.offset = [len(o) for o in offsets], np.concatenate([np.zeros(0, np.int64), *offsets])
         self.start = np.cumsum([0] + self.per_file)
     def __len__(self): return int(self.start[-1])
     def text(self, i) -> str:
         k = int(np.searchsorted(self.start, i, side="right")) - 1
-        if k not in self.handles: self.handles[k] = open(self.files[k], "rb")
+        if k in self.handles: self.handles.move_to_end(k)
+        else:
+            if len(self.handles) >= self.max_open: self.handles.popitem(last=False)[1].close()
+            self.handles[k] = open(self.files[k], "rb")
         f = self.handles[k]; f.seek(self.offset[i]); return json.loads(f.readline())["text"]
     def close(self):
         for f in self.handles.values(): f.close()
+        self.handles.clear()
 
 def _token_counts(docs: _Documents, prefixes, tok):
     """Each document's `len(tok.encode(text).ids)`: its length in the tokenize stage's shard `prefixes[k]` less the
     end-of-text token, or, in a shard that dropped documents without tokens (its lengths no longer line up), counted again."""
-    from mtnlg.indexed import IndexedTokens
-    for f, n, p in zip(docs.files, docs.per_file, prefixes):
-        lengths = IndexedTokens(p).lengths
-        if len(lengths) == n: yield from (lengths.astype(np.int64) - 1).tolist()
-        else: yield from (len(e.ids) for b in iter_batches(f) for e in tok.encode_batch([d["text"] for d in b]))
+    for f, n, p in zip(docs.files, docs.per_file, prefixes): yield from _shard_token_counts(f, n, p, tok)
 
-def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file) -> dict:
-    from mtnlg.blend import blend_order, blendable_weights
-    from mtnlg.indexed import blended_gpt_samples, IndexedTokens
+def _shard_token_counts(f, n: int, prefix, tok):
+    from mtnlg.indexed import read_index
+    lengths = read_index(prefix)[1]
+    if len(lengths) == n: yield from (lengths.astype(np.int64) - 1).tolist()
+    else: yield from (len(e.ids) for b in iter_batches(f) for e in tok.encode_batch([d["text"] for d in b]))
+
+def task_shard_tokens(src, prefix, tokenizer_path, limit: int | None = None) -> tuple[int, int]:
+    "One curated shard's (documents, tokens of its first `limit` documents, all if None): the blend's per-shard bookkeeping, as a task."
     from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    docs = {d: _Documents(stage_file("decontaminate", d, s) for s in shards[d]) for d in spec}
-    train = {}                                      # dataset -> how many train documents: the first ones; the rest are valid
-    for d in spec:
-        if n := len(docs[d]): train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
-    if not any(spec[d].weight > 0 for d in train): raise ValueError("no documents survived curation in any dataset with a blend weight > 0")
-    weights, moved = blendable_weights({d: spec[d].weight for d in spec}, train)   # moved: where an empty dataset's weight went
-    counts = {d: _token_counts(docs[d], [out / "tokenize" / d / shard_stem(s) for s in shards[d]], tok) for d in weights}
-    sizes = {d: (train[d], sum(itertools.islice(counts[d], train[d]))) for d in weights}
-    total = cfg.blend.train_tokens or sum(tokens for _, tokens in sizes.values())
-    names, order, index, report = blend_order(sizes, weights, total, cfg.seed)
-    (out / "blend").mkdir(exist_ok=True)
+    with open(src, "rb") as f: n = sum(1 for _ in f)
+    tok = _cached(("tok", str(tokenizer_path)), lambda: Tokenizer.from_file(str(tokenizer_path)))
+    return n, sum(itertools.islice(_shard_token_counts(src, n, prefix, tok), n if limit is None else limit))
+
+def task_merge_indexed(prefixes, out_prefix) -> int:
+    from mtnlg.indexed import merge_indexed, read_index
+    return len(read_index(out_prefix)[1]) if Path(f"{out_prefix}.idx").is_file() else merge_indexed(prefixes, out_prefix)
+
+def task_blend_text(files: dict, sizes: dict, weights: dict, total: float, seed: int, train: dict, out) -> tuple[int, int]:
+    "`blend/train.jsonl` (the blend order's documents) and `blend/valid.jsonl`, text to read: a task, and the only one that reads every document again."
+    from mtnlg.blend import blend_order
+    docs = {d: _Documents(fs) for d, fs in files.items()}
+    names, order, index, _ = blend_order(sizes, weights, total, seed)
     try:
-        n_train = write_jsonl(out / "blend/train.jsonl", ({"text": docs[names[k]].text(i)} for k, i in zip(order, index)))
-        n_valid = write_jsonl(out / "blend/valid.jsonl", ({"text": docs[d].text(i)} for d in train for i in range(train[d], len(docs[d]))))
+        n_train = write_jsonl(Path(out) / "blend/train.jsonl", ({"text": docs[names[k]].text(i)} for k, i in zip(order, index)))
+        n_valid = write_jsonl(Path(out) / "blend/valid.jsonl", ({"text": docs[d].text(i)} for d in train for i in range(train[d], len(docs[d]))))
     finally:
         for x in docs.values(): x.close()
-    w = {d: weights[d] / sum(weights.values()) for d in weights if len(IndexedTokens(prefixes[d]))}
+    return n_train, n_valid
+
+def task_gpt_samples(prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int) -> tuple[int, list]:
+    "The blended GPT samples megatron-core would draw (a check of the indexed datasets): how many, and each dataset's share."
+    from mtnlg.indexed import blended_gpt_samples
+    bs = blended_gpt_samples(prefixes, weights, seq_length, num_samples, seed)
+    return len(bs), (np.bincount(bs.dataset_index, minlength=len(prefixes)) / max(1, len(bs))).round(4).tolist()
+
+def blend_report(sizes: dict, weights: dict, total: float) -> dict:
+    "`blend_order`'s report without its per-document order: each dataset's documents, tokens, weight, epochs and documents out."
+    w = np.array([weights[n] for n in sizes], float); w /= w.sum()
+    report = {}
+    for (n, (docs, size)), wd in zip(sizes.items(), w):
+        if size == 0: raise ValueError(f"dataset {n!r} has no tokens to blend")
+        epochs = wd * total / size
+        report[n] = {"documents": docs, "tokens": size, "weight": float(wd), "epochs": float(epochs),
+                     "documents_out": int(epochs) * docs + round((epochs - int(epochs)) * docs)}
+    return report
+
+def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file, map=None) -> dict:
+    """The blend from per-shard numbers that tasks count (`map(fn, args_list, what)`: the executor): the driver adds up
+    a few numbers a shard and opens no shard. Writes `blend/megatron_data_path.txt` and, if `blend.write_text`, the text JSONL."""
+    from mtnlg.blend import blendable_weights
+    map = map or (lambda fn, args, what="": [fn(*a) for a in args])
+    files = {d: [stage_file("decontaminate", d, s) for s in shards[d]] for d in spec}
+    toks = {d: [out / "tokenize" / d / shard_stem(s) for s in shards[d]] for d in spec}
+    tok_path, jobs = out / "tokenizer.json", [(d, k) for d in spec for k in range(len(shards[d]))]
+    per_shard = dict(zip(jobs, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path) for d, k in jobs], "blend: count tokens")))
+    n_docs = {d: sum(per_shard[d, k][0] for k in range(len(shards[d]))) for d in spec}
+    train = {}                                      # dataset -> how many train documents: the first ones; the rest are valid
+    for d in spec:
+        if n := n_docs[d]: train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
+    weights, moved = blendable_weights({d: spec[d].weight for d in spec}, train)   # moved: where an empty dataset's weight went
+    tokens, partial = {d: 0 for d in weights}, []
+    for d in weights:                               # whole shards before the train/valid boundary; the boundary shard counted by a task
+        seen = 0
+        for k in range(len(shards[d])):
+            n, t = per_shard[d, k]
+            if seen + n <= train[d]: tokens[d] += t
+            elif seen < train[d]: partial.append((d, k, train[d] - seen))
+            seen += n
+    for (d, _, _), (_, t) in zip(partial, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path, lim) for d, k, lim in partial], "blend: boundary")):
+        tokens[d] += t
+    sizes = {d: (train[d], tokens[d]) for d in weights}
+    total = cfg.blend.train_tokens or sum(tokens.values())
+    report = blend_report(sizes, weights, total)
+    (out / "blend").mkdir(exist_ok=True)
+    if cfg.blend.write_text:
+        n_train, n_valid = map(task_blend_text, [({d: files[d] for d in spec}, sizes, weights, total, cfg.seed, train, out)], "blend: text")[0]
+    else: n_train, n_valid = sum(r["documents_out"] for r in report.values()), sum(n_docs[d] - train[d] for d in train)
+    n_indexed = dict(zip(spec, map(task_merge_indexed, [(toks[d], prefixes[d]) for d in spec], "blend: merge indexed")))
+    w = {d: weights[d] / sum(weights.values()) for d in weights if n_indexed[d]}
     (out / "blend/megatron_data_path.txt").write_text(" ".join(f"{w[d]:.6g} {prefixes[d]}" for d in w) + "\n")
-    bs = blended_gpt_samples([prefixes[d] for d in w], list(w.values()), cfg.blend.seq_length, cfg.blend.num_samples, cfg.seed)
-    shares = np.bincount(bs.dataset_index, minlength=len(w)) / max(1, len(bs))
+    n_samples, shares = map(task_gpt_samples, [([prefixes[d] for d in w], list(w.values()), cfg.blend.seq_length, cfg.blend.num_samples, cfg.seed)], "blend: samples")[0]
     return {"datasets": report, "train_documents": n_train, "valid_documents": n_valid,
-            "gpt_samples": len(bs), "gpt_sample_shares": dict(zip(w, shares.round(4).tolist())), "weights_moved": moved}
+            "gpt_samples": n_samples, "gpt_sample_shares": dict(zip(w, shares)), "weights_moved": moved}
 
 # %% ../nbs/36_curate.ipynb
 MOST = 0.9     # a stage that drops this share of a dataset's documents, or more, is reported
@@ -668,9 +728,9 @@ CC_SNAPSHOTS = [
 from .catalog import REPO, shown_path
 RATES_FIXTURE = REPO / "tests/fixtures/curate-rates.json"   # made-up round numbers for tests: never a measurement
 
-def newest_rates_file(root=None) -> Path | None:
-    "The newest benchmark result, bench/results/curate-<date>-<device>.json under `root` (default: this repository; the date sorts), or None."
-    found = sorted(Path(root or REPO, "bench/results").glob("curate-*.json"))
+def newest_rates_file(root=None, bench: str = "curate") -> Path | None:
+    "The newest benchmark result, bench/results/<bench>-<date>-<device>.json under `root` (default: this repository; the date sorts), or None."
+    found = sorted(p for p in Path(root or REPO, "bench/results").glob(f"{bench}-*.json") if p.name[len(bench) + 1].isdigit())
     return found[-1] if found else None
 
 def _bad_rates(r: dict) -> list[str]:
@@ -678,11 +738,11 @@ def _bad_rates(r: dict) -> list[str]:
     positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
     per_stage = lambda d: isinstance(d, dict) and d and all(positive(v) or v == 0 for v in d.values())
     bad = [k for k in ("pages_per_gb", "kept_docs_per_page", "peak_rss_per_worker_bytes") if not positive(r.get(k))]
-    bad += [k for k in ("cpu_seconds_per_gb", "serial_seconds_per_gb") if not per_stage(r.get(k))]
+    bad += [k for k in ("cpu_seconds_per_gb",) if not per_stage(r.get(k))]
     if r.get("dedup_index_bytes_per_doc") is not None and not positive(r["dedup_index_bytes_per_doc"]): bad.append("dedup_index_bytes_per_doc")
     return bad
 
-def load_plan_rates(path) -> dict:
+def load_plan_rates(path, dedup_rates=None) -> dict:
     """The per-GB-of-.warc.gz rates (`plan_rates`) of a bench/curate.py result, checked, with `source` and `fixture`
     (true for the test fixture) added. A missing file or a malformed one raises an error of one line that names it."""
     p = Path(path)
@@ -692,7 +752,25 @@ def load_plan_rates(path) -> dict:
     r = data.get("plan_rates") if isinstance(data, dict) else None
     if not isinstance(r, dict): raise ValueError(f"rates file {p}: no `plan_rates` object (bench/curate.py writes one when it runs its large size)")
     if bad := _bad_rates(r): raise ValueError(f"rates file {p}: `plan_rates` needs positive numbers for {', '.join(bad)}")
-    return {**r, "source": str(p), "fixture": bool(data.get("fixture"))}
+    dedup = r.get("partitioned_dedup") or load_dedup_rates(dedup_rates or newest_rates_file(p.parent.parent.parent if p.parent.name == "results" else None, "dedup-scale"))
+    return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
+
+DEDUP_RATE_KEYS = ("band_seconds_per_doc", "verify_seconds_per_doc", "components_seconds_per_doc", "band_bytes_per_doc",
+                   "components_bytes_per_doc", "driver_cpu_seconds_per_shard")
+
+def load_dedup_rates(path) -> dict:
+    """The partitioned dedup's rates from a bench/dedup_scale.py result: each stage's marginal seconds a document and a
+    shard and traced bytes a document (stage A0's shards, A's one band split, A', B), and the curation driver's CPU seconds a shard."""
+    if path is None or not Path(path).is_file():
+        raise FileNotFoundError(f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run python bench/dedup_scale.py --save")
+    data = json.loads(Path(path).read_text()); m = data["marginal"]
+    r = {"band_seconds_per_doc": m["seconds_per_doc"]["band"], "verify_seconds_per_doc": m["seconds_per_doc"]["verify"],
+         "components_seconds_per_doc": m["seconds_per_doc"]["components"], "band_bytes_per_doc": m["traced_bytes_per_doc"]["band"],
+         "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"], "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"],
+         "band_keys_seconds_per_doc": m["seconds_per_doc"].get("band_keys", 0.0),
+         **{f"{s}_seconds_per_shard": m.get("seconds_per_shard", {}).get(s, 0.0) for s in ("band_keys", "band", "verify", "components")}}
+    return ({k: max(0.0, float(v)) for k, v in r.items()} | {"band_splits": int(data.get("band_splits", 1)), "source": str(path),
+                                                              "device": data.get("device"), "date": data.get("date")})
 
 def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tuple[float, str]:
     "The dedup index's bytes per document: measured, if the rates say; else chapter 32's signatures alone (uint32 x num_perm), a floor."
@@ -704,18 +782,30 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
     "One single-threaded worker per core (cluster/curate.sbatch: one per Slurm task), as many as the node's memory holds at the measured peak."
     return max(1, min(cores_per_node, int(node_memory_bytes // rates["peak_rss_per_worker_bytes"])))
 
-def snapshot_cost(rates: dict, snap: Snapshot) -> dict:
-    "What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the driver's hours, kept documents, the dedup index."
-    gb = snap.warc_bytes / 1e9
+def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
+    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
+    (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates measured it —, the
+    components task), kept documents, dedup memory."""
+    gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
+    kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
-    kept = snap.pages * rates["kept_docs_per_page"]
-    return {"snapshot": snap.name, "crawl": snap.crawl, "pages": snap.pages, "warc_gb": gb, "core_hours": core_hours,
-            "parallel_core_hours": sum(core_hours.values()), "driver_hours": sum(rates["serial_seconds_per_gb"].values()) * gb / 3600,
-            "kept_docs": kept, "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0]}
+    task = lambda s: (kept * d[f"{s}_seconds_per_doc"] + shards * d.get(f"{s}_seconds_per_shard", 0.0)) / 3600   # a task over the corpus
+    core_hours["dedup"] = core_hours.get("dedup", 0.0) + task("verify") + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)   # A0, A': every worker
+    fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
+    serial = {"driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600, "dedup LSH band": task("band"),
+              "dedup components": task("components")}
+    return {"snapshot": snap.name, "crawl": snap.crawl, "pages": snap.pages, "warc_gb": gb, "shards": shards, "core_hours": core_hours,
+            "parallel_core_hours": sum(core_hours.values()), "serial_hours": serial, "driver_hours": sum(serial.values()),
+            "bands": bands * d.get("band_splits", 1),
+            "kept_docs": kept, "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
+            "dedup_task_bytes": {"LSH band": kept * d["band_bytes_per_doc"], "components": kept * d["components_bytes_per_doc"]}}
 
 def wall_hours(cost: dict, workers: int) -> float:
-    "Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then the driver's, which no node shortens."
-    return cost["parallel_core_hours"] / workers + cost["driver_hours"]
+    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
+    shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers than
+    tasks) and the components task."""
+    extra_waves = -(-cost["bands"] // workers) - 1
+    return cost["parallel_core_hours"] / workers + cost["driver_hours"] + extra_waves * cost["serial_hours"]["dedup LSH band"]
 
 def curation_plan(rates: dict, snapshots=CC_SNAPSHOTS, nodes=(1, 8, 64), cores_per_node: int = 64, node_memory_bytes: float = 512e9) -> dict:
     "The cost of each snapshot, and its wall-clock hours on each node count of `nodes`."
@@ -730,13 +820,16 @@ def both_snapshots(costs: list[dict]) -> dict:
     "The snapshots' costs added up: MT-NLG deduplicated across all its datasets, so one dedup index holds them together."
     add = lambda key: sum(c[key] for c in costs)
     add_each = lambda key: {k: sum(c[key][k] for c in costs) for k in costs[0][key]}
-    return {"snapshot": "both", "crawl": "", **{k: add(k) for k in ("pages", "warc_gb", "parallel_core_hours", "driver_hours",
+    return {"snapshot": "both", "crawl": "", **{k: add(k) for k in ("pages", "warc_gb", "shards", "parallel_core_hours", "driver_hours",
                                                                      "kept_docs", "dedup_index_bytes")},
-            "core_hours": add_each("core_hours"), "wall_hours": add_each("wall_hours")}
+            "core_hours": add_each("core_hours"), "wall_hours": add_each("wall_hours"), "serial_hours": add_each("serial_hours"),
+            "dedup_task_bytes": add_each("dedup_task_bytes"), "bands": costs[0]["bands"]}
 
 def _rates_line(r: dict) -> str:
     if r["fixture"]: return f"rates: {shown_path(r['source'])}: THE TEST FIXTURE'S MADE-UP NUMBERS, NOT A MEASUREMENT"
-    return f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')})"
+    d = r["partitioned_dedup"]
+    return (f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')}); partitioned dedup and the "
+            f"driver a shard: {shown_path(d['source'])}, measured on {d.get('device', '?')} ({d.get('date', '?')})")
 
 def _sizes_table(rows: list[dict], pages_per_gb: float) -> list[str]:
     from mtnlg.blend import FIGURE_2
@@ -752,7 +845,7 @@ def _sizes_table(rows: list[dict], pages_per_gb: float) -> list[str]:
 
 def _core_hours_table(rows: list[dict]) -> list[str]:
     stages = list(rows[0]["core_hours"])
-    out = [f"{'core-hours':10s} " + " ".join(f"{s:>13s}" for s in stages) + f" {'driver (h)':>10s} {'total':>10s}"]
+    out = [f"{'core-hours':10s} " + " ".join(f"{s:>13s}" for s in stages) + f" {'serial (h)':>10s} {'total':>10s}"]
     for c in rows:
         out.append(f"{c['snapshot']:10s} " + " ".join(f"{c['core_hours'][s]:13,.0f}" for s in stages)
                    + f" {c['driver_hours']:10,.1f} {c['parallel_core_hours'] + c['driver_hours']:10,.0f}")
@@ -762,22 +855,25 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     nodes, w = plan["nodes"], plan["workers_per_node"]
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
     out = [f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
-           f"{rss / 1e9:.2f} GB peak RSS a worker); the driver's hours do not shrink with N",
+           f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do not shrink with N",
            f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes)]
     out += [f"{c['snapshot']:10s} " + " ".join(f"{c['wall_hours'][n]:9,.1f}" for n in nodes) for c in rows]
     return out
 
 def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
-    per_doc, how = dedup_bytes_per_doc(plan["rates"])
-    workers_rss = plan["workers_per_node"] * plan["rates"]["peak_rss_per_worker_bytes"]
+    d, (per_doc, how) = plan["rates"]["partitioned_dedup"], dedup_bytes_per_doc(plan["rates"])
+    workers_rss = (plan["workers_per_node"] - 1) * plan["rates"]["peak_rss_per_worker_bytes"]
     free = plan["node_memory_bytes"] - workers_rss
-    out = [f"dedup planning (plan_dedup): the whole index in the driver, one process on the first node beside its workers "
-           f"({per_doc:,.0f} bytes a document, {how}; {free / 1e9:,.0f} GB free there)"]
-    out += [f"  {c['snapshot']:10s} {c['dedup_index_bytes'] / 1e9:9,.0f} GB: " + ("fits" if c["dedup_index_bytes"] <= free else
-            f"does not fit; a node of >= {(c['dedup_index_bytes'] + workers_rss) / 1e12:.1f} TB would hold it") for c in rows]
-    if any(c["dedup_index_bytes"] > free for c in rows):
-        out.append("  where it does not fit: run the driver on a large-memory node, or dedup in parts that fit (a snapshot, "
-                   "a range of WARC segments), which misses the duplicates between parts")
+    out = [f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band's "
+           f"key split (1/{d.get('band_splits', 1)} of a band: "
+           f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
+           f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"]
+    for c in rows:
+        need = max(c["dedup_task_bytes"].values())
+        out.append(f"  {c['snapshot']:10s} {c['dedup_task_bytes']['LSH band'] / 1e9:7,.0f} GB a band task, "
+                   f"{c['dedup_task_bytes']['components'] / 1e9:5,.0f} GB the components: " + ("fits" if need <= free else
+                   f"does not fit; a node of >= {(need + workers_rss) / 1e12:.1f} TB would hold it")
+                   + f" (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, {per_doc:,.0f} bytes a document, {how})")
     return out
 
 def _commands(plan: dict, config: str) -> list[str]:

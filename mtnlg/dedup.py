@@ -6,10 +6,12 @@
 __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes', 'one_permutation_minhash', 'minhash_signatures',
            'estimate_jaccard', 'edit_words', 'exact_jaccard', 'band_keys', 'candidate_pairs', 's_curve', 'DedupResult',
            'fuzzy_dedup', 'pair_precision_recall', 'compiled_signatures', 'compiled_candidate_pairs',
-           'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard']
+           'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard', 'signature_count', 'signature_rows',
+           'band_keys_task', 'lsh_band_task', 'verify_partition_task', 'components_task', 'shard_drops',
+           'plan_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup.ipynb
-import re, time, zipfile
+import json, os, re, time, zipfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -470,3 +472,210 @@ def dedup_shard(src, dst, drops: dict) -> Manifest:
     man.kept = write_jsonl(dst, kept())
     man.seconds = time.time() - t0
     return man.check()
+
+# %% ../nbs/32_dedup.ipynb
+def _npz_member(path, name: str = "sig.npy") -> tuple[int, np.dtype, tuple]:
+    "Where array `name` of a stored (uncompressed) .npz begins: the byte offset of its data, its dtype and shape, from the headers alone."
+    with zipfile.ZipFile(path) as z: info = z.getinfo(name)
+    with open(path, "rb") as f:
+        f.seek(info.header_offset + 26)
+        n_name, n_extra = (int(x) for x in np.frombuffer(f.read(4), "<u2"))
+        f.seek(info.header_offset + 30 + n_name + n_extra)
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+        return f.tell(), dtype, shape
+
+def signature_count(path) -> int:
+    "How many documents a signature file holds."
+    return int(_npz_member(path)[2][0])
+
+def signature_rows(path, columns=None, rows=None) -> np.ndarray:
+    """Signature entries `columns` (a list; None: all) of documents `rows` (None: all) of one signature file, read
+    through a memory map closed before returning: a task that visits thousands of shards holds one file at a time."""
+    offset, dtype, shape = _npz_member(path)
+    cols = slice(None) if columns is None else np.asarray(columns)
+    if shape[0] == 0: return np.zeros(shape, dtype)[:, cols]
+    m = np.memmap(path, dtype, "r", offset=offset, shape=shape)
+    try: return np.array((m if rows is None else m[np.asarray(rows)])[:, cols])
+    finally: m._mmap.close()
+
+def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndarray:
+    """[pairs, 2] documents (i < j) that share a band key, as `candidate_pairs` pairs them: every pair of a bucket of
+    at most `max_bucket` documents, a star from the smallest document of a larger one. `m`, `k`: documents and their
+    keys, sorted by (key, document)."""
+    start = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]])) if len(k) else np.zeros(0, np.int64)
+    size = np.diff(np.append(start, len(k)))
+    out = [np.zeros((0, 2), np.int64)]
+    for g in np.unique(size[(size >= 2) & (size <= max_bucket)]):
+        members = m[start[size == g][:, None] + np.arange(g)]        # [buckets of g documents, g], rows ascending
+        a, b = np.triu_indices(g, 1)
+        out.append(np.stack([members[:, a].ravel(), members[:, b].ravel()], 1))
+    for s, g in zip(start[size > max_bucket], size[size > max_bucket]):
+        out.append(np.stack([np.full(g - 1, m[s]), m[s + 1 : s + g]], 1))
+    return np.concatenate(out).astype(np.int64)
+
+def band_keys_task(signature_file, dst, bands: int, rows: int) -> int:
+    """Stage A0, one shard: its documents' band keys, band by band (`dst`: [bands, documents] uint64, a band's keys
+    contiguous) and which documents have shingles (`dst` with .live.npy), so that a band task reads 8 bytes a document
+    of that band instead of every signature file. Returns the shard's documents."""
+    dst = Path(dst); live_path = dst.with_suffix(".live.npy")
+    if live_path.is_file(): return len(np.load(live_path, mmap_mode="r"))
+    sig = signature_rows(signature_file)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    np.save(dst, np.ascontiguousarray(band_keys(sig, bands, rows).T))
+    np.save(live_path, sig[:, 0] != EMPTY) if len(sig) else np.save(live_path, np.zeros(0, bool))
+    return len(sig)
+
+def lsh_band_task(key_files, offsets, band: int, partitions: int, out_dir, split: int = 0, splits: int = 1,
+                  max_bucket: int = 64) -> int:
+    """Stage A, one LSH band (or its `split`-th of `splits` key ranges: keys with key mod splits = split): the band's
+    keys of every shard (one key file open at a time; documents without shingles skipped), the candidate pairs of its
+    buckets, written to `partitions` files by i mod `partitions` (`out_dir/band-B-S/part-P.npy`, global document numbers
+    i < j). A bucket lies in one split, so the splits together give the band's pairs. Holds 32 bytes a document of its
+    split at its peak (a key and a number, sorted), 16 after."""
+    out = Path(out_dir) / f"band-{band:03d}-{split:03d}"
+    if (out / "done").is_file(): return int((out / "done").read_text())
+    keys, ids = [], []
+    for f, off in zip(key_files, offsets):
+        m = np.load(f, mmap_mode="r")
+        k = np.array(m[band]) if m.shape[1] else np.zeros(0, np.uint64); del m
+        sel = np.load(Path(f).with_suffix(".live.npy")) & (k % np.uint64(splits) == split)
+        keys.append(k[sel]); ids.append(off + np.flatnonzero(sel))
+    ids = np.concatenate([np.zeros(0, np.int64), *ids])
+    keys = np.concatenate([np.zeros(0, np.uint64), *keys])
+    order = np.lexsort((ids, keys)); ids = ids[order]; keys = keys[order]; del order     # peak: 32 bytes a document
+    pairs = _bucket_pairs(ids, keys, max_bucket); del ids, keys
+    out.mkdir(parents=True, exist_ok=True)
+    part = pairs[:, 0] % partitions
+    order = np.argsort(part, kind="stable"); bounds = np.searchsorted(part[order], np.arange(partitions + 1))
+    for p in range(partitions): np.save(out / f"part-{p:05d}.npy", pairs[order[bounds[p]:bounds[p + 1]]])
+    (out / "done").write_text(str(len(pairs)))
+    return len(pairs)
+
+def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
+    "Full signatures of the (sorted, unique) global document numbers `docs`, each shard's rows read by one memory map."
+    shard = np.searchsorted(offsets, docs, side="right") - 1
+    out = None
+    for s in np.unique(shard):
+        sel = np.flatnonzero(shard == s)
+        rows = signature_rows(signature_files[s], None, docs[sel] - offsets[s])
+        if out is None: out = np.empty((len(docs), rows.shape[1]), rows.dtype)
+        out[sel] = rows
+    return out if out is not None else np.zeros((0, 1), np.uint32)
+
+def verify_partition_task(signature_files, offsets, partition: int, bands: int, threshold: float, lsh_dir,
+                          chunk: int = 65536, splits: int = 1) -> tuple[int, int]:
+    """Stage A', one partition: its candidate pairs from every band (deduplicated: a pair found by several bands counts
+    once), their estimated Jaccard from the two documents' signatures (`chunk` pairs at a time, the rows read from
+    their shards), and the pairs that reach `threshold` written as edges. Returns (candidate pairs, edges)."""
+    lsh_dir = Path(lsh_dir); done = lsh_dir / "edges" / f"part-{partition:05d}.json"
+    if done.is_file(): return tuple(json.loads(done.read_text()))
+    n = int(offsets[-1])
+    codes = np.unique(np.concatenate([np.zeros(0, np.int64)] + [np.load(lsh_dir / f"band-{b:03d}-{s:03d}" / f"part-{partition:05d}.npy") @ np.array([n, 1])
+                                                                   for b in range(bands) for s in range(splits)]))
+    i, j, keep = codes // max(1, n), codes % max(1, n), np.zeros(len(codes), bool)
+    for s in range(0, len(codes), chunk):
+        a, b = i[s:s + chunk], j[s:s + chunk]
+        docs = np.unique(np.concatenate([a, b]))
+        sig = _gather_rows(signature_files, offsets, docs)
+        keep[s:s + chunk] = estimate_jaccard(sig[np.searchsorted(docs, a)], sig[np.searchsorted(docs, b)]) >= threshold
+    done.parent.mkdir(parents=True, exist_ok=True)
+    np.save(lsh_dir / "edges" / f"part-{partition:05d}.npy", np.stack([i[keep], j[keep]], 1))
+    done.write_text(json.dumps([len(codes), int(keep.sum())]))
+    return len(codes), int(keep.sum())
+
+@njit(cache=True)
+def _union_edges(parent, edges):
+    "Union-find over one file of edges: every root is the smallest document of its tree."
+    for p in range(edges.shape[0]):
+        a, b = edges[p, 0], edges[p, 1]
+        while parent[a] != a: parent[a] = parent[parent[a]]; a = parent[a]
+        while parent[b] != b: parent[b] = parent[parent[b]]; b = parent[b]
+        if a != b: parent[max(a, b)] = min(a, b)
+
+@njit(cache=True)
+def _fates(parent, rank):
+    """Each document's fate from the union-find: -1 if it is its component's first document in (dataset priority, corpus
+    order), else the rank of that document's dataset. `parent` is reused: its roots' entries end as their winners."""
+    n = parent.shape[0]
+    for d in range(n): parent[d] = parent[parent[d]]                  # parents are smaller: one pass flattens
+    for d in range(n):                # a root (its component's smallest document, visited first) now holds the best so far
+        r = parent[d]
+        if r < d:
+            w = parent[r]
+            if rank[d] < rank[w]: parent[r] = d                       # equal ranks: the earlier document stays
+    fate = np.empty(n, np.int16)
+    for d in range(n):                # below d: a root; at or above d: d is a root and that is its winner
+        w = parent[parent[d]] if parent[d] < d else parent[d]
+        fate[d] = -1 if w == d else rank[w]
+    return fate
+
+def components_task(signature_files, offsets, priority, partitions: int, lsh_dir) -> dict:
+    """Stage B: the connected components of the edge files (read one at a time into a union-find of 8 bytes a document),
+    and each document's fate: -1 if kept, else the priority rank of the dataset whose copy was kept (the document of the
+    component first in dataset priority, then in corpus order: `fuzzy_dedup`'s rule). Written to `lsh_dir/fate.npy`
+    (int16, one per document), which the per-shard tasks read their slice of. Holds 12 bytes a document."""
+    lsh_dir = Path(lsh_dir); done = lsh_dir / "fate.json"
+    if done.is_file(): return json.loads(done.read_text())
+    n, rank_of = int(offsets[-1]), {d: r for r, d in enumerate(priority)}
+    parent = np.arange(n, dtype=np.int64)
+    for p in range(partitions): _union_edges(parent, np.load(lsh_dir / "edges" / f"part-{p:05d}.npy"))
+    rank = np.empty(n, np.int16)
+    for f, off in zip(signature_files, offsets):
+        with np.load(f, allow_pickle=True) as z: names = z["datasets"].tolist()
+        if unknown := sorted(set(names) - set(rank_of)): raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
+        rank[off:off + len(names)] = [rank_of[d] for d in names]
+    fate = _fates(parent, rank); del parent
+    np.save(lsh_dir / "fate.npy", fate)
+    info = {"documents": n, "kept": int((fate < 0).sum())}
+    done.write_text(json.dumps(info)); return info
+
+def shard_drops(signature_file, offset: int, priority, fate_path, dst) -> dict:
+    """Stage C, one shard: {document id: drop reason} of its own documents, read from its slice of the fates (a memory
+    map) and its signature file's ids, written to `dst` (JSON)."""
+    dst = Path(dst)
+    if dst.is_file(): return json.loads(dst.read_text())
+    with np.load(signature_file, allow_pickle=True) as z: ids = z["ids"]
+    fate = np.load(fate_path, mmap_mode="r")
+    mine = np.array(fate[offset:offset + len(ids)]); del fate
+    drops = {ids[k]: f"near-duplicate of a {priority[mine[k]]} document" for k in np.flatnonzero(mine >= 0)}
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp"); tmp.write_text(json.dumps(drops)); os.replace(tmp, dst)
+    return drops
+
+def plan_partitions(n_shards: int, partitions: int = 0) -> int:
+    "Edge partitions: as asked, else one per 16 shards (at least 1, at most 4,096): pairs per partition stay small as the corpus grows."
+    return partitions if partitions > 0 else max(1, min(4096, -(-n_shards // 16)))
+
+def _inline(fn, args_list, what=""): return [fn(*a) for a in args_list]
+
+def partitioned_plan(signature_files, priority, threshold: float, bands: int, rows: int, work_dir,
+                     partitions: int = 0, map=_inline, band_splits: int = 1) -> tuple[dict, np.ndarray]:
+    """Stages A0 (one task per shard), A (one per band and key split), A' (one per edge partition) and B (one task: ids and labels), each run as
+    `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor). Returns the summary numbers
+    `plan_dedup` gives and each shard's first global document number (the shard-C tasks' offsets)."""
+    work, files = Path(work_dir), [str(f) for f in signature_files]
+    key_files = [str(work / "keys" / f"{k:06d}.npy") for k in range(len(files))]
+    counts = map(band_keys_task, [(f, k, bands, rows) for f, k in zip(files, key_files)], "dedup: band keys")
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    if offsets[-1] == 0: return {"documents": 0}, offsets
+    P, S = plan_partitions(len(files), partitions), max(1, band_splits)
+    map(lsh_band_task, [(key_files, offsets, b, P, work, s, S) for b in range(bands) for s in range(S)], "dedup: LSH bands")
+    found = map(verify_partition_task, [(files, offsets, p, bands, threshold, work, 65536, S) for p in range(P)], "dedup: verify pairs")
+    info = map(components_task, [(files, offsets, list(priority), P, work)], "dedup: components")[0]
+    return {**info, "candidate_pairs": sum(c for c, _ in found), "edges": sum(e for _, e in found)}, offsets
+
+def plan_dedup_partitioned(signature_files, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8,
+                           work_dir=None, partitions: int = 0, map=_inline, band_splits: int = 1) -> tuple[dict, dict]:
+    """`plan_dedup`'s result computed in partitions (stages A, A', B, then C for every shard), the drops of all shards
+    gathered here to compare; the curation leaves each shard's in its own file for its dedup worker."""
+    import tempfile
+    work = Path(work_dir or tempfile.mkdtemp())
+    info, offsets = partitioned_plan(signature_files, priority, threshold, bands, rows, work, partitions, map, band_splits)
+    if offsets[-1] == 0: return {}, info
+    drops = {}
+    for d in map(shard_drops, [(f, int(o), list(priority), work / "fate.npy", work / "drops" / f"{k:06d}.json")
+                               for k, (f, o) in enumerate(zip(signature_files, offsets))], "dedup: drops"): drops.update(d)
+    return drops, info
+

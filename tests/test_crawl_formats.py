@@ -3,7 +3,7 @@ every bad record is counted with its reason; bad input is a one-line error or co
 fault in page 5 (tests/fixtures/warc/make_faulty.py) lose page 5 at most, and say why (issue 52).
 
 What the comparison excludes, and why: the `id` field of every stage's documents (it names the source: file and
-line / WARC-Record-ID / row), the ids inside `dedup_plan.json` and `dedup_signatures/*.npz` (the same ids; their
+line / WARC-Record-ID / row), the ids inside `dedup_drops/` and `dedup_signatures/*.npz` (the same ids; their
 decisions and signatures are compared), `manifests/` and `summary.json` (paths, seconds, examples with file
 positions; their counts are compared separately — the extract counts differ by exactly the WARC's responses that
 are no pages; its other records are noted beside the documents), and the output directory's own path inside `blend/megatron_data_path.txt`. Everything else — every
@@ -57,7 +57,7 @@ def comparable(out: Path) -> dict:
         if p.suffix == ".jsonl":
             data = "".join(json.dumps({k: v for k, v in json.loads(l).items() if k != "id"}, ensure_ascii=False) + "\n"
                            for l in p.read_text(encoding="utf-8").splitlines()).encode()
-        elif rel == "dedup_plan.json": data = json.dumps([sorted(json.loads(p.read_text())["drops"].values()), json.loads(p.read_text())["summary"]]).encode()
+        elif rel.startswith("dedup_drops/"): data = json.dumps(sorted(json.loads(p.read_text()).values())).encode()
         elif rel.startswith("dedup_signatures/"):
             z = np.load(p, allow_pickle=True); data = z["sig"].tobytes() + "|".join(z["datasets"]).encode()
         elif rel == "blend/megatron_data_path.txt": data = p.read_bytes().replace(str(out).encode(), b"<out>")

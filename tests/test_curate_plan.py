@@ -2,29 +2,34 @@
 import json, subprocess, sys
 from pathlib import Path
 import pytest
-from mtnlg.curate import (CC_SNAPSHOTS, RATES_FIXTURE, Snapshot, curation_plan, dedup_bytes_per_doc, load_plan_rates,
-                          newest_rates_file)
+from mtnlg.curate import (CC_SNAPSHOTS, RATES_FIXTURE, WARC_FILE_BYTES, Snapshot, curation_plan, dedup_bytes_per_doc,
+                          load_plan_rates, newest_rates_file)
 from mtnlg.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
 
 def test_plan_arithmetic_on_the_fixture_rates_by_hand():
-    "1,000 GB of .warc.gz holding 40M pages, on nodes of 4 cores and 6 GB (the fixture: 2,000 CPU-s/GB, 5 driver s/GB, 2 GB a worker)."
+    """1,000 GB of .warc.gz holding 40M pages, on nodes of 4 cores and 6 GB (the fixture: 2,000 CPU-s/GB, 2 GB a worker;
+    partitioned dedup: 1e-4 s a document for an LSH band, 1e-5 for verification and for the components, 1 driver s a shard)."""
     rates = load_plan_rates(RATES_FIXTURE)
     assert rates["fixture"] and rates["source"].endswith("curate-rates.json")
     plan = curation_plan(rates, [Snapshot("x", "CC-MAIN-x", 40_000_000, 1e12, "by hand")], nodes=(1, 2), cores_per_node=4,
                          node_memory_bytes=6e9)
     assert plan["workers_per_node"] == 3                          # 6 GB / 2 GB a worker, fewer than the 4 cores
     c = plan["snapshots"][0]
-    assert c["warc_gb"] == 1000
+    assert c["warc_gb"] == 1000 and c["shards"] == pytest.approx(1e12 / WARC_FILE_BYTES)           # 972.4 WARC files
     assert c["core_hours"]["extract"] == pytest.approx(1000 * 1000 / 3600)          # 277.8
-    assert c["parallel_core_hours"] == pytest.approx(2000 * 1000 / 3600)            # 555.6
-    assert c["driver_hours"] == pytest.approx(5 * 1000 / 3600)                      # 1.389
-    assert c["wall_hours"][1] == pytest.approx(555.5556 / 3 + 1.3889, rel=1e-4)     # 186.57
-    assert c["wall_hours"][2] == pytest.approx(555.5556 / 6 + 1.3889, rel=1e-4)     # 93.98: only the parallel part halves
+    assert c["core_hours"]["dedup"] == pytest.approx((200 * 1000 + 20e6 * 1e-5) / 3600)            # signatures + stage A' (verify)
+    assert c["parallel_core_hours"] == pytest.approx((2000 * 1000 + 200) / 3600)    # 555.61
+    assert c["serial_hours"] == pytest.approx({"driver": 972.3966 / 3600, "dedup LSH band": 20e6 * 1e-4 / 3600,
+                                               "dedup components": 20e6 * 1e-5 / 3600}, rel=1e-6)
+    assert c["driver_hours"] == pytest.approx(0.27011 + 0.55556 + 0.05556, rel=1e-4)            # 0.881
+    assert c["wall_hours"][1] == pytest.approx(555.6111 / 3 + 0.88122 + 5 * 0.55556, rel=1e-4)  # 16 bands on 3 workers: 5 more waves
+    assert c["wall_hours"][2] == pytest.approx(555.6111 / 6 + 0.88122 + 2 * 0.55556, rel=1e-4)  # on 6: 2 more
     assert c["kept_docs"] == 20_000_000                                              # 0.5 a page
-    assert c["dedup_index_bytes"] == 20_000_000 * 1000                               # 20 GB at 1,000 bytes a document
+    assert c["dedup_index_bytes"] == 20_000_000 * 1000                               # the single-process plan: 1,000 bytes a document
+    assert c["dedup_task_bytes"] == {"LSH band": 20_000_000 * 50, "components": 20_000_000 * 12}
 
 def test_the_snapshots_sizes_and_where_they_come_from():
     s2020, s2021 = CC_SNAPSHOTS
@@ -54,15 +59,16 @@ def test_mtnlg_curate_plan_prints_both_snapshots():
                  "sbatch --nodes=64 --ntasks-per-node=64 cluster/curate.sbatch scaled_configs/curate-cc.yaml"):
         assert frag in r.stdout, (frag, r.stdout)
     wall = next(l for l in r.stdout.splitlines() if l.startswith("CC-2021-04") and len(l.split()) == 4)   # hours on 1, 8, 64 nodes
-    # 2,000 CPU-s/GB x 82,271 GB = 45,706 core-hours over 64 workers a node, plus 5 s/GB of driver = 114.3 h
-    assert [float(x.replace(",", "")) for x in wall.split()[1:]] == pytest.approx([828.4, 203.5, 125.4], abs=0.05)
+    # 2,000 CPU-s/GB x 82,271 GB + 1.70B documents x 1e-5 s = 45,712 core-hours over 64 workers a node, plus 74.2 serial
+    # hours: 80,000 WARC files x 1 driver s (22.2 h), one LSH band (1.70B x 1e-4 s: 47.2 h), the components (4.7 h)
+    assert [float(x.replace(",", "")) for x in wall.split()[1:]] == pytest.approx([788.4, 163.5, 85.3], abs=0.05)
 
 @pytest.mark.parametrize("content, message", [
     (None, "not found"),
     ("not json", "not JSON"),
     (json.dumps({"benchmark": "curate"}), "no `plan_rates` object"),
     (json.dumps({"plan_rates": {"pages_per_gb": 40000, "kept_docs_per_page": 0.5}}),
-     "needs positive numbers for peak_rss_per_worker_bytes, cpu_seconds_per_gb, serial_seconds_per_gb")])
+     "needs positive numbers for peak_rss_per_worker_bytes, cpu_seconds_per_gb")])
 def test_a_missing_or_malformed_rates_file_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     path = tmp_path / "rates.json"
     if content is not None: path.write_text(content)

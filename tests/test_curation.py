@@ -97,6 +97,9 @@ def test_dask_matches_local_pool(tmp_path):
     dask = curate(cfg, tmp_path / "dask", "dask", 2, progress=False)
     assert {s: v["dropped"] for s, v in local["stages"].items()} == {s: v["dropped"] for s, v in dask["stages"].items()}
     assert (tmp_path / "local/blend/train.jsonl").read_text() == (tmp_path / "dask/blend/train.jsonl").read_text()
+    from curate_digests import dedup_decisions, digests        # the partitioned dedup's tasks on Dask: the same drops, every file
+    assert dedup_decisions(tmp_path / "local") == dedup_decisions(tmp_path / "dask") and len(dedup_decisions(tmp_path / "local")) == 10
+    assert digests(tmp_path / "local") == digests(tmp_path / "dask")
 
 def _quality_fixture_chunks():
     "Training chunks as `train_quality_model` makes them: Wikipedia paragraphs (curated) vs raw crawl page text."

@@ -62,3 +62,23 @@ def test_curate_config_names_the_engine():
     assert load_curate_config(cfg).dedup.engine == "compiled"
     assert load_curate_config(cfg, {"dedup.engine": "numpy"}).dedup.engine == "numpy"
     with pytest.raises(ConfigError, match="dedup.engine"): load_curate_config(cfg, {"dedup.engine": "rust"})
+
+@pytest.mark.parametrize("threshold,partitions,splits", [(0.5, 1, 1), (0.8, 3, 4)])
+def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, threshold, partitions, splits):
+    """Chapter 32's partitioned plan (LSH bands, edge partitions, a union-find of ids and labels, per-shard drops) drops the
+    same documents for the same reasons as `plan_dedup` on the same signature files: shards of three datasets in an order
+    that is not their priority, documents without shingles, exact copies and a bucket of 70 (a star: over 64)."""
+    from mtnlg.dedup import plan_dedup, plan_dedup_partitioned, signature_shard
+    from mtnlg.extract import write_jsonl
+    docs = [t for t in corpus if "\ud800" not in t] + ["the same short text again"] * 70     # JSONL holds no lone surrogate
+    names, files = ["wiki", "web", "crawl"], []
+    for s in range(7):
+        write_jsonl(tmp_path / f"{s}.jsonl", [{"id": f"{s}:{i}", "dataset": names[s % 3], "text": docs[i]} for i in range(s, len(docs), 7)])
+        signature_shard(tmp_path / f"{s}.jsonl", tmp_path / f"{s}.npz"); files.append(tmp_path / f"{s}.npz")
+    drops, info = plan_dedup(files, ["web", "wiki", "crawl"], threshold)
+    got = plan_dedup_partitioned(files, ["web", "wiki", "crawl"], threshold, work_dir=tmp_path / "work", partitions=partitions,
+                                 band_splits=splits)
+    assert got == (drops, info)
+    assert len(drops) == info["documents"] - info["kept"] >= 69 + 40 and {r.split(" a ")[1] for r in drops.values()} == {"web document", "wiki document"}
+    assert len(list((tmp_path / "work/drops").glob("*.json"))) == 7 and len(list((tmp_path / "work/edges").glob("*.npy"))) == partitions
+    assert len(list((tmp_path / "work").glob("band-*"))) == 16 * splits
