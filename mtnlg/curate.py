@@ -303,7 +303,7 @@ def _sample_chunks(shard_items: list, cap: int, word_chunks) -> list[tuple[str, 
         for i, t in items:
             got += [(i, c) for c in word_chunks(t)]
             if len(got) >= quota: break
-        if hasattr(texts, "close"): texts.close()        # its file now, not when collected: thousands of shards, one open at a time
+        if hasattr(items, "close"): items.close()        # its file now, not when collected: thousands of shards, one open at a time
         out += got[:quota]
     return out
 
