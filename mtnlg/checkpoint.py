@@ -13,7 +13,8 @@ __all__ = ['FORMAT', 'FORMATS', 'OPTIMIZER_STATES', 'CHECKSUM', 'META_CHECKSUM',
            'StopRequest']
 
 # %% ../nbs/43_checkpoint.ipynb
-import json, mmap, os, random, re, shutil, signal, time, warnings
+import json, mmap, os, random, re, shutil, signal, threading, time, warnings
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import NamedTuple
 from pathlib import Path
@@ -348,6 +349,17 @@ def fit_rows(t: torch.Tensor, shape: list, name: str) -> torch.Tensor:
                      f"the checkpoint's model config differs from this run's")
 
 # %% ../nbs/43_checkpoint.ipynb
+class _Background(threading.Thread):
+    "`fn(*args)` in a thread; `result()` waits for it and raises what it raised."
+    def __init__(self, fn, *args):
+        super().__init__(daemon=True); self.fn, self.args, self.error = fn, args, None; self.start()
+    def run(self):
+        try: self.fn(*self.args)
+        except BaseException as e: self.error = e
+    def result(self):
+        self.join()
+        if self.error is not None: raise self.error
+
 class Checkpoint:
     "A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's shards."
     def __init__(self, path):
@@ -355,6 +367,7 @@ class Checkpoint:
         self.meta = read_meta(self.dir)
         self.layout, self.step = Layout(**self.meta["layout"]), self.meta["step"]
         self._shards, self.verified = {}, set()        # files whose checksum this process (or the job) has checked
+        self._pending = None                            # inside `checking_behind`: checks still running
         if "checksums" not in self.meta:
             warnings.warn(f"{self.dir} was written before checksums (format v1): its files load unchecked, so a flipped "
                           f"bit would go unnoticed; save it again to add them (mtnlg reshard {self.dir} NEW_DIR)",
@@ -395,18 +408,36 @@ class Checkpoint:
     def names(self) -> list[str]: return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
 
     def shard(self, name: str) -> dict:
-        "One rank's file, its checksum checked, read with `weights_only=True` (tensors and numbers only: never runs pickled code)."
+        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code), memory-mapped;
+        its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases the GIL), and
+        nothing returned before the check passed (inside `checking_behind`: checked on leaving it). A corrupt file is
+        reported as corrupt, whatever `torch.load` made of it."""
         if name not in self._shards:
-            path = self.dir / name
-            self.verify(name)
-            try: self._shards[name] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except Exception as e:
-                if "Weights only load failed" in str(e):
-                    raise ValueError(f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
-                                     f"(that could run code) — re-save the checkpoint with mtnlg") from None
-                raise ValueError(f"{path} is truncated or corrupt ({type(e).__name__}); use an earlier step directory "
-                                 f"(to resume: --set checkpoint.resume=DIR) or copy the file back") from None
+            path, failed = self.dir / name, None
+            check = _Background(self.verify, name) if name not in self.verified else None
+            try: loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except Exception as e: failed = e
+            if check and (failed or self._pending is None): check.result()
+            elif check: self._pending.append(check)
+            if "Weights only load failed" in str(failed):
+                raise ValueError(f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
+                                 f"(that could run code) — re-save the checkpoint with mtnlg") from None
+            if failed: raise ValueError(f"{path} is truncated or corrupt ({type(failed).__name__}); use an earlier step "
+                                        f"directory (to resume: --set checkpoint.resume=DIR) or copy the file back") from None
+            self._shards[name] = loaded
         return self._shards[name]
+
+    @contextmanager
+    def checking_behind(self):
+        """Inside: `shard` returns as soon as `torch.load` has mapped the file, its checksum still being computed by a
+        second thread while the caller copies the tensors out; on leaving, every check is waited for and a corrupt file
+        raises `CheckpointCorruptError` (what was copied inside must then be dropped: a backend's `load_checkpoint` leaves
+        through the error). The checksum costs time only where it outlasts the load."""
+        self._pending = []
+        try: yield self
+        finally:
+            pending, self._pending = self._pending, None
+            for check in pending: check.result()
 
     def _holders(self, name: str, part: str) -> dict[int, list[str]]:
         "TP rank -> the shard files holding `name` in `part` (model or fragments)."

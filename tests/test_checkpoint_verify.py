@@ -132,3 +132,19 @@ def test_an_old_format_checkpoint_warns_on_load_and_verify_exits_3(job, capsys):
     raw = bytearray((root / "step-0000004/rank-00000.pt").read_bytes()); raw[-100] ^= 1
     (root / "step-0000004/rank-00000.pt").write_bytes(bytes(raw))
     assert verify(root, capsys)[1] == 1                                  # corrupt outranks old format
+
+def test_checking_behind_returns_before_the_check_and_raises_after(job):
+    "A load that copies while the checksum runs (`checking_behind`): a good shard is marked verified; a flipped bit raises on leaving."
+    from mtnlg.checkpoint import Checkpoint, CheckpointCorruptError
+    root, _ = job
+    ckpt = Checkpoint(root / "step-0000008")
+    with ckpt.checking_behind():
+        assert torch.equal(ckpt.shard("rank-00000.pt")["model"]["w"], torch.full((64, 64), 1.0))
+    assert "rank-00000.pt" in ckpt.verified
+    f = root / "step-0000004/rank-00000.pt"
+    raw = bytearray(f.read_bytes()); raw[-100] ^= 1; f.write_bytes(bytes(raw))
+    ckpt, copied = Checkpoint(root / "step-0000004"), []
+    with pytest.raises(CheckpointCorruptError, match=rf"{f} is corrupt \(its xxh3_64 is [0-9a-f]{{16}}, not the "):
+        with ckpt.checking_behind():
+            copied.append(ckpt.shard("rank-00000.pt")["optimizer_step"])
+    assert copied == [3] and "rank-00000.pt" not in ckpt.verified      # it was read; the error came on leaving
