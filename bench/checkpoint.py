@@ -228,6 +228,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for everything (0: torch's default, "
                     "all cores); 1 keeps timings stable on a shared machine, where OpenMP threads wait on each other")
     ap.add_argument("--skip-resume", action="store_true", help="only the save and load measurements")
+    ap.add_argument("--note", default="", help="a remark stored with the result (what else loaded the machine)")
     ap.add_argument("--save", action="store_true", help="write the result to --out (default: print only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"checkpoint-cpu-{datetime.date.today().isoformat()}.json"))
     a = ap.parse_args()
@@ -242,7 +243,8 @@ def main():
     work = Path(a.dir); shutil.rmtree(work, ignore_errors=True); work.mkdir(parents=True)
     t_start = time.perf_counter()
     res = {"benchmark": "sharded checkpoint save / load / resume vs torch.save / torch.load", "date": datetime.date.today().isoformat(),
-           "hardware": hardware(), "scratch_dir": str(work), "reps": a.reps, "resume_reps": a.resume_reps}
+           "hardware": hardware(), "scratch_dir": str(work), "reps": a.reps, "resume_reps": a.resume_reps,
+           **({"note": a.note} if a.note else {})}
     base = overrides(a, work)
     cfg = load_config(CONFIG, base)
     layout = init_distributed(Layout.of(cfg))               # one process, no launcher: a gloo group of 1
