@@ -4,15 +4,19 @@
 
 # %% auto 0
 __all__ = ['FORMAT', 'FORMATS', 'OPTIMIZER_STATES', 'CHECKSUM', 'META_CHECKSUM', 'SHARD_OVERHEAD_BYTES', 'TENSOR_OVERHEAD_BYTES',
-           'step_name', 'shard_name', 'tp_dim', 'rng_state', 'set_rng_state', 'make_shard', 'complete_steps',
-           'latest_checkpoint', 'prune', 'digest_bytes', 'HashingWriter', 'save_hashed', 'file_digest', 'seal_meta',
-           'save_checkpoint', 'CheckpointWriteError', 'free_bytes', 'shard_bytes', 'human_bytes', 'reduce_over_job',
-           'CheckpointCorruptError', 'read_meta', 'check_file', 'check_checkpoint', 'fit_rows', 'Checkpoint',
-           'newest_verified_checkpoint', 'verify_checkpoints', 'load_state_dict', 'load_checkpoint', 'StopRequest']
+           'VERIFY_LABELS', 'VERIFY_EXIT', 'step_name', 'shard_name', 'tp_dim', 'rng_state', 'set_rng_state',
+           'make_shard', 'complete_steps', 'latest_checkpoint', 'prune', 'digest_bytes', 'HashingWriter', 'save_hashed',
+           'file_digest', 'seal_meta', 'save_checkpoint', 'CheckpointWriteError', 'free_bytes', 'shard_bytes',
+           'human_bytes', 'reduce_over_job', 'OldFormatWarning', 'CheckpointCorruptError', 'read_meta', 'check_file',
+           'check_checkpoint', 'fit_rows', 'Checkpoint', 'resume_order', 'resume_step', 'newest_verified_checkpoint',
+           'StepCheck', 'verify_step', 'verify_checkpoints', 'verify_report', 'load_state_dict', 'load_checkpoint',
+           'StopRequest']
 
 # %% ../nbs/43_checkpoint.ipynb
-import json, mmap, os, random, re, shutil, signal, time
+import json, mmap, os, random, re, shutil, signal, threading, time, warnings
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import NamedTuple
 from pathlib import Path
 import numpy as np, torch, xxhash, yaml
 import torch.distributed as dist
@@ -98,10 +102,16 @@ def latest_checkpoint(root) -> Path | None:
     return steps[-1] if steps else None
 
 def prune(root, keep_last: int):
-    "Delete all but the newest `keep_last` complete checkpoints (never the one `latest` names) and stale temporaries."
+    """Delete all but the newest `keep_last` complete checkpoints (never the one `latest` names) and stale temporaries.
+    A step is renamed out of sight (`.step-N.pruned`) before it is deleted: a reader beside the running job (`mtnlg
+    checkpoint verify`) finds it whole or gone, never half deleted."""
     keep = set(complete_steps(root)[-keep_last:]) | {latest_checkpoint(root)}
     for p in complete_steps(root):
-        if p not in keep: shutil.rmtree(p, ignore_errors=True)
+        if p in keep: continue
+        gone = p.with_name(f".{p.name}.pruned")
+        try: os.replace(p, gone)
+        except OSError: gone = p                          # a stale .pruned directory in the way: delete in place
+        shutil.rmtree(gone, ignore_errors=True)
     for p in Path(root).glob(".step-*"): shutil.rmtree(p, ignore_errors=True)
 
 # %% ../nbs/43_checkpoint.ipynb
@@ -263,6 +273,9 @@ def _raise_if_any_failed(failed: BaseException | None, root: Path, step: int, tm
                                f"were free before it. {_WHAT_TO_DO}")
 
 # %% ../nbs/43_checkpoint.ipynb
+class OldFormatWarning(UserWarning):
+    "A checkpoint from before checksums (format v1): it loads, but nothing can tell whether its bytes are the saved ones."
+
 class CheckpointCorruptError(ValueError):
     "A file of a checkpoint whose bytes are not the ones saved: a flipped bit, a truncated or partial copy, another step's file."
 
@@ -336,6 +349,17 @@ def fit_rows(t: torch.Tensor, shape: list, name: str) -> torch.Tensor:
                      f"the checkpoint's model config differs from this run's")
 
 # %% ../nbs/43_checkpoint.ipynb
+class _Background(threading.Thread):
+    "`fn(*args)` in a thread; `result()` waits for it and raises what it raised."
+    def __init__(self, fn, *args):
+        super().__init__(daemon=True); self.fn, self.args, self.error = fn, args, None; self.start()
+    def run(self):
+        try: self.fn(*self.args)
+        except BaseException as e: self.error = e
+    def result(self):
+        self.join()
+        if self.error is not None: raise self.error
+
 class Checkpoint:
     "A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's shards."
     def __init__(self, path):
@@ -343,6 +367,11 @@ class Checkpoint:
         self.meta = read_meta(self.dir)
         self.layout, self.step = Layout(**self.meta["layout"]), self.meta["step"]
         self._shards, self.verified = {}, set()        # files whose checksum this process (or the job) has checked
+        self._pending = None                            # inside `checking_behind`: checks still running
+        if "checksums" not in self.meta:
+            warnings.warn(f"{self.dir} was written before checksums (format v1): its files load unchecked, so a flipped "
+                          f"bit would go unnoticed; save it again to add them (mtnlg reshard {self.dir} NEW_DIR)",
+                          OldFormatWarning, stacklevel=2)
         for name in ("config.yaml", "tokenizer.json"): self.verify(name)
 
     def verify(self, name: str):
@@ -379,18 +408,36 @@ class Checkpoint:
     def names(self) -> list[str]: return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
 
     def shard(self, name: str) -> dict:
-        "One rank's file, its checksum checked, read with `weights_only=True` (tensors and numbers only: never runs pickled code)."
+        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code), memory-mapped;
+        its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases the GIL), and
+        nothing returned before the check passed (inside `checking_behind`: checked on leaving it). A corrupt file is
+        reported as corrupt, whatever `torch.load` made of it."""
         if name not in self._shards:
-            path = self.dir / name
-            self.verify(name)
-            try: self._shards[name] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except Exception as e:
-                if "Weights only load failed" in str(e):
-                    raise ValueError(f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
-                                     f"(that could run code) — re-save the checkpoint with mtnlg") from None
-                raise ValueError(f"{path} is truncated or corrupt ({type(e).__name__}); use an earlier step directory "
-                                 f"(to resume: --set checkpoint.resume=DIR) or copy the file back") from None
+            path, failed = self.dir / name, None
+            check = _Background(self.verify, name) if name not in self.verified else None
+            try: loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except Exception as e: failed = e
+            if check and (failed or self._pending is None): check.result()
+            elif check: self._pending.append(check)
+            if "Weights only load failed" in str(failed):
+                raise ValueError(f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
+                                 f"(that could run code) — re-save the checkpoint with mtnlg") from None
+            if failed: raise ValueError(f"{path} is truncated or corrupt ({type(failed).__name__}); use an earlier step "
+                                        f"directory (to resume: --set checkpoint.resume=DIR) or copy the file back") from None
+            self._shards[name] = loaded
         return self._shards[name]
+
+    @contextmanager
+    def checking_behind(self):
+        """Inside: `shard` returns as soon as `torch.load` has mapped the file, its checksum still being computed by a
+        second thread while the caller copies the tensors out; on leaving, every check is waited for and a corrupt file
+        raises `CheckpointCorruptError` (what was copied inside must then be dropped: a backend's `load_checkpoint` leaves
+        through the error). The checksum costs time only where it outlasts the load."""
+        self._pending = []
+        try: yield self
+        finally:
+            pending, self._pending = self._pending, None
+            for check in pending: check.result()
 
     def _holders(self, name: str, part: str) -> dict[int, list[str]]:
         "TP rank -> the shard files holding `name` in `part` (model or fragments)."
@@ -459,38 +506,109 @@ class Checkpoint:
     def rng(self, rank: int) -> dict: return self.shard(shard_name(rank))["rng"]
 
 # %% ../nbs/43_checkpoint.ipynb
+def resume_order(root) -> list[Path]:
+    "The complete steps `--resume auto` tries, in its order: the one `latest` names, then the older ones, newest first."
+    first = latest_checkpoint(root)
+    if first is None: return []
+    number = lambda p: int(p.name[5:])
+    return [first] + [p for p in reversed(complete_steps(root)) if number(p) < number(first)]
+
+def resume_step(root, problem, say=print) -> Path | None:
+    """The step `--resume auto` continues from: the first in `resume_order` for which `problem(step)` is None, saying
+    each one it skipped and why; None if none is. The trainer's `problem` checks every file of the step; `mtnlg
+    checkpoint verify`'s looks up what it found — one rule, so its hint names the step a resume takes."""
+    for p in resume_order(root):
+        why = problem(p)
+        if why is None: return p
+        say(f"--resume auto: skipped {p.name}: {why}")
+    return None
+
+def _what_is_wrong(e: Exception) -> str:
+    return f"{e.path.name} is corrupt ({e.why})" if isinstance(e, CheckpointCorruptError) else str(e)
+
 def newest_verified_checkpoint(root, say=print) -> "Checkpoint | None":
     """Collective: the newest checkpoint under `root` whose every file verifies — the step `latest` names, then the
     older complete ones, newest first — saying each one it skipped and why. None if `root` holds no complete step;
     `CheckpointCorruptError` if none verifies."""
-    first = latest_checkpoint(root)
-    if first is None: return None
-    number = lambda p: int(p.name[5:])
-    tried = [first] + [p for p in reversed(complete_steps(root)) if number(p) < number(first)]
-    for p in tried:
-        try:
-            ckpt = Checkpoint(p); ckpt.verify_all(); return ckpt
-        except (CheckpointCorruptError, FileNotFoundError) as e:
-            say(f"--resume auto: skipped {p.name}: " + (f"{e.path.name} is corrupt ({e.why})" if isinstance(e, CheckpointCorruptError) else str(e)))
+    tried, opened = resume_order(root), {}
+    if not tried: return None
+    def problem(p: Path) -> str | None:
+        try: opened[p] = Checkpoint(p); opened[p].verify_all(); return None
+        except (CheckpointCorruptError, FileNotFoundError) as e: return _what_is_wrong(e)
+    if (p := resume_step(root, problem, say)) is not None: return opened[p]
     raise CheckpointCorruptError(f"no checkpoint under {root} verifies ({len(tried)} tried: {', '.join(p.name for p in tried)}): "
                                  f"copy good files back, or train from the start without --resume")
 
-def verify_checkpoints(path, progress: bool = False) -> list[tuple[Path, str | None]]:
+# %% ../nbs/43_checkpoint.ipynb
+class StepCheck(NamedTuple):
+    "What `verify_step` found in one step directory."
+    dir: Path
+    status: str                # ok, corrupt, unchecked (format v1), removed or changing (by a running job): VERIFY_LABELS
+    why: str | None = None
+    nbytes: int = 0            # bytes hashed
+
+VERIFY_LABELS = {"ok": "ok", "corrupt": "FAILED", "unchecked": "UNCHECKED", "removed": "REMOVED", "changing": "CHANGING"}
+VERIFY_EXIT = {"nothing corrupt": 0, "corrupt": 1, "no checkpoint": 2, "old format": 3}   # `mtnlg checkpoint verify`'s status
+_OLD_FORMAT = "written before checksums (format v1): nothing to check it against; save it again to add them (mtnlg reshard)"
+
+def _identity(step: Path):
+    "A complete step directory's and its meta.json's inodes; None once it is gone (pruned, or between a save's renames)."
+    try: d, m = os.stat(step), os.stat(step / "meta.json")
+    except (FileNotFoundError, NotADirectoryError): return None
+    return d.st_dev, d.st_ino, m.st_ino
+
+def verify_step(step, tries: int = 2) -> StepCheck:
+    """Every file of one complete step directory against its checksum, without loading a model. A running job may
+    prune the step or save it again while it is read: that is said (`removed`; a step saved again is read again, up to
+    `tries` times, then `changing`), never called corrupt."""
+    step = Path(step)
+    for attempt in range(tries):
+        before = _identity(step)
+        if before is None: return StepCheck(step, "removed", "pruned by the running job before verify read it (not corrupt)")
+        problem, nbytes = None, 0
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OldFormatWarning); ckpt = Checkpoint(step)
+            for name in ckpt.meta.get("checksums", {}).get("files", {}):
+                ckpt.verify(name); nbytes += (step / name).stat().st_size
+        except (CheckpointCorruptError, FileNotFoundError, ValueError) as e: problem = _what_is_wrong(e)
+        after = _identity(step)
+        if after is None: return StepCheck(step, "removed", "pruned by the running job while verify read it (not corrupt)", nbytes)
+        if after != before: continue                                    # saved again under us: read the new copy
+        if problem: return StepCheck(step, "corrupt", problem, nbytes)
+        if "checksums" not in ckpt.meta: return StepCheck(step, "unchecked", _OLD_FORMAT, nbytes)
+        return StepCheck(step, "ok", "saved again by the running job while verify read it; the new copy verifies" if attempt else None, nbytes)
+    return StepCheck(step, "changing", f"saved again by the running job each of {tries} times verify read it (not corrupt): run verify again")
+
+def verify_checkpoints(path, progress: bool = False) -> list[StepCheck]:
     """Every complete step under `path` (a checkpoints root, or one step directory), each file checked against its
-    checksum without loading a model: `[(step directory, None if it verifies else what is wrong)]`, oldest first."""
+    checksum without loading a model (`verify_step`), oldest first."""
     p = Path(path)
     if not p.is_dir(): raise FileNotFoundError(f"checkpoint directory {str(p)!r} not found")
     steps = [p] if (p / "meta.json").is_file() else complete_steps(p)
     if not steps: raise FileNotFoundError(f"{str(p)!r} holds no complete checkpoint (no step-NNNNNNN directory with a meta.json)")
-    out = []
-    for step in tqdm(steps, desc="verify", unit="step", disable=not progress):
-        try:
-            ckpt = Checkpoint(step)
-            for name in ckpt.meta.get("checksums", {}).get("files", {}): ckpt.verify(name)
-            out.append((ckpt.dir, None if "checksums" in ckpt.meta else "written before checksums (format v1): nothing to check against"))
-        except (CheckpointCorruptError, FileNotFoundError, ValueError) as e:
-            out.append((step, f"{e.path.name} is corrupt ({e.why})" if isinstance(e, CheckpointCorruptError) else str(e)))
-    return out
+    return [verify_step(s) for s in tqdm(steps, desc="verify", unit="step", disable=not progress)]
+
+def verify_report(path, checks: list[StepCheck], seconds: float) -> tuple[list[str], int]:
+    """`mtnlg checkpoint verify`'s lines — one per step, then a summary naming the step `--resume auto` would take (the
+    same `resume_step`; a step saved since the listing is checked now) — and its exit status (`VERIFY_EXIT`)."""
+    lines = [f"{c.dir.name}  {VERIFY_LABELS[c.status]}" + (f"  {c.why}" if c.why else "") for c in checks]
+    n = {s: sum(c.status == s for c in checks) for s in VERIFY_LABELS}
+    parts = [f"{n['ok']} of {len(checks)} step(s) verify"]
+    if n["removed"] + n["changing"]: parts.append(f"{n['removed'] + n['changing']} pruned or saved again by the running job while read (not corrupt)")
+    if n["unchecked"]: parts.append(f"{n['unchecked']} in the old format (v1), unchecked")
+    if n["corrupt"]: parts.append(f"{n['corrupt']} corrupt")
+    summary = ", ".join(parts) + f" ({human_bytes(sum(c.nbytes for c in checks))} read in {seconds:.2f} s)"
+    if not (Path(path) / "meta.json").is_file():                       # a checkpoints root: where a resume would go
+        found = {c.dir: c for c in checks}
+        def problem(p: Path) -> str | None:
+            c = found.get(p)
+            if c is None or c.status == "changing": c = verify_step(p)
+            return None if c.status in ("ok", "unchecked") else (c.why or c.status)
+        chosen = resume_step(path, problem, say=lambda *a: None)
+        summary += f"; --resume auto would continue from {chosen.name}" if chosen else "; --resume auto would find no step that verifies"
+    code = VERIFY_EXIT["corrupt" if n["corrupt"] else "old format" if n["unchecked"] else "nothing corrupt"]
+    return lines + [summary], code
 
 # %% ../nbs/43_checkpoint.ipynb
 def load_state_dict(path) -> dict:

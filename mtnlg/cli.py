@@ -541,18 +541,17 @@ def add_checkpoint_arguments(p):
     "`mtnlg checkpoint verify DIR` (chapter 43)."
     p.add_argument("action", choices=["verify"], help="verify: check every file against the checksum it was saved with")
     p.add_argument("dir", help="a checkpoints directory (every complete step in it) or one step-NNNNNNN directory")
+    p.epilog = ("exit status: 0 nothing corrupt found (a step the running job prunes or saves again while it is read is "
+                "said so, REMOVED or CHANGING, not counted corrupt); 1 a step is corrupt (FAILED); 2 DIR holds no complete "
+                "checkpoint; 3 nothing corrupt, but a step in the old format (v1) has no checksums to check (UNCHECKED)")
     def run(args) -> int:
         import time
-        from mtnlg.checkpoint import human_bytes, latest_checkpoint, verify_checkpoints
+        from mtnlg.checkpoint import verify_checkpoints, verify_report
         t0 = time.perf_counter()
-        results = verify_checkpoints(args.dir, progress=sys.stderr.isatty())
-        size = sum(f.stat().st_size for d, _ in results for f in Path(d).iterdir() if f.is_file())
-        for d, problem in results: print(f"{d.name}  {'ok' if problem is None else 'FAILED'}" + (f"  {problem}" if problem else ""))
-        bad = [d for d, problem in results if problem and "nothing to check" not in problem]
-        good = [d for d, problem in results if problem is None]
-        print(f"{len(results) - len(bad)} of {len(results)} step(s) verify ({human_bytes(size)} read in {time.perf_counter() - t0:.2f} s)"
-              + (f"; --resume auto would continue from {good[-1].name}" if bad and good and not (Path(args.dir) / "meta.json").is_file() else ""))
-        return 1 if bad else 0
+        checks = verify_checkpoints(args.dir, progress=sys.stderr.isatty())
+        lines, code = verify_report(args.dir, checks, time.perf_counter() - t0)
+        print("\n".join(lines))
+        return code
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb

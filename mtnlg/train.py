@@ -89,12 +89,13 @@ class SingleProcess:
     @torch.no_grad()
     def load_checkpoint(self, ckpt: Checkpoint):
         "Weights (the fp32 masters) and Adam's state from a checkpoint of any layout."
-        step = ckpt.optimizer_step
-        for n, p in self.model.named_parameters():
-            local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p)).to(self.device, copy=True)   # not a view of the file
-            p.copy_(local("master"))
-            if step: self.optimizer.state[p] = {"step": torch.tensor(float(step)), "exp_avg": local("exp_avg"),
-                                                "exp_avg_sq": local("exp_avg_sq")}
+        with ckpt.checking_behind():                     # checksums checked while the tensors are copied
+            step = ckpt.optimizer_step
+            for n, p in self.model.named_parameters():
+                local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p)).to(self.device, copy=True)   # not a view of the file
+                p.copy_(local("master"))
+                if step: self.optimizer.state[p] = {"step": torch.tensor(float(step)), "exp_avg": local("exp_avg"),
+                                                    "exp_avg_sq": local("exp_avg_sq")}
 
 # %% ../nbs/41_train.ipynb
 @dataclass
