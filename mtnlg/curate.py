@@ -96,6 +96,7 @@ class SlurmSpec:
     cores: int = 8
     memory: str = "32GB"
     walltime: str = "04:00:00"
+    skip_directives: list[str] = field(default_factory=list)   # #SBATCH lines to leave out, e.g. ["--mem"] where Slurm tracks no memory
 
 @dataclass
 class CurateConfig:
@@ -200,7 +201,7 @@ class DaskExecutor:
             from dask_jobqueue import SLURMCluster
             s = slurm or SlurmSpec()
             self.cluster = SLURMCluster(queue=s.queue, account=s.account, cores=s.cores, processes=s.cores,
-                                        memory=s.memory, walltime=s.walltime)
+                                        memory=s.memory, walltime=s.walltime, job_directives_skip=s.skip_directives)
             self.cluster.scale(jobs=workers)
         else: self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
         self.client = Client(self.cluster)

@@ -225,3 +225,27 @@ def test_curate_sbatch_on_dask_equals_local_pool(slurm, tmp_path):
         elif f.name == "megatron_data_path.txt":                                               # absolute paths
             assert (a / f).read_text().replace(str(a), "OUT") == (b / f).read_text().replace(str(b), "OUT")
         else: assert (a / f).read_bytes() == (b / f).read_bytes(), f                          # shards, indexes, tokenizer
+
+@pytest.mark.slow
+def test_curate_executor_slurm_submits_worker_jobs_and_equals_local_pool(slurm, tmp_path, monkeypatch):
+    """`executor: slurm`, as a user on a login node runs it: dask-jobqueue's SLURMCluster submits the workers as Slurm
+    jobs, the driver stays here, and the partitioned dedup's tasks run on those jobs; the same files as the local pool."""
+    from dataclasses import replace
+    from mtnlg.curate import load_curate_config, curate, SlurmSpec
+    for k in ("SLURM_CONF", "PYTHONPATH"): monkeypatch.setenv(k, slurm[k])
+    monkeypatch.chdir(tmp_path)                                   # dask-jobqueue writes its job scripts' logs here
+    cfg = load_curate_config(ROOT / "scaled_configs/curate-tiny.yaml")
+    cfg.slurm = replace(cfg.slurm, cores=1, memory="2GB", walltime="00:20:00", skip_directives=["--mem"])
+    curate(cfg, tmp_path / "slurm", "slurm", 2, progress=False)
+    outs = sorted(tmp_path.glob("slurm-*.out"))                   # sbatch's default output, in the submitting directory
+    assert len(outs) >= 2 and all("distributed.worker" in o.read_text() for o in outs[:2]), [o.read_text()[-500:] for o in outs]
+    curate(load_curate_config(ROOT / "scaled_configs/curate-tiny.yaml"), tmp_path / "local", "local", 2, progress=False)
+    files = lambda d: sorted(p.relative_to(d) for p in d.rglob("*") if p.is_file())
+    a, b = tmp_path / "local", tmp_path / "slurm"
+    assert files(a) == files(b) and len(files(a)) > 50
+    for f in files(a):
+        if f.suffix == ".json" and (f.parts[0] == "manifests" or f.name == "summary.json"):
+            assert _without(json.loads((a / f).read_text())) == _without(json.loads((b / f).read_text())), f
+        elif f.name == "megatron_data_path.txt":
+            assert (a / f).read_text().replace(str(a), "OUT") == (b / f).read_text().replace(str(b), "OUT")
+        else: assert (a / f).read_bytes() == (b / f).read_bytes(), f
