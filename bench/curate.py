@@ -201,12 +201,50 @@ def add_plan_rates(result: dict) -> dict:
         result["plan_rates"] = {**plan_rates(result["sizes"]["small"], result["sizes"]["large"]), "device": "cpu", "date": result["date"]}
     return result
 
+# --- decontamination, before/after (issue 52 item 4): the chapter's reference engine against its compiled one ---
+def decontamination_rows(out: Path, warc_bytes: int, reps: int) -> dict:
+    """Both passes of the decontaminate stage (count, then cut) over this run's decontaminate input shards, serially in
+    this process, by the chapter's two engines: "numpy" (the reference, a document at a time: the stage before issue 52)
+    and "compiled" (the stage now). Repetitions interleaved, medians reported; CPU seconds of this process. Each
+    engine's counts and output files must equal the pipeline's bytes (frequent n-grams and decontaminated shards)."""
+    import tempfile, yaml
+    import numpy as np
+    from mtnlg.decontaminate import count_shard, decontaminate_shard, frequent_ngrams
+    z = np.load(out / "task_ngrams.npz"); table = {int(k): z[k] for k in z.files}
+    ignore = np.load(out / "frequent_ngrams.npy")
+    max_doc_freq = yaml.safe_load((ROOT / "scaled_configs/curate-cc.yaml").read_text())["decontaminate"]["max_doc_freq"]
+    shards = sorted((out / "dedup").glob("*/*.jsonl"))
+    in_bytes = sum(p.stat().st_size for p in shards)
+    count_shard(shards[0], table); decontaminate_shard(shards[0], Path(tempfile.mkdtemp()) / "warm.jsonl", table, ignore)  # compile
+    times = {"numpy": [], "compiled": []}
+    for rep in range(reps):
+        for engine in times:
+            with tempfile.TemporaryDirectory() as tmp:
+                w, c = time.time(), time.process_time()
+                counts = [count_shard(s, table, engine=engine) for s in shards]
+                freq = frequent_ngrams(counts, max_doc_freq)      # the run's list of frequent task n-grams, again
+                for s in shards: decontaminate_shard(s, Path(tmp) / s.parent.name / s.name, table, ignore, engine=engine)
+                times[engine].append((time.process_time() - c, time.time() - w))
+                same = all((Path(tmp) / s.parent.name / s.name).read_bytes() == (out / "decontaminate" / s.parent.name / s.name).read_bytes() for s in shards)
+                if not (same and np.array_equal(freq, ignore)):
+                    raise AssertionError(f"decontamination engine {engine!r} wrote other bytes than the pipeline (files equal: {same})")
+    rows = {}
+    for engine, ts in times.items():
+        cpu, wall = statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)
+        rows[engine] = {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2), "cpu_seconds_per_gb_warc": round(cpu / (warc_bytes / 1e9), 2),
+                        "mb_per_cpu_s": round(in_bytes / cpu / 1e6, 2), "repetitions_cpu_s": [round(t[0], 2) for t in ts]}
+    return {"engines": {"before": "numpy (reference, a document at a time)", "after": "compiled (batch kernel)"},
+            "input_bytes": in_bytes, "shards": len(shards), "reps": reps, **rows,
+            "speedup_cpu_x": round(rows["numpy"]["cpu_seconds"] / rows["compiled"]["cpu_seconds"], 2),
+            "output_identical": True, "note": "count + cut passes, serial in the bench driver (one core); the pipeline's stage adds process start-up and the task table's load"}
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=1.0, help="the larger input's .warc.gz gigabytes (the smaller is a quarter)")
     ap.add_argument("--shards", type=int, default=8); ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", default="/tmp/mtnlg-curate-bench"); ap.add_argument("--save", action="store_true")
     ap.add_argument("--sizes", default="small,large", help="which sizes to run: small,large")
+    ap.add_argument("--decon-reps", type=int, default=3, help="repetitions of the decontamination before/after rows at the small size (1 at the large; 0: none)")
     ap.add_argument("--replan", metavar="RESULT", help="recompute plan_rates of a saved result from its measurements (runs nothing)")
     a = ap.parse_args(argv)
     if a.replan:
@@ -237,6 +275,7 @@ def main(argv=None) -> int:
             size[side]["dedup_quality"] = dedup_quality(size[side].pop("removed_as_duplicates"), info["planted_pairs"], jac)
             size[side]["rates"] = {n: rates(s) for n, s in size[side]["stages"].items()}
         size["ours_vs_datatrove"] = compare(size["ours"], size["datatrove"])
+        if a.decon_reps: size["decontamination_before_after"] = decontamination_rows(work / name / "ours", info["warc_bytes"], a.decon_reps if name == "small" else 1)
         result["sizes"][name] = size
         report(name, size)
         if a.save: save(result)
@@ -257,6 +296,9 @@ def report(name: str, size: dict):
               f"{s['dedup_quality']['recall_all_planted']:.3f}) precision {s['dedup_quality']['precision']:.3f}"
               + (f"; dedup planning {s['dedup_index']['bytes_per_doc']:.0f} B/document" if "dedup_index" in s else ""))
         for n, r in s["rates"].items(): print(f"    {n:14s} {r}")
+    if "decontamination_before_after" in size:
+        d = size["decontamination_before_after"]
+        print(f"  decontamination (count + cut, serial): numpy {d['numpy']['cpu_seconds']:.1f} CPU s, compiled {d['compiled']['cpu_seconds']:.1f} CPU s: x{d['speedup_cpu_x']:.2f}, same bytes")
     for n, r in size["ours_vs_datatrove"].items(): print(f"  {n:28s} ours {r['ours_s']:8.1f} s  datatrove {r['datatrove_s']:8.1f} s  ours faster x{r['ours_faster_x']:.2f}")
 
 if __name__ == "__main__":
