@@ -201,42 +201,89 @@ def add_plan_rates(result: dict) -> dict:
         result["plan_rates"] = {**plan_rates(result["sizes"]["small"], result["sizes"]["large"]), "device": "cpu", "date": result["date"]}
     return result
 
-# --- decontamination, before/after (issue 52 item 4): the chapter's reference engine against its compiled one ---
-def decontamination_rows(out: Path, warc_bytes: int, reps: int) -> dict:
-    """Both passes of the decontaminate stage (count, then cut) over this run's decontaminate input shards, serially in
-    this process, by the chapter's two engines: "numpy" (the reference, a document at a time: the stage before issue 52)
-    and "compiled" (the stage now). Repetitions interleaved, medians reported; CPU seconds of this process. Each
-    engine's counts and output files must equal the pipeline's bytes (frequent n-grams and decontaminated shards)."""
-    import tempfile, yaml
+# --- issue 52 items 4-5: extraction and decontamination, before/after, in one run (separate from the rows above) ---
+SPEED_CHILD = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])                    # the tree under test: its mtnlg is the one imported
+import numpy as np
+from mtnlg.extract import extract_shard
+from mtnlg.decontaminate import count_shard, decontaminate_shard, frequent_ngrams
+stage, src, dst = sys.argv[2], [Path(p) for p in json.loads(sys.argv[3])], Path(sys.argv[4])
+if stage == "extract":
+    from mtnlg.extract import html_to_text, language_of
+    language_of(html_to_text("<html><body><p>" + "A warm-up paragraph of plain English words. " * 5 + "</p></body></html>"))   # imports
+    t = time.process_time()
+    for s in src: extract_shard(s, dst / s.name.replace(".warc.gz", ".jsonl"), "cc")
+else:
+    z = np.load(sys.argv[5]); table = {int(k): z[k] for k in z.files}
+    from mtnlg.extract import write_jsonl
+    write_jsonl(dst / "warm.jsonl", [{"id": "w/w:0", "dataset": "w", "text": "a warm-up document " * 20}])
+    count_shard(dst / "warm.jsonl", table)                                    # imports; loads the compiled kernel
+    t = time.process_time()
+    ignore = frequent_ngrams([count_shard(s, table) for s in src], 10)
+    for s in src: decontaminate_shard(s, dst / s.name, table, ignore)
+print(json.dumps({"cpu_seconds": time.process_time() - t}))
+"""
+
+def before_tree(rev: str, work: Path) -> Path:
+    "The repository's mtnlg package at `rev` (git archive), for the 'before' rows."
+    d = work / f"tree-{rev}"
+    if not (d / "mtnlg").is_dir():
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run(f"git -C {ROOT} archive {rev} mtnlg | tar -x -C {d}", shell=True, check=True)
+    return d
+
+def speed_rows(warc_shards: list, work: Path, rev: str, reps: int) -> dict:
+    """Extraction (chapter 30) and both decontamination passes (chapter 33: count, then cut) over the same shards, by the
+    code at `rev` (before) and this working tree (after): each a fresh process per measurement, CPU seconds of the timed
+    part (imports, numba compilation and a warm-up shard excluded), repetitions interleaved, medians. Each stage's
+    output files must be byte-identical between before and after."""
     import numpy as np
-    from mtnlg.decontaminate import count_shard, decontaminate_shard, frequent_ngrams
-    z = np.load(out / "task_ngrams.npz"); table = {int(k): z[k] for k in z.files}
-    ignore = np.load(out / "frequent_ngrams.npy")
-    max_doc_freq = yaml.safe_load((ROOT / "scaled_configs/curate-cc.yaml").read_text())["decontaminate"]["max_doc_freq"]
-    shards = sorted((out / "dedup").glob("*/*.jsonl"))
-    in_bytes = sum(p.stat().st_size for p in shards)
-    count_shard(shards[0], table); decontaminate_shard(shards[0], Path(tempfile.mkdtemp()) / "warm.jsonl", table, ignore)  # compile
-    times = {"numpy": [], "compiled": []}
-    for rep in range(reps):
-        for engine in times:
-            with tempfile.TemporaryDirectory() as tmp:
-                w, c = time.time(), time.process_time()
-                counts = [count_shard(s, table, engine=engine) for s in shards]
-                freq = frequent_ngrams(counts, max_doc_freq)      # the run's list of frequent task n-grams, again
-                for s in shards: decontaminate_shard(s, Path(tmp) / s.parent.name / s.name, table, ignore, engine=engine)
-                times[engine].append((time.process_time() - c, time.time() - w))
-                same = all((Path(tmp) / s.parent.name / s.name).read_bytes() == (out / "decontaminate" / s.parent.name / s.name).read_bytes() for s in shards)
-                if not (same and np.array_equal(freq, ignore)):
-                    raise AssertionError(f"decontamination engine {engine!r} wrote other bytes than the pipeline (files equal: {same})")
-    rows = {}
-    for engine, ts in times.items():
-        cpu, wall = statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)
-        rows[engine] = {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2), "cpu_seconds_per_gb_warc": round(cpu / (warc_bytes / 1e9), 2),
-                        "mb_per_cpu_s": round(in_bytes / cpu / 1e6, 2), "repetitions_cpu_s": [round(t[0], 2) for t in ts]}
-    return {"engines": {"before": "numpy (reference, a document at a time)", "after": "compiled (batch kernel)"},
-            "input_bytes": in_bytes, "shards": len(shards), "reps": reps, **rows,
-            "speedup_cpu_x": round(rows["numpy"]["cpu_seconds"] / rows["compiled"]["cpu_seconds"], 2),
-            "output_identical": True, "note": "count + cut passes, serial in the bench driver (one core); the pipeline's stage adds process start-up and the task table's load"}
+    from mtnlg.catalog import data_path
+    from mtnlg.decontaminate import eval_task_texts, build_task_ngrams
+    trees = {"before": before_tree(rev, work), "after": ROOT}
+    table = work / "task_ngrams.npz"
+    if not table.is_file():
+        t = build_task_ngrams([x for ts in eval_task_texts(data_path("eval")).values() for x in ts])
+        np.savez(table, **{str(k): v for k, v in t.items()})
+    def child(tree, stage, src, dst):
+        dst.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([sys.executable, "-c", SPEED_CHILD, str(tree), stage, json.dumps([str(s) for s in src]), str(dst), str(table)],
+                           capture_output=True, text=True, cwd=work)
+        if r.returncode: raise RuntimeError(f"{stage} ({tree}) failed:\n{r.stderr[-3000:]}")
+        return json.loads(r.stdout.strip().splitlines()[-1])["cpu_seconds"]
+    rows, docs = {}, work / "speed" / "extract-after"
+    for stage in ("extract", "decontaminate"):
+        src = warc_shards if stage == "extract" else sorted(docs.glob("crawl-*.jsonl"))
+        times = {"before": [], "after": []}
+        for rep in range(reps):
+            for side, tree in trees.items():
+                times[side].append(child(tree, stage, src, work / "speed" / f"{stage}-{side}"))
+                print(f"  {stage} {side} rep {rep}: {times[side][-1]:.2f} CPU s", flush=True)
+        outs = {side: sorted(p for p in (work / "speed" / f"{stage}-{side}").glob("crawl-*.jsonl")) for side in trees}
+        same = len(outs["before"]) == len(src) and all(a.read_bytes() == b.read_bytes() for a, b in zip(outs["before"], outs["after"]))
+        if not same: raise AssertionError(f"{stage}: the speed work changed output bytes")
+        b, a = statistics.median(times["before"]), statistics.median(times["after"])
+        in_bytes = sum(s.stat().st_size for s in src)
+        rows[stage] = {"shards": len(src), "input_bytes": in_bytes, "before_cpu_s": round(b, 2), "after_cpu_s": round(a, 2),
+                       "speedup_x": round(b / a, 2), "before_mb_per_cpu_s": round(in_bytes / b / 1e6, 2), "after_mb_per_cpu_s": round(in_bytes / a / 1e6, 2),
+                       "repetitions_cpu_s": {k: [round(x, 2) for x in v] for k, v in times.items()}, "output_byte_identical": True}
+    return {"before": f"mtnlg at {rev}", "after": "this working tree", "reps": reps, **rows}
+
+def speed_rows_only(a) -> dict:
+    "`--speed-rows`: only the before/after rows, on the first `--speed-shards` shards of the larger input (built if missing)."
+    work = Path(a.work); inp = work / f"input-{a.gb:g}gb"
+    info = json.loads((inp / "input.json").read_text()) if (inp / "input.json").is_file() else make_input(inp, a.shards, int(a.gb * 1e9 / a.shards), seed=0, workers=a.workers)
+    shards = sorted((inp / "cc").glob("*.warc.gz"))[: a.speed_shards]
+    warc = sum(s.stat().st_size for s in shards)
+    rows = speed_rows(shards, work, a.before_rev, a.speed_reps)
+    for stage in ("extract", "decontaminate"):          # per GB of .warc.gz, as plan_rates counts
+        rows[stage] |= {"before_cpu_s_per_gb_warc": round(rows[stage]["before_cpu_s"] / (warc / 1e9), 1),
+                        "after_cpu_s_per_gb_warc": round(rows[stage]["after_cpu_s"] / (warc / 1e9), 1)}
+    return {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
+            "command": "python bench/curate.py " + " ".join(sys.argv[1:]), "hardware": hardware(), "workers": 1,
+            "input": {"warc_shards": len(shards), "warc_bytes": warc, "from": str(inp)}, "speed_before_after": rows}
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -244,13 +291,20 @@ def main(argv=None) -> int:
     ap.add_argument("--shards", type=int, default=8); ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", default="/tmp/mtnlg-curate-bench"); ap.add_argument("--save", action="store_true")
     ap.add_argument("--sizes", default="small,large", help="which sizes to run: small,large")
-    ap.add_argument("--decon-reps", type=int, default=3, help="repetitions of the decontamination before/after rows at the small size (1 at the large; 0: none)")
+    ap.add_argument("--speed-rows", action="store_true", help="only issue 52's before/after rows of extraction and decontamination (no pipeline, no datatrove)")
+    ap.add_argument("--before-rev", default="156f8ea", help="the 'before' code of --speed-rows"); ap.add_argument("--speed-shards", type=int, default=2)
+    ap.add_argument("--speed-reps", type=int, default=3)
     ap.add_argument("--replan", metavar="RESULT", help="recompute plan_rates of a saved result from its measurements (runs nothing)")
     a = ap.parse_args(argv)
     if a.replan:
         p = Path(a.replan); p.write_text(json.dumps(add_plan_rates(json.loads(p.read_text())), indent=1)); print("rewrote plan_rates in", p)
         return 0
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
+    if a.speed_rows:
+        r = speed_rows_only(a); print(json.dumps(r["speed_before_after"], indent=1))
+        if a.save:
+            p = ROOT / "bench/results" / f"curate-{r['date']}-speed-cpu.json"; p.write_text(json.dumps(r, indent=1)); print("wrote", p)
+        return 0
     tok = tokenizer_files(work)
     result = {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
               "command": "python bench/curate.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -275,7 +329,6 @@ def main(argv=None) -> int:
             size[side]["dedup_quality"] = dedup_quality(size[side].pop("removed_as_duplicates"), info["planted_pairs"], jac)
             size[side]["rates"] = {n: rates(s) for n, s in size[side]["stages"].items()}
         size["ours_vs_datatrove"] = compare(size["ours"], size["datatrove"])
-        if a.decon_reps: size["decontamination_before_after"] = decontamination_rows(work / name / "ours", info["warc_bytes"], a.decon_reps if name == "small" else 1)
         result["sizes"][name] = size
         report(name, size)
         if a.save: save(result)
@@ -296,9 +349,6 @@ def report(name: str, size: dict):
               f"{s['dedup_quality']['recall_all_planted']:.3f}) precision {s['dedup_quality']['precision']:.3f}"
               + (f"; dedup planning {s['dedup_index']['bytes_per_doc']:.0f} B/document" if "dedup_index" in s else ""))
         for n, r in s["rates"].items(): print(f"    {n:14s} {r}")
-    if "decontamination_before_after" in size:
-        d = size["decontamination_before_after"]
-        print(f"  decontamination (count + cut, serial): numpy {d['numpy']['cpu_seconds']:.1f} CPU s, compiled {d['compiled']['cpu_seconds']:.1f} CPU s: x{d['speedup_cpu_x']:.2f}, same bytes")
     for n, r in size["ours_vs_datatrove"].items(): print(f"  {n:28s} ours {r['ours_s']:8.1f} s  datatrove {r['datatrove_s']:8.1f} s  ours faster x{r['ours_faster_x']:.2f}")
 
 if __name__ == "__main__":
