@@ -3,6 +3,8 @@
 shard), in the same run, on this machine's cores, at two input sizes 4x apart (shards 4x bigger, same shard count).
 
     MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench] [--save]
+    MTNLG_DATA=DIR python bench/curate.py --speed-rows [--gb 0.25] [--speed-shards 1] [--speed-reps 3] [--before-rev REV] [--save]
+                                          (issue 52: extraction and decontamination before/after rows only, bytes compared)
 
 Ours: the whole pipeline, `mtnlg curate --config scaled_configs/curate-cc.yaml` (extract -> quality -> dedup ->
 decontaminate -> tokenize -> blend), with two settings changed and said: the tokenizer is a fixed GPT-2-sized BPE
@@ -302,8 +304,8 @@ def main(argv=None) -> int:
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
     if a.speed_rows:
         r = speed_rows_only(a); print(json.dumps(r["speed_before_after"], indent=1))
-        if a.save:
-            p = ROOT / "bench/results" / f"curate-{r['date']}-speed-cpu.json"; p.write_text(json.dumps(r, indent=1)); print("wrote", p)
+        if a.save:   # not curate-*.json: `mtnlg curate --plan` and bench/report.py read the newest full run's plan_rates there
+            p = ROOT / "bench/results" / f"curate_speed-{r['date']}-cpu.json"; p.write_text(json.dumps(r, indent=1)); print("wrote", p)
         return 0
     tok = tokenizer_files(work)
     result = {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
