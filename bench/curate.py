@@ -3,6 +3,8 @@
 shard), in the same run, on this machine's cores, at two input sizes 4x apart (shards 4x bigger, same shard count).
 
     MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench] [--save]
+    MTNLG_DATA=DIR python bench/curate.py --speed-rows [--gb 0.25] [--speed-shards 1] [--speed-reps 3] [--before-rev REV] [--save]
+                                          (issue 52: extraction and decontamination before/after rows only, bytes compared)
 
 Ours: the whole pipeline, `mtnlg curate --config scaled_configs/curate-cc.yaml` (extract -> quality -> dedup ->
 decontaminate -> tokenize -> blend), with two settings changed and said: the tokenizer is a fixed GPT-2-sized BPE
@@ -201,18 +203,110 @@ def add_plan_rates(result: dict) -> dict:
         result["plan_rates"] = {**plan_rates(result["sizes"]["small"], result["sizes"]["large"]), "device": "cpu", "date": result["date"]}
     return result
 
+# --- issue 52 items 4-5: extraction and decontamination, before/after, in one run (separate from the rows above) ---
+SPEED_CHILD = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])                    # the tree under test: its mtnlg is the one imported
+import numpy as np
+from mtnlg.extract import extract_shard
+from mtnlg.decontaminate import count_shard, decontaminate_shard, frequent_ngrams
+stage, src, dst = sys.argv[2], [Path(p) for p in json.loads(sys.argv[3])], Path(sys.argv[4])
+if stage == "extract":
+    from mtnlg.extract import html_to_text, language_of
+    language_of(html_to_text("<html><body><p>" + "A warm-up paragraph of plain English words. " * 5 + "</p></body></html>"))   # imports
+    t = time.process_time()
+    for s in src: extract_shard(s, dst / s.name.replace(".warc.gz", ".jsonl"), "cc")
+else:
+    z = np.load(sys.argv[5]); table = {int(k): z[k] for k in z.files}
+    from mtnlg.extract import write_jsonl
+    write_jsonl(dst / "warm.jsonl", [{"id": "w/w:0", "dataset": "w", "text": "a warm-up document " * 20}])
+    count_shard(dst / "warm.jsonl", table)                                    # imports; loads the compiled kernel
+    t = time.process_time()
+    ignore = frequent_ngrams([count_shard(s, table) for s in src], 10)
+    for s in src: decontaminate_shard(s, dst / s.name, table, ignore)
+print(json.dumps({"cpu_seconds": time.process_time() - t}))
+"""
+
+def before_tree(rev: str, work: Path) -> Path:
+    "The repository's mtnlg package at `rev` (git archive), for the 'before' rows."
+    d = work / f"tree-{rev}"
+    if not (d / "mtnlg").is_dir():
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run(f"git -C {ROOT} archive {rev} mtnlg | tar -x -C {d}", shell=True, check=True)
+    return d
+
+def speed_rows(warc_shards: list, work: Path, rev: str, reps: int) -> dict:
+    """Extraction (chapter 30) and both decontamination passes (chapter 33: count, then cut) over the same shards, by the
+    code at `rev` (before) and this working tree (after): each a fresh process per measurement, CPU seconds of the timed
+    part (imports, numba compilation and a warm-up shard excluded), repetitions interleaved, medians. Each stage's
+    output files must be byte-identical between before and after."""
+    import numpy as np
+    from mtnlg.catalog import data_path
+    from mtnlg.decontaminate import eval_task_texts, build_task_ngrams
+    trees = {"before": before_tree(rev, work), "after": ROOT}
+    table = work / "task_ngrams.npz"
+    if not table.is_file():
+        t = build_task_ngrams([x for ts in eval_task_texts(data_path("eval")).values() for x in ts])
+        np.savez(table, **{str(k): v for k, v in t.items()})
+    def child(tree, stage, src, dst):
+        dst.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([sys.executable, "-c", SPEED_CHILD, str(tree), stage, json.dumps([str(s) for s in src]), str(dst), str(table)],
+                           capture_output=True, text=True, cwd=work)
+        if r.returncode: raise RuntimeError(f"{stage} ({tree}) failed:\n{r.stderr[-3000:]}")
+        return json.loads(r.stdout.strip().splitlines()[-1])["cpu_seconds"]
+    rows, docs = {}, work / "speed" / "extract-after"
+    for stage in ("extract", "decontaminate"):
+        src = warc_shards if stage == "extract" else sorted(docs.glob("crawl-*.jsonl"))
+        times = {"before": [], "after": []}
+        for rep in range(reps):
+            for side, tree in trees.items():
+                times[side].append(child(tree, stage, src, work / "speed" / f"{stage}-{side}"))
+                print(f"  {stage} {side} rep {rep}: {times[side][-1]:.2f} CPU s", flush=True)
+        outs = {side: sorted(p for p in (work / "speed" / f"{stage}-{side}").glob("crawl-*.jsonl")) for side in trees}
+        same = len(outs["before"]) == len(src) and all(a.read_bytes() == b.read_bytes() for a, b in zip(outs["before"], outs["after"]))
+        if not same: raise AssertionError(f"{stage}: the speed work changed output bytes")
+        b, a = statistics.median(times["before"]), statistics.median(times["after"])
+        in_bytes = sum(s.stat().st_size for s in src)
+        rows[stage] = {"shards": len(src), "input_bytes": in_bytes, "before_cpu_s": round(b, 2), "after_cpu_s": round(a, 2),
+                       "speedup_x": round(b / a, 2), "before_mb_per_cpu_s": round(in_bytes / b / 1e6, 2), "after_mb_per_cpu_s": round(in_bytes / a / 1e6, 2),
+                       "repetitions_cpu_s": {k: [round(x, 2) for x in v] for k, v in times.items()}, "output_byte_identical": True}
+    return {"before": f"mtnlg at {rev}", "after": "this working tree", "reps": reps, **rows}
+
+def speed_rows_only(a) -> dict:
+    "`--speed-rows`: only the before/after rows, on the first `--speed-shards` shards of the larger input (built if missing)."
+    work = Path(a.work); inp = work / f"input-{a.gb:g}gb"
+    info = json.loads((inp / "input.json").read_text()) if (inp / "input.json").is_file() else make_input(inp, a.shards, int(a.gb * 1e9 / a.shards), seed=0, workers=a.workers)
+    shards = sorted((inp / "cc").glob("*.warc.gz"))[: a.speed_shards]
+    warc = sum(s.stat().st_size for s in shards)
+    rows = speed_rows(shards, work, a.before_rev, a.speed_reps)
+    for stage in ("extract", "decontaminate"):          # per GB of .warc.gz, as plan_rates counts
+        rows[stage] |= {"before_cpu_s_per_gb_warc": round(rows[stage]["before_cpu_s"] / (warc / 1e9), 1),
+                        "after_cpu_s_per_gb_warc": round(rows[stage]["after_cpu_s"] / (warc / 1e9), 1)}
+    return {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
+            "command": "python bench/curate.py " + " ".join(sys.argv[1:]), "hardware": hardware(), "workers": 1,
+            "input": {"warc_shards": len(shards), "warc_bytes": warc, "from": str(inp)}, "speed_before_after": rows}
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=1.0, help="the larger input's .warc.gz gigabytes (the smaller is a quarter)")
     ap.add_argument("--shards", type=int, default=8); ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", default="/tmp/mtnlg-curate-bench"); ap.add_argument("--save", action="store_true")
     ap.add_argument("--sizes", default="small,large", help="which sizes to run: small,large")
+    ap.add_argument("--speed-rows", action="store_true", help="only issue 52's before/after rows of extraction and decontamination (no pipeline, no datatrove)")
+    ap.add_argument("--before-rev", default="156f8ea", help="the 'before' code of --speed-rows"); ap.add_argument("--speed-shards", type=int, default=2)
+    ap.add_argument("--speed-reps", type=int, default=3)
     ap.add_argument("--replan", metavar="RESULT", help="recompute plan_rates of a saved result from its measurements (runs nothing)")
     a = ap.parse_args(argv)
     if a.replan:
         p = Path(a.replan); p.write_text(json.dumps(add_plan_rates(json.loads(p.read_text())), indent=1)); print("rewrote plan_rates in", p)
         return 0
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
+    if a.speed_rows:
+        r = speed_rows_only(a); print(json.dumps(r["speed_before_after"], indent=1))
+        if a.save:   # not curate-*.json: `mtnlg curate --plan` and bench/report.py read the newest full run's plan_rates there
+            p = ROOT / "bench/results" / f"curate_speed-{r['date']}-cpu.json"; p.write_text(json.dumps(r, indent=1)); print("wrote", p)
+        return 0
     tok = tokenizer_files(work)
     result = {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
               "command": "python bench/curate.py " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -62,6 +62,7 @@ def rows() -> list[str]:
                f"rensa {d['rmse']['rensa']:.3f}; {d['memory']['gb_per_million_docs_signature_and_index']:.2f} GB signatures + index "
                f"per million documents | ≥ 100,000 docs/s on 2 cores |")
     out += curate_rows()
+    out += curate_speed_rows()
     _, v = newest("eval.json")
     out.append(f"| eval log-likelihood requests/s vs lm-eval `hf` backend (`bench/eval.py`, {v['date']}) | "
                f"{v['ratio']:.2f}×: {rng(v['ours_requests_per_s'], ',.0f')} vs {rng(v['hf_requests_per_s'], ',.0f')} requests/s, "
@@ -126,6 +127,17 @@ def curate_rows() -> list[str]:
             f"{mem}; dedup recall at Jaccard ≥ 0.8 ours {q['recall']:.3f} / datatrove {dq['recall']:.3f}, precision "
             f"{q['precision']:.3f} / {dq['precision']:.3f}; dedup planning {L['ours']['dedup_index']['bytes_per_doc']:,.0f} B per document | "
             f"≥ 1.5× end to end, ≥ 1× per stage |"]
+
+def curate_speed_rows() -> list[str]:
+    "Issue 52's before/after rows of extraction and decontamination (`bench/curate.py --speed-rows`), once measured."
+    files = sorted(RESULTS.glob("curate_speed-*.json"))
+    if not files: return []
+    s = json.loads(files[-1].read_text()); r = s["speed_before_after"]
+    per_gb = lambda x: f"{x['before_cpu_s_per_gb_warc']:,.0f} → {x['after_cpu_s_per_gb_warc']:,.0f} CPU-s per GB of `.warc.gz`"
+    return [f"| curation stages before/after the speed work of issue 52 (`bench/curate.py --speed-rows`, {s['date']}: "
+            f"{s['input']['warc_shards']} crawl shard of {s['input']['warc_bytes'] / 1e6:.0f} MB, {r['reps']} interleaved runs, medians of CPU "
+            f"seconds, a loaded machine) | decontamination (count + cut) {r['decontaminate']['speedup_x']:.1f}× ({per_gb(r['decontaminate'])}); "
+            f"extraction {r['extract']['speedup_x']:.2f}× ({per_gb(r['extract'])}); every output byte identical | ≥ 4× decontamination |"]
 
 def kernel_rows(with_model: bool = True) -> list[str]:
     """Chapter 20 on a GPU (`bench/kernels.py`): the Triton kernels at gpt-1.3b's shapes, and — until `bench/gpu.py` has

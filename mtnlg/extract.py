@@ -11,7 +11,7 @@ __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAG
            'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
-import gzip, io, json, os, re, time, zlib
+import functools, gzip, io, json, os, re, time, zlib
 import lxml.etree, webencodings
 from collections import Counter
 from dataclasses import dataclass, field, asdict
@@ -433,13 +433,18 @@ def iter_documents(path, report: ReadReport, reader: str = "auto", field: str = 
 # %% ../nbs/30_extract.ipynb
 JUSTEXT_PARAMS = dict(length_low=30, length_high=100, stopwords_low=0.2, stopwords_high=0.3, max_link_density=0.4)
 
+@functools.lru_cache(maxsize=None)
+def _stoplist(language: str) -> frozenset:
+    "jusText's stoplist, read once per process (jusText reads and parses its file on every call)."
+    import justext
+    return justext.get_stoplist(language)
+
 def html_to_text(html: str | bytes, language: str = "English", **params) -> str:
     "Main text of an HTML page: jusText's non-boilerplate paragraphs, one per line ('' if none)."
-    import justext
     encoding = "utf-8" if isinstance(html, str) else None     # a str is decoded already: its meta charset no longer applies
     if isinstance(html, str): html = html.encode("utf-8", "replace")
     if not html.strip(): return ""
-    try: paragraphs = justext_paragraphs(html, justext.get_stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
+    try: paragraphs = justext_paragraphs(html, _stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
     except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all (e.g. only a comment)
     return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
 
@@ -459,6 +464,7 @@ _WS_NEWLINE, _WS_OTHER = re.compile(r"\s*[\n\r]\s*"), re.compile(r"[^\S\n\r]+")
 
 def normalize_whitespace(text: str) -> str:
     "jusText's whitespace rule without a callback: a run holding a newline becomes one newline, any other run one space."
+    if text.isprintable() and "  " not in text: return text   # no whitespace but single spaces: nothing to replace
     return _WS_OTHER.sub(" ", _WS_NEWLINE.sub("\n", text))
 
 def _paragraph_maker():
@@ -482,11 +488,24 @@ def _paragraph_maker():
             return self._words
         @property
         def words_count(self): return len(self.words)
-        def stopwords_count(self, stopwords): return sum(w.lower() in stopwords for w in self.words)
+        def stopwords_count(self, stopwords): return sum(map(stopwords.__contains__, map(str.lower, self.words)))
+
+    class _Path(justext.core.PathInfo):
+        "jusText's path as the one string paragraphs read (`dom`), kept as tags are pushed and popped; no XPath (never read)."
+        def __init__(self): self._doms = [""]
+        @property
+        def dom(self): return self._doms[-1]
+        def append(self, tag_name):
+            self._doms.append(f"{self._doms[-1]}.{tag_name}" if len(self._doms) > 1 else tag_name); return self
+        def pop(self): self._doms.pop(); return self
 
     class _ParagraphMaker(justext.core.ParagraphMaker):
-        def _start_new_pragraph(self):
-            if self.paragraph and self.paragraph.contains_text(): self.paragraphs.append(self.paragraph)
+        def __init__(self):
+            self.path, self.paragraphs, self.paragraph, self.link, self.br = _Path(), [], None, False, False
+            self._start_new_pragraph()
+        def _start_new_pragraph(self):                   # most paragraphs get no text: test that before joining it
+            p = self.paragraph
+            if p is not None and p.text_nodes and p.text: self.paragraphs.append(p)
             self.paragraph = _Paragraph(self.path)
         @classmethod
         def make_paragraphs(cls, root):

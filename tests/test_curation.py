@@ -194,8 +194,8 @@ def _stages(k, batch):
             "signatures (compiled)": lambda s, n: signature_shard(s, o(n, ".npz"), batch=batch),
             "signatures (numpy)": lambda s, n: signature_shard(s, o(n, ".npz"), engine="numpy", batch=batch),
             "dedup": lambda s, n: dedup_shard(s, o(n, ".jsonl"), {"x/small.jsonl:3": "dup"}),
-            "count n-grams": lambda s, n: count_shard(s, k["table"]),
-            "decontaminate": lambda s, n: decontaminate_shard(s, o(n, ".jsonl"), k["table"]),
+            "count n-grams": lambda s, n: count_shard(s, k["table"], batch=batch),
+            "decontaminate": lambda s, n: decontaminate_shard(s, o(n, ".jsonl"), k["table"], batch=batch),
             "tokenize": lambda s, n: tokenize_shard(s, o(n), k["tok"], batch=batch)}
 
 def _peak_growth(tmp) -> dict:
