@@ -134,10 +134,20 @@ def curate_speed_rows() -> list[str]:
     if not files: return []
     s = json.loads(files[-1].read_text()); r = s["speed_before_after"]
     per_gb = lambda x: f"{x['before_cpu_s_per_gb_warc']:,.0f} → {x['after_cpu_s_per_gb_warc']:,.0f} CPU-s per GB of `.warc.gz`"
+    e2e = ""
+    if "pipeline_vs_datatrove_1gb" in s:
+        m = s["pipeline_vs_datatrove_1gb"]["ours_vs_datatrove"]["matching stages, end to end"]
+        e2e = f"; after it, on 1 GB vs datatrove: matching stages end to end {m['ours_faster_x']:.2f}× ({m['ours_s']:,.0f} vs {m['datatrove_s']:,.0f} s)"
+    elif "pipeline_1gb" in s:
+        q = s["pipeline_1gb"]
+        e2e = (f"; after it, `mtnlg curate` on 1 GB: matching stages {q['ours_matching_stages_s']:,.0f} s (previous run "
+               f"{q['previous_run']['ours_matching_stages_s']:,.0f} s), datatrove not re-run in the same run (the previous run's "
+               f"{q['previous_run']['datatrove_matching_stages_s']:,.0f} s would make it {q['not_same_run_ratio']:.1f}×: not a same-run ratio)")
     return [f"| curation stages before/after the speed work of issue 52 (`bench/curate.py --speed-rows`, {s['date']}: "
             f"{s['input']['warc_shards']} crawl shard of {s['input']['warc_bytes'] / 1e6:.0f} MB, {r['reps']} interleaved runs, medians of CPU "
             f"seconds, a loaded machine) | decontamination (count + cut) {r['decontaminate']['speedup_x']:.1f}× ({per_gb(r['decontaminate'])}); "
-            f"extraction {r['extract']['speedup_x']:.2f}× ({per_gb(r['extract'])}); every output byte identical | ≥ 4× decontamination |"]
+            f"extraction {r['extract']['speedup_x']:.2f}× ({per_gb(r['extract'])}); every output byte identical{e2e} | ≥ 4× decontamination; "
+            f"≥ 5× datatrove end to end |"]
 
 def kernel_rows(with_model: bool = True) -> list[str]:
     """Chapter 20 on a GPU (`bench/kernels.py`): the Triton kernels at gpt-1.3b's shapes, and — until `bench/gpu.py` has
