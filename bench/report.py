@@ -51,7 +51,7 @@ def rows() -> list[str]:
                    + f" (medians of {first['measured_bubble']['runs']} steps; the same 1F1B schedule with the measured "
                    + "stage times: " + " / ".join(f"{x['formula_with_measured_stage_times']['median']:.2f}" for x in b.values()) + ") | "
                    + " / ".join(f"{x['formula']:.2f}" for x in b.values()) + " ((p−1)/(m+p−1), equal stages) |")
-    _, d = newest("dedup-*-cpu.json")
+    _, d = newest("dedup-2*-cpu.json")   # not dedup-scale-*: bench/dedup_scale.py's
     r, q = d["ratios"], d["docs_per_s"]
     out.append(f"| dedup, text to duplicate groups (signatures, LSH, verification, components) vs datasketch and rensa "
                f"(`bench/dedup.py`, {d['date']}, load average {d['load_avg_1min']['median']:.1f}) | "
