@@ -105,6 +105,7 @@ def _alone(module: str, third_party) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", ALONE, module, "lm_eval.api.registry", *sorted(third_party)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
+@pytest.mark.slow            # ~50 s of fresh interpreters, one a module: test-full
 def test_every_module_imports_alone_and_changes_nothing_global():
     "Each module in a fresh interpreter: it imports, and the environment, import hooks, warnings filters, log levels,"
     " the harness's model registry and the working directory are as before (its third-party libraries preloaded)."

@@ -93,6 +93,7 @@ def generated(checkpoint, *extra) -> list:
              "--max-new-tokens", "12", *extra])
     return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
 
+@pytest.mark.slow            # make test keeps the in-process generations' equality above; the CLI over two processes: test-full
 def test_mtnlg_generate_on_two_processes_writes_the_same_text(checkpoint):
     one = generated(checkpoint, "--temperature", "0.8", "--seed", "5")
     assert len(one) == 2
