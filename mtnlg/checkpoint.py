@@ -355,7 +355,7 @@ class _Background(threading.Thread):
         super().__init__(daemon=True); self.fn, self.args, self.error = fn, args, None; self.start()
     def run(self):
         try: self.fn(*self.args)
-        except BaseException as e: self.error = e
+        except BaseException as e: self.error = e      # whatever it is, raised again by result() in the caller: nothing is lost
     def result(self):
         self.join()
         if self.error is not None: raise self.error
@@ -416,7 +416,7 @@ class Checkpoint:
             path, failed = self.dir / name, None
             check = _Background(self.verify, name) if name not in self.verified else None
             try: loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except Exception as e: failed = e
+            except Exception as e: failed = e   # one file; a damaged one raises many types (zip, pickle, EOF, OSError): reported below, after its checksum
             if check and (failed or self._pending is None): check.result()
             elif check: self._pending.append(check)
             if "Weights only load failed" in str(failed):

@@ -364,7 +364,7 @@ def claim_first_error() -> bool:
         store.set_timeout(timedelta(seconds=10))
         me = str(dist.get_rank()).encode()
         return store.compare_set("mtnlg/first-error", "", me) == me
-    except Exception: return True        # the store went with its host (rank 0): better twice than not at all
+    except (RuntimeError, OSError): return True   # DistStoreError, a timeout: the store went with its host (rank 0); better twice than not at all
 
 def rank_errors(where) -> list[dict]:
     "The errors ranks left in `where`, earliest first; a file that cannot be read or is not a whole error is skipped."
@@ -475,7 +475,7 @@ class _ExitClock:
                 for fd, _ in poller.poll(10):
                     self.times.setdefault(watched[fd], time.time())
                     poller.unregister(fd); os.close(fd); del watched[fd]
-        except Exception: pass                                       # no clock: torchrun's timestamps stand in
+        except (OSError, AttributeError): pass                       # no pidfd_open/poll here, or the kernel refused: torchrun's timestamps stand in
         finally:
             for fd in watched: os.close(fd)
 
