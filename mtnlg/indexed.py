@@ -9,7 +9,7 @@ __all__ = ['GPT2_SPLIT', 'token_dtype', 'write_indexed_dataset', 'read_index', '
            'BlendedSamples', 'blended_gpt_samples']
 
 # %% ../nbs/35_tokenize_index.ipynb
-import functools, json, math, os, re, shutil, struct, time, warnings
+import functools, itertools, json, math, os, re, shutil, struct, time, warnings
 from array import array
 from pathlib import Path
 import numpy as np
@@ -115,9 +115,10 @@ class ByteLevelBPE:
     tokenizer) or an unvetted character goes to `tok` itself."""
     def __init__(self, tok, max_pieces: int = 1 << 18):
         import regex
-        self.tok, self.model, self.max_pieces, self.pieces = tok, tok.model, max_pieces, {}
+        self.tok, self.model, self.max_pieces, self.pieces = tok, tok.model, max_pieces, _Pieces(self._merged)
         self.split, self.chars, self.unvetted = regex.compile(GPT2_SPLIT).findall, byte_chars(), unvetted_chars().search
         self.added = [a["content"] for a in json.loads(tok.to_str())["added_tokens"]]
+        self.ids = list(range(tok.get_vocab_size(with_added_tokens=True)))     # one int object per id: remembered pieces share them
 
     @staticmethod
     def fits(tok) -> bool:
@@ -129,8 +130,9 @@ class ByteLevelBPE:
                 and not model.get("dropout") and j.get("truncation") is None and j.get("padding") is None)
 
     def _merged(self, piece: str) -> tuple:
+        "A piece's ids by `tok`'s model (on its bytes' stand-ins, as the pre-tokenizer hands it over), remembered."
         if len(self.pieces) >= self.max_pieces: self.pieces.clear()
-        ids = self.pieces[piece] = tuple(t.id for t in self.model.tokenize("".join([self.chars[b] for b in piece.encode()])))
+        ids = self.pieces[piece] = tuple(self.ids[t.id] for t in self.model.tokenize("".join([self.chars[b] for b in piece.encode()])))
         return ids
 
     def _own(self, text: str) -> bool:
@@ -138,15 +140,18 @@ class ByteLevelBPE:
 
     def encode_batch(self, texts) -> list[list[int]]:
         "Each text's token ids, as `tok.encode_batch(texts)` gives them."
-        texts, get, merged = list(texts), self.pieces.get, self._merged
+        texts, ids_of = list(texts), self.pieces.__getitem__
         out = [None] * len(texts)
         if theirs := [i for i, t in enumerate(texts) if not self._own(t)]:
             for i, enc in zip(theirs, self.tok.encode_batch_fast([texts[i] for i in theirs])): out[i] = enc.ids
         for i, t in enumerate(texts):
-            if out[i] is None:
-                ids = out[i] = []
-                for p in self.split(t): ids.extend(get(p) or merged(p))
+            if out[i] is None: out[i] = list(itertools.chain.from_iterable(map(ids_of, self.split(t))))
         return out
+
+class _Pieces(dict):
+    "piece -> its ids; a piece not yet seen is merged by `merge`, which remembers it."
+    def __init__(self, merge): super().__init__(); self.merge = merge
+    def __missing__(self, piece): return self.merge(piece)
 
 _ENCODERS = {}                          # id(tok) -> (tok, its batch encoder): the tokenizers of this process's last few calls
 
