@@ -4,7 +4,8 @@ shard), in the same run, on this machine's cores, at two input sizes 4x apart (s
 
     MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench] [--save]
     MTNLG_DATA=DIR python bench/curate.py --speed-rows [--gb 0.25] [--speed-shards 1] [--speed-reps 3] [--before-rev REV] [--save]
-                                          (issue 52: extraction and decontamination before/after rows only, bytes compared)
+                                          [--speed-stages extract,decontaminate,tokenize] [--tokenize-from RUN_OUTPUT]
+                                          (issue 52: extraction, decontamination and tokenize before/after rows only, bytes compared)
 
 Ours: the whole pipeline, `mtnlg curate --config scaled_configs/curate-cc.yaml` (extract -> quality -> dedup ->
 decontaminate -> tokenize -> blend), with two settings changed and said: the tokenizer is a fixed GPT-2-sized BPE
@@ -273,19 +274,71 @@ def speed_rows(warc_shards: list, work: Path, rev: str, reps: int) -> dict:
                        "repetitions_cpu_s": {k: [round(x, 2) for x in v] for k, v in times.items()}, "output_byte_identical": True}
     return {"before": f"mtnlg at {rev}", "after": "this working tree", "reps": reps, **rows}
 
+TOKENIZE_CHILD = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])                    # the tree under test: its mtnlg is the one imported
+from tokenizers import Tokenizer
+from mtnlg.indexed import tokenize_shard
+src, dst, tok_file = [Path(p) for p in json.loads(sys.argv[2])], Path(sys.argv[3]), sys.argv[4]
+t, w = time.process_time(), time.time()            # as a worker runs the stage: load the tokenizer, then each shard
+tok = Tokenizer.from_file(tok_file)
+tokens = sum(tokenize_shard(s, dst / s.parent.name / s.stem, tok).extra["tokens"] for s in src)
+print(json.dumps({"cpu_seconds": time.process_time() - t, "wall_seconds": time.time() - w, "tokens": tokens}))
+"""
+
+def tokenize_row(curated: Path, work: Path, rev: str, reps: int) -> dict:
+    """The tokenize stage (chapter 35's `tokenize_shard`, as chapter 36's workers call it) over a pipeline run's curated
+    shards (`curated`/decontaminate/*/*.jsonl, its tokenizer.json), by the code at `rev` (before) and this working tree
+    (after): one fresh process per measurement, one shard after another, CPU and wall seconds from loading the tokenizer
+    to the last shard (imports excluded), repetitions interleaved, medians. Every .bin and .idx must be byte-identical."""
+    src, tok = sorted((curated / "decontaminate").glob("*/*.jsonl")), curated / "tokenizer.json"
+    if not src or not tok.is_file(): raise FileNotFoundError(f"no curated shards or tokenizer.json under {curated} (run the pipeline first)")
+    trees, runs = {"before": before_tree(rev, work), "after": ROOT}, {"before": [], "after": []}
+    load = [os.getloadavg()[0]]                        # the machine is shared: its 1-minute load at the start and end
+    for rep in range(reps):
+        for side, tree in trees.items():
+            dst = work / "speed" / f"tokenize-{side}"
+            r = subprocess.run([sys.executable, "-c", TOKENIZE_CHILD, str(tree), json.dumps([str(s) for s in src]), str(dst), str(tok)],
+                               capture_output=True, text=True, cwd=work)
+            if r.returncode: raise RuntimeError(f"tokenize ({tree}) failed:\n{r.stderr[-3000:]}")
+            runs[side].append(json.loads(r.stdout.strip().splitlines()[-1]))
+            print(f"  tokenize {side} rep {rep}: {runs[side][-1]['cpu_seconds']:.2f} CPU s, {runs[side][-1]['wall_seconds']:.2f} s wall", flush=True)
+    outs = {side: sorted((work / "speed" / f"tokenize-{side}").glob("*/*.[bi][id][nx]")) for side in trees}
+    rel = lambda side: [p.relative_to(work / "speed" / f"tokenize-{side}") for p in outs[side]]
+    if len(outs["after"]) != 2 * len(src) or rel("before") != rel("after") or any(a.read_bytes() != b.read_bytes() for a, b in zip(outs["before"], outs["after"])):
+        raise AssertionError("tokenize: the speed work changed output bytes")
+    if len({r["tokens"] for v in runs.values() for r in v}) != 1: raise AssertionError("tokenize: token counts differ")
+    med = {side: {k: statistics.median(r[k] for r in v) for k in ("cpu_seconds", "wall_seconds")} for side, v in runs.items()}
+    in_bytes = sum(s.stat().st_size for s in src)
+    return {"input": str(curated / "decontaminate"), "shards": len(src), "input_bytes": in_bytes, "tokens": runs["after"][0]["tokens"],
+            "before_cpu_s": round(med["before"]["cpu_seconds"], 2), "after_cpu_s": round(med["after"]["cpu_seconds"], 2),
+            "before_wall_s": round(med["before"]["wall_seconds"], 2), "after_wall_s": round(med["after"]["wall_seconds"], 2),
+            "speedup_x": round(med["before"]["cpu_seconds"] / med["after"]["cpu_seconds"], 2),
+            "wall_speedup_x": round(med["before"]["wall_seconds"] / med["after"]["wall_seconds"], 2),
+            "before_mb_per_cpu_s": round(in_bytes / med["before"]["cpu_seconds"] / 1e6, 2), "after_mb_per_cpu_s": round(in_bytes / med["after"]["cpu_seconds"] / 1e6, 2),
+            "repetitions": {side: [{k: round(x, 2) for k, x in r.items() if k != "tokens"} for r in v] for side, v in runs.items()},
+            "output_byte_identical": True, "outputs_compared": len(outs["after"]), "load_average_1min": load + [os.getloadavg()[0]]}
+
 def speed_rows_only(a) -> dict:
-    "`--speed-rows`: only the before/after rows, on the first `--speed-shards` shards of the larger input (built if missing)."
-    work = Path(a.work); inp = work / f"input-{a.gb:g}gb"
-    info = json.loads((inp / "input.json").read_text()) if (inp / "input.json").is_file() else make_input(inp, a.shards, int(a.gb * 1e9 / a.shards), seed=0, workers=a.workers)
-    shards = sorted((inp / "cc").glob("*.warc.gz"))[: a.speed_shards]
-    warc = sum(s.stat().st_size for s in shards)
-    rows = speed_rows(shards, work, a.before_rev, a.speed_reps)
-    for stage in ("extract", "decontaminate"):          # per GB of .warc.gz, as plan_rates counts
-        rows[stage] |= {"before_cpu_s_per_gb_warc": round(rows[stage]["before_cpu_s"] / (warc / 1e9), 1),
-                        "after_cpu_s_per_gb_warc": round(rows[stage]["after_cpu_s"] / (warc / 1e9), 1)}
+    """`--speed-rows`: only the before/after rows: extraction and decontamination on the first `--speed-shards` shards of
+    the larger input (built if missing), tokenize on a pipeline run's curated shards (`--tokenize-from`)."""
+    work, stages = Path(a.work), a.speed_stages.split(",")
+    rows, inputs = {"before": f"mtnlg at {a.before_rev}", "after": "this working tree", "reps": a.speed_reps}, {}
+    if {"extract", "decontaminate"} & set(stages):
+        inp = work / f"input-{a.gb:g}gb"
+        info = json.loads((inp / "input.json").read_text()) if (inp / "input.json").is_file() else make_input(inp, a.shards, int(a.gb * 1e9 / a.shards), seed=0, workers=a.workers)
+        shards = sorted((inp / "cc").glob("*.warc.gz"))[: a.speed_shards]
+        warc = sum(s.stat().st_size for s in shards)
+        rows = speed_rows(shards, work, a.before_rev, a.speed_reps)
+        for stage in ("extract", "decontaminate"):          # per GB of .warc.gz, as plan_rates counts
+            rows[stage] |= {"before_cpu_s_per_gb_warc": round(rows[stage]["before_cpu_s"] / (warc / 1e9), 1),
+                            "after_cpu_s_per_gb_warc": round(rows[stage]["after_cpu_s"] / (warc / 1e9), 1)}
+        inputs = {"warc_shards": len(shards), "warc_bytes": warc, "from": str(inp)}
+    if "tokenize" in stages: rows["tokenize"] = tokenize_row(Path(a.tokenize_from or work / "small" / "ours"), work, a.before_rev, a.speed_reps)
     return {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
             "command": "python bench/curate.py " + " ".join(sys.argv[1:]), "hardware": hardware(), "workers": 1,
-            "input": {"warc_shards": len(shards), "warc_bytes": warc, "from": str(inp)}, "speed_before_after": rows}
+            "input": inputs, "speed_before_after": rows}
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -296,6 +349,8 @@ def main(argv=None) -> int:
     ap.add_argument("--speed-rows", action="store_true", help="only issue 52's before/after rows of extraction and decontamination (no pipeline, no datatrove)")
     ap.add_argument("--before-rev", default="156f8ea", help="the 'before' code of --speed-rows"); ap.add_argument("--speed-shards", type=int, default=2)
     ap.add_argument("--speed-reps", type=int, default=3)
+    ap.add_argument("--speed-stages", default="extract,decontaminate,tokenize", help="which --speed-rows to measure")
+    ap.add_argument("--tokenize-from", help="the tokenize row's input: a pipeline run's output (its decontaminate/ and tokenizer.json; default WORK/small/ours)")
     ap.add_argument("--replan", metavar="RESULT", help="recompute plan_rates of a saved result from its measurements (runs nothing)")
     a = ap.parse_args(argv)
     if a.replan:
@@ -305,7 +360,8 @@ def main(argv=None) -> int:
     if a.speed_rows:
         r = speed_rows_only(a); print(json.dumps(r["speed_before_after"], indent=1))
         if a.save:   # not curate-*.json: `mtnlg curate --plan` and bench/report.py read the newest full run's plan_rates there
-            p = ROOT / "bench/results" / f"curate_speed-{r['date']}-cpu.json"; p.write_text(json.dumps(r, indent=1)); print("wrote", p)
+            p = ROOT / "bench/results" / f"curate_speed-{r['date']}{'-tokenize' if a.speed_stages == 'tokenize' else ''}-cpu.json"
+            p.write_text(json.dumps(r, indent=1)); print("wrote", p)
         return 0
     tok = tokenizer_files(work)
     result = {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",
