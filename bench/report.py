@@ -130,9 +130,22 @@ def curate_rows() -> list[str]:
 
 def curate_speed_rows() -> list[str]:
     "Issue 52's before/after rows of extraction and decontamination (`bench/curate.py --speed-rows`), once measured."
-    files = sorted(RESULTS.glob("curate_speed-*.json"))
-    if not files: return []
-    s = json.loads(files[-1].read_text()); r = s["speed_before_after"]
+    runs = [json.loads(f.read_text()) for f in sorted(RESULTS.glob("curate_speed-*.json"))]
+    tokenize = [s for s in runs if "tokenize" in s["speed_before_after"]]
+    runs = [s for s in runs if "decontaminate" in s["speed_before_after"]]     # a tokenize-only file has its own row
+    return (curate_extract_decontaminate_row(runs[-1]) if runs else []) + (curate_tokenize_row(tokenize[-1]) if tokenize else [])
+
+def curate_tokenize_row(s: dict) -> list[str]:
+    "Issue 52 item 5: the tokenize stage before/after (`bench/curate.py --speed-rows --speed-stages tokenize`)."
+    t = s["speed_before_after"]["tokenize"]
+    return [f"| curation's tokenize stage before/after issue 52 item 5 (`bench/curate.py --speed-rows --speed-stages tokenize`, {s['date']}: "
+            f"the 0.25 GB run's {t['shards']} curated shards, {t['input_bytes'] / 1e6:.0f} MB, {s['speed_before_after']['reps']} interleaved runs "
+            f"in one process each, medians, a loaded machine) | {t['speedup_x']:.2f}× CPU ({t['before_cpu_s']:.1f} → {t['after_cpu_s']:.1f} CPU-s, "
+            f"{t['before_mb_per_cpu_s']:.1f} → {t['after_mb_per_cpu_s']:.1f} MB per CPU-s), {t['wall_speedup_x']:.2f}× wall; every .bin/.idx byte "
+            f"identical ({t['outputs_compared']} files) | ≥ 1.5× |"]
+
+def curate_extract_decontaminate_row(s: dict) -> list[str]:
+    r = s["speed_before_after"]
     per_gb = lambda x: f"{x['before_cpu_s_per_gb_warc']:,.0f} → {x['after_cpu_s_per_gb_warc']:,.0f} CPU-s per GB of `.warc.gz`"
     e2e = ""
     if "pipeline_vs_datatrove_1gb" in s:
