@@ -111,11 +111,14 @@ def unvetted_chars() -> re.Pattern:
 class ByteLevelBPE:
     """`tok`'s ids, computed faster for a GPT-2-style byte-level BPE: the text split into pieces by the pre-tokenizer's
     own regex (in Python), each distinct piece's merges done once by `tok`'s own model and remembered (up to
-    `max_pieces`, then forgotten and begun again). A document with an added token's text (`<|endoftext|>` in a trained
+    `max_pieces` pieces or `max_chars` characters of them, then forgotten and begun again; a piece longer than
+    `longest` characters is merged each time). A document with an added token's text (`<|endoftext|>` in a trained
     tokenizer) or an unvetted character goes to `tok` itself."""
-    def __init__(self, tok, max_pieces: int = 1 << 18):
+    def __init__(self, tok, max_pieces: int = 1 << 18, max_chars: int = 1 << 22, longest: int = 256):
         import regex
-        self.tok, self.model, self.max_pieces, self.pieces = tok, tok.model, max_pieces, _Pieces(self._merged)
+        self.tok, self.model, self.pieces = tok, tok.model, _Pieces(self._merged)
+        self.max_pieces, self.max_chars, self.longest, self.held = max_pieces, max_chars, longest, 0
+        self.theirs = getattr(tok, "encode_batch_fast", tok.encode_batch)    # the same ids without character offsets
         self.split, self.chars, self.unvetted = regex.compile(GPT2_SPLIT).findall, byte_chars(), unvetted_chars().search
         self.added = [a["content"] for a in json.loads(tok.to_str())["added_tokens"]]
         self.ids = list(range(tok.get_vocab_size(with_added_tokens=True)))     # one int object per id: remembered pieces share them
@@ -131,8 +134,10 @@ class ByteLevelBPE:
 
     def _merged(self, piece: str) -> tuple:
         "A piece's ids by `tok`'s model (on its bytes' stand-ins, as the pre-tokenizer hands it over), remembered."
-        if len(self.pieces) >= self.max_pieces: self.pieces.clear()
-        ids = self.pieces[piece] = tuple(self.ids[t.id] for t in self.model.tokenize("".join([self.chars[b] for b in piece.encode()])))
+        ids = tuple(self.ids[t.id] for t in self.model.tokenize("".join([self.chars[b] for b in piece.encode()])))
+        if len(piece) > self.longest: return ids                # a URL's or a number's long run: seldom seen twice
+        if len(self.pieces) >= self.max_pieces or self.held >= self.max_chars: self.pieces.clear(); self.held = 0
+        self.pieces[piece] = ids; self.held += len(piece)
         return ids
 
     def _own(self, text: str) -> bool:
@@ -143,7 +148,7 @@ class ByteLevelBPE:
         texts, ids_of = list(texts), self.pieces.__getitem__
         out = [None] * len(texts)
         if theirs := [i for i, t in enumerate(texts) if not self._own(t)]:
-            for i, enc in zip(theirs, self.tok.encode_batch_fast([texts[i] for i in theirs])): out[i] = enc.ids
+            for i, enc in zip(theirs, self.theirs([texts[i] for i in theirs])): out[i] = enc.ids
         for i, t in enumerate(texts):
             if out[i] is None: out[i] = list(itertools.chain.from_iterable(map(ids_of, self.split(t))))
         return out

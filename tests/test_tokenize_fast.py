@@ -64,3 +64,12 @@ def test_other_tokenizers_encode_as_before(tok):
     assert batch_encoder(lower)(EDGE) == [e.ids for e in lower.encode_batch(EDGE)]
     docs = encode_documents(tok, ["Hello world", ""])
     assert docs[0].tolist() == tok.encode("Hello world").ids + [tok.token_to_id("<|endoftext|>")] and docs[1].size == 0
+
+def test_remembered_pieces_are_bounded(tok):
+    "A piece over `longest` characters is merged each time and never held; past `max_chars` held characters all are forgotten."
+    t = _without_added_tokens(tok)
+    fast = ByteLevelBPE(t, max_chars=40, longest=10)
+    texts = ["abcdefghijklmnopqrstuvwxyz and " * 3, "one two three four five six seven eight nine ten eleven twelve"]
+    assert fast.encode_batch(texts) == [e.ids for e in t.encode_batch(texts)]
+    assert "abcdefghijklmnopqrstuvwxyz" not in fast.pieces and all(len(p) <= 10 for p in fast.pieces)
+    assert fast.held == sum(map(len, fast.pieces)) and fast.held < 40 + 10 and len(fast.pieces) < 13   # forgotten at least once
