@@ -95,6 +95,10 @@ def rows() -> list[str]:
                f"{c['reps']} runs{resume}"
                + (f"; checksums (xxh3-64): save ×{s['checksum_cost']:.3f}, load warm ×{w['checksum_cost']:.3f}, cold "
                   f"×{c['load']['cold']['checksum_cost']:.3f} the time without them" if "checksum_cost" in w else "")
+               + (f"; a resume (step chosen, model built, weights copied in, checksums' verdict) with checksums checked "
+                  f"while the model is built: warm ×{c['resume_path']['warm']['checksum_cost']:.3f}, cold "
+                  f"×{c['resume_path']['cold']['checksum_cost']:.3f} (hashing first: ×{c['resume_path']['warm']['verify_first_cost']:.3f}, "
+                  f"×{c['resume_path']['cold']['verify_first_cost']:.3f})" if "resume_path" in c else "")
                + f" | {'checksums ≤ 1.05× on load' if 'checksum_cost' in w else '—'} |")
     _, g = newest("generate-*.json")
     t = g["tokens_per_s"]
