@@ -11,7 +11,7 @@ __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAG
            'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
-import functools, gzip, io, json, os, re, time, zlib
+import functools, gzip, io, itertools, json, os, re, time, zlib
 import lxml.etree, webencodings
 from collections import Counter
 from dataclasses import dataclass, field, asdict
@@ -442,8 +442,10 @@ def _stoplist(language: str) -> frozenset:
 def html_to_text(html: str | bytes, language: str = "English", **params) -> str:
     "Main text of an HTML page: jusText's non-boilerplate paragraphs, one per line ('' if none)."
     encoding = "utf-8" if isinstance(html, str) else None     # a str is decoded already: its meta charset no longer applies
-    if isinstance(html, str): html = html.encode("utf-8", "replace")
-    if not html.strip(): return ""
+    if isinstance(html, str) and not html.isascii():    # a str UTF-8 encodes is what jusText would decode its bytes to;
+        try: html.encode("utf-8")                        # one with lone surrogates is not (they become "?")
+        except UnicodeEncodeError: html = html.encode("utf-8", "replace")
+    if not html.strip(b" \t\n\r\x0b\x0c" if isinstance(html, bytes) else " \t\n\r\x0b\x0c"): return ""  # bytes' whitespace
     try: paragraphs = justext_paragraphs(html, _stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
     except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all (e.g. only a comment)
     return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
@@ -576,7 +578,7 @@ def _classified_paragraphs(root, stoplist, length_low, length_high, stopwords_lo
 
 _PARSER = None
 
-def _html_root(html: bytes, encoding):
+def _html_root(html: bytes | str, encoding):
     """`(root, cleaned)`: the tree `justext.core.html_to_dom` parses, from a plain lxml parser (no per-element Python
     class lookup) and not yet cleaned when the page is a whole document (as nearly all are); otherwise jusText's own
     parse and preprocessor (a fragment, which lxml.html re-roots: rare)."""
@@ -587,11 +589,12 @@ def _html_root(html: bytes, encoding):
     try:
         if _FULL_HTML(decoded): root = lxml.etree.fromstring(decoded, _PARSER)
     except ValueError:                              # an XML encoding declaration in a str: jusText parses the bytes
+        if isinstance(html, str): html = html.encode(encoding or core.DEFAULT_ENCODING, core.DEFAULT_ENC_ERRORS)
         if _FULL_HTML_BYTES(html): root = lxml.etree.fromstring(html, _PARSER)
     if root is not None and root.tag == "html": return root, False
     return core.preprocessor(core.html_to_dom(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS)), True
 
-def justext_paragraphs(html: bytes, stoplist, encoding=None, max_heading_distance: int = 200, no_headings: bool = False,
+def justext_paragraphs(html: bytes | str, stoplist, encoding=None, max_heading_distance: int = 200, no_headings: bool = False,
                        length_low: int = 70, length_high: int = 200, stopwords_low: float = 0.30,
                        stopwords_high: float = 0.32, max_link_density: float = 0.2) -> list:
     "`justext.justext(html, stoplist, ...)` in one walk of the tree: the same paragraphs, texts, headings and classes."
@@ -604,6 +607,10 @@ def justext_paragraphs(html: bytes, stoplist, encoding=None, max_heading_distanc
 
 # %% ../nbs/30_extract.ipynb
 _WORD = re.compile(r"\w+")
+
+def _fewer_words(text: str, n: int) -> bool:
+    "`len(_WORD.findall(text)) < n`, reading no further than the n-th word."
+    return n > 0 and next(itertools.islice(_WORD.finditer(text), n - 1, None), None) is None
 
 def token_prf(predicted: str, truth: str) -> tuple[float, float, float]:
     "Token-level precision, recall and F1 of `predicted` against `truth` (bags of lowercased words)."
@@ -644,7 +651,7 @@ def extract_shard(src, dst, dataset: str, format: str = "html", languages=("en",
             try: text = clean_unicode(html_to_text(raw) if format == "html" else raw).strip()
             except lxml.etree.LxmlError as e: man.drop(f"unparseable HTML ({type(e).__name__})", where); continue
             if not text: man.drop("no main text" if format == "html" else "empty text", where); continue
-            if len(_WORD.findall(text)) < min_words: man.drop(f"under {min_words} words", where); continue
+            if _fewer_words(text, min_words): man.drop(f"under {min_words} words", where); continue
             lang, _ = language_of(text)
             if lang not in languages: man.drop(f"language not {'/'.join(languages)}", where); continue
             man.kept += 1
