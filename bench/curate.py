@@ -4,6 +4,7 @@ shard), in the same run, on this machine's cores, at two input sizes 4x apart (s
 
     MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench] [--save]
     MTNLG_DATA=DIR python bench/curate.py --speed-rows [--gb 0.25] [--speed-shards 1] [--speed-reps 3] [--before-rev REV] [--save]
+                                          [--speed-stages extract,decontaminate] [--save-suffix NAME]
                                           (issue 52: extraction and decontamination before/after rows only, bytes compared)
 
 Ours: the whole pipeline, `mtnlg curate --config scaled_configs/curate-cc.yaml` (extract -> quality -> dedup ->
