@@ -14,7 +14,12 @@
    while `torch.load` maps the file and `load_checkpoint` copies the tensors out (an error on a mismatch, after). Both are also timed
    without (`ours_unhashed`: the shard written by plain `torch.save`, no checksum; `ours_unverified`: the load with the
    checks off), in the same run, alternating: `checksum_cost` is ours / without, in seconds (target: <= 1.05 on load).
-3. Resume, seconds: `train()` from the call to its return for one step, from a fresh start vs resuming from the step-1
+3. The resume path, seconds: what the trainer does with a checkpoint, minus the data — choose the step (`--resume
+   auto`), build the model, copy the weights and Adam's state in, and the checksums' verdict (`resume_from`,
+   `make_backend`, `load_start`). The shards are hashed in a background thread from the moment the step is chosen,
+   while the model is built and filled; timed also with the checks off and in the order used before 2026-11-27 (every
+   file hashed first, then build and load). `checksum_cost` here is the cost a resume pays for its checksums.
+4. Resume, seconds: `train()` from the call to its return for one step, from a fresh start vs resuming from the step-1
    checkpoint (`checkpoint.resume=<dir>`, one more step). Both build the model, read the (cached) data, run the step,
    one validation batch, and save the final checkpoint; the difference is the cost of resuming.
 
@@ -174,6 +179,53 @@ def bench_load(backend, ckpt_dir: Path, reps: int, default_threads: int) -> dict
                                             "max_total_s": max(r["total"] for r in runs)}
     return out
 
+def bench_resume_path(base: dict, layout, root: Path, reps: int) -> dict:
+    """The trainer's own resume, minus the data: choose the step (`--resume auto`), build the model, copy the weights
+    and Adam's state in, and every rank's checksum verdict (`resume_from`, `make_backend`, `load_start`). `ours`: the
+    shards are hashed in a background thread from the moment the step is chosen, while the model is built and filled;
+    `ours_unverified`: the same with the checks off; `verify_first`: the order before 2026-11-27 (every file hashed,
+    then the model built and filled)."""
+    import torch
+    import mtnlg.checkpoint as C
+    from mtnlg.config import load_config
+    from mtnlg.train import Run, resume_from, make_backend, load_start
+    cfg = load_config(CONFIG, {**base, "checkpoint.dir": str(root), "checkpoint.resume": "auto"})
+    cpu, quiet = torch.device("cpu"), lambda *a, **k: None
+    path = C.latest_checkpoint(root) / C.shard_name(0)
+
+    def ours():
+        t0 = time.perf_counter(); start = resume_from(cfg, root, layout, quiet)
+        t1 = time.perf_counter(); run = Run(cfg, layout, cpu, root, start); run.engine = make_backend(cfg, layout, "single", cpu)
+        t2 = time.perf_counter(); load_start(run, quiet)
+        t3 = time.perf_counter()
+        return {"total": t3 - t0, "choose": t1 - t0, "build": t2 - t1, "load_and_verdict": t3 - t2}
+    def ours_unverified():
+        real, C.check_file = C.check_file, lambda *a: None
+        try: return ours()
+        finally: C.check_file = real
+    def verify_first():
+        t0 = time.perf_counter(); start = C.newest_verified_checkpoint(root, quiet)
+        t1 = time.perf_counter(); engine = make_backend(cfg, layout, "single", cpu)
+        t2 = time.perf_counter(); engine.load_checkpoint(start)
+        t3 = time.perf_counter()
+        return {"total": t3 - t0, "choose": t1 - t0, "build": t2 - t1, "load_and_verdict": t3 - t2}
+    out = {"what": bench_resume_path.__doc__.split("\n\n")[0].replace("\n    ", " "), "bytes_per_shard": path.stat().st_size}
+    sides = ((ours, "ours"), (ours_unverified, "ours_unverified"), (verify_first, "verify_first"))
+    for cache in ("warm", "cold"):
+        runs = {k: [] for _, k in sides}
+        for fn, _ in sides: fn()                                  # warm-up
+        for i in range(reps):
+            for fn, key in sides[i % 3:] + sides[:i % 3]:         # each side first in turn
+                if cache == "cold": drop_cache(path)
+                runs[key].append(fn())
+        m = {k: {part: med([r[part] for r in v]) for part in v[0]} for k, v in runs.items()}
+        out[cache] = {"seconds": runs, "median_s": m,
+                      "min_total_s": {k: min(r["total"] for r in v) for k, v in runs.items()},
+                      "max_total_s": {k: max(r["total"] for r in v) for k, v in runs.items()},
+                      "checksum_cost": m["ours"]["total"] / m["ours_unverified"]["total"],
+                      "verify_first_cost": m["verify_first"]["total"] / m["ours_unverified"]["total"]}
+    return out
+
 def bench_resume(work: Path, base: dict, reps: int) -> dict:
     import mtnlg.train as T
     from mtnlg.config import load_config
@@ -263,6 +315,7 @@ def main():
         backend.train_step(batch, cfg.optimizer.lr)            # Adam's moments exist: the shard is a real one
         res["save"] = bench_save(backend, cfg, layout, tokenizer_file, work, a.reps)
         res["load"] = bench_load(backend, Path(res["save"]["checkpoint"]), a.reps, default_threads)
+        res["resume_path"] = bench_resume_path(base, layout, Path(res["save"]["checkpoint"]).parent, a.reps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res["total_s"] = time.perf_counter() - t_start
@@ -294,6 +347,14 @@ def main():
         rows.insert(10, ("", f"(ours at {w['threads']} threads)", w["median_s"]["total"], w["min_total_s"], w["max_total_s"], w["gb_per_s"], ""))
     for a_, b, sec, lo, hi, gbs, r in rows:
         print(f"{a_:10} {b:36} {sec:8.3f} {lo:7.3f} {hi:7.3f} {'' if gbs is None else f'{gbs:7.2f}':>7} {r:>8}")
+    rp = res["resume_path"]
+    for cache in ("warm", "cold"):
+        c = rp[cache]
+        rows_rp = [(f"resume {cache}", "ours: hashed while the model is built", "ours", ""),
+                   ("", "ours, checksums not checked", "ours_unverified", f"{c['checksum_cost']:.3f}"),
+                   ("", "hash every file, then build and load", "verify_first", f"{c['verify_first_cost']:.3f}")]
+        for a_, b, k, r in rows_rp:
+            print(f"{a_:10} {b:36} {c['median_s'][k]['total']:8.3f} {c['min_total_s'][k]:7.3f} {c['max_total_s'][k]:7.3f} {'':>7} {r:>8}")
     for cache in ("warm", "cold"):
         o = l[cache]["median_s"]["ours"]
         print(f"load {cache}, ours split: open+check {o['open_and_check']:.3f}s, load_checkpoint (mmap torch.load, "

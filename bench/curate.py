@@ -4,7 +4,8 @@ shard), in the same run, on this machine's cores, at two input sizes 4x apart (s
 
     MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench] [--save]
     MTNLG_DATA=DIR python bench/curate.py --speed-rows [--gb 0.25] [--speed-shards 1] [--speed-reps 3] [--before-rev REV] [--save]
-                                          [--speed-stages extract,decontaminate,tokenize] [--tokenize-from RUN_OUTPUT]
+                                          [--speed-stages extract,decontaminate] [--save-suffix NAME]
+    MTNLG_DATA=DIR python bench/curate.py --speed-rows --speed-stages tokenize [--tokenize-from RUN_OUTPUT] [--before-rev REV] [--save]
                                           (issue 52: extraction, decontamination and tokenize before/after rows only, bytes compared)
 
 Ours: the whole pipeline, `mtnlg curate --config scaled_configs/curate-cc.yaml` (extract -> quality -> dedup ->
@@ -237,11 +238,12 @@ def before_tree(rev: str, work: Path) -> Path:
         subprocess.run(f"git -C {ROOT} archive {rev} mtnlg | tar -x -C {d}", shell=True, check=True)
     return d
 
-def speed_rows(warc_shards: list, work: Path, rev: str, reps: int) -> dict:
+def speed_rows(warc_shards: list, work: Path, rev: str, reps: int, stages=("extract", "decontaminate")) -> dict:
     """Extraction (chapter 30) and both decontamination passes (chapter 33: count, then cut) over the same shards, by the
     code at `rev` (before) and this working tree (after): each a fresh process per measurement, CPU seconds of the timed
     part (imports, numba compilation and a warm-up shard excluded), repetitions interleaved, medians. Each stage's
-    output files must be byte-identical between before and after."""
+    output files must be byte-identical between before and after. The 1-minute load average is read before each
+    measurement (the machine is shared)."""
     import numpy as np
     from mtnlg.catalog import data_path
     from mtnlg.decontaminate import eval_task_texts, build_task_ngrams
@@ -256,12 +258,13 @@ def speed_rows(warc_shards: list, work: Path, rev: str, reps: int) -> dict:
                            capture_output=True, text=True, cwd=work)
         if r.returncode: raise RuntimeError(f"{stage} ({tree}) failed:\n{r.stderr[-3000:]}")
         return json.loads(r.stdout.strip().splitlines()[-1])["cpu_seconds"]
-    rows, docs = {}, work / "speed" / "extract-after"
-    for stage in ("extract", "decontaminate"):
+    rows, docs, loads = {}, work / "speed" / "extract-after", []
+    for stage in stages:
         src = warc_shards if stage == "extract" else sorted(docs.glob("crawl-*.jsonl"))
         times = {"before": [], "after": []}
         for rep in range(reps):
             for side, tree in trees.items():
+                loads.append(os.getloadavg()[0])
                 times[side].append(child(tree, stage, src, work / "speed" / f"{stage}-{side}"))
                 print(f"  {stage} {side} rep {rep}: {times[side][-1]:.2f} CPU s", flush=True)
         outs = {side: sorted(p for p in (work / "speed" / f"{stage}-{side}").glob("crawl-*.jsonl")) for side in trees}
@@ -272,7 +275,8 @@ def speed_rows(warc_shards: list, work: Path, rev: str, reps: int) -> dict:
         rows[stage] = {"shards": len(src), "input_bytes": in_bytes, "before_cpu_s": round(b, 2), "after_cpu_s": round(a, 2),
                        "speedup_x": round(b / a, 2), "before_mb_per_cpu_s": round(in_bytes / b / 1e6, 2), "after_mb_per_cpu_s": round(in_bytes / a / 1e6, 2),
                        "repetitions_cpu_s": {k: [round(x, 2) for x in v] for k, v in times.items()}, "output_byte_identical": True}
-    return {"before": f"mtnlg at {rev}", "after": "this working tree", "reps": reps, **rows}
+    return {"before": f"mtnlg at {rev}", "after": "this working tree", "reps": reps, **rows,
+            "load_avg_1min_before_each_run": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)}}
 
 TOKENIZE_CHILD = """
 import json, sys, time
@@ -325,13 +329,13 @@ def speed_rows_only(a) -> dict:
     the larger input (built if missing), tokenize on a pipeline run's curated shards (`--tokenize-from`)."""
     work, stages = Path(a.work), a.speed_stages.split(",")
     rows, inputs = {"before": f"mtnlg at {a.before_rev}", "after": "this working tree", "reps": a.speed_reps}, {}
-    if {"extract", "decontaminate"} & set(stages):
+    if ed := [s for s in stages if s in ("extract", "decontaminate")]:
         inp = work / f"input-{a.gb:g}gb"
         info = json.loads((inp / "input.json").read_text()) if (inp / "input.json").is_file() else make_input(inp, a.shards, int(a.gb * 1e9 / a.shards), seed=0, workers=a.workers)
         shards = sorted((inp / "cc").glob("*.warc.gz"))[: a.speed_shards]
         warc = sum(s.stat().st_size for s in shards)
-        rows = speed_rows(shards, work, a.before_rev, a.speed_reps)
-        for stage in ("extract", "decontaminate"):          # per GB of .warc.gz, as plan_rates counts
+        rows = speed_rows(shards, work, a.before_rev, a.speed_reps, ed)
+        for stage in ed:                                # per GB of .warc.gz, as plan_rates counts
             rows[stage] |= {"before_cpu_s_per_gb_warc": round(rows[stage]["before_cpu_s"] / (warc / 1e9), 1),
                             "after_cpu_s_per_gb_warc": round(rows[stage]["after_cpu_s"] / (warc / 1e9), 1)}
         inputs = {"warc_shards": len(shards), "warc_bytes": warc, "from": str(inp)}
@@ -349,8 +353,9 @@ def main(argv=None) -> int:
     ap.add_argument("--speed-rows", action="store_true", help="only issue 52's before/after rows of extraction and decontamination (no pipeline, no datatrove)")
     ap.add_argument("--before-rev", default="156f8ea", help="the 'before' code of --speed-rows"); ap.add_argument("--speed-shards", type=int, default=2)
     ap.add_argument("--speed-reps", type=int, default=3)
-    ap.add_argument("--speed-stages", default="extract,decontaminate,tokenize", help="which --speed-rows to measure")
+    ap.add_argument("--speed-stages", default="extract,decontaminate", help="which stages --speed-rows measures (decontaminate reads extract's output; tokenize reads --tokenize-from)")
     ap.add_argument("--tokenize-from", help="the tokenize row's input: a pipeline run's output (its decontaminate/ and tokenizer.json; default WORK/small/ours)")
+    ap.add_argument("--save-suffix", default="", help="--speed-rows --save writes curate_speed-DATE[-SUFFIX]-cpu.json (a second result the same day)")
     ap.add_argument("--replan", metavar="RESULT", help="recompute plan_rates of a saved result from its measurements (runs nothing)")
     a = ap.parse_args(argv)
     if a.replan:
@@ -359,9 +364,9 @@ def main(argv=None) -> int:
     work = Path(a.work); work.mkdir(parents=True, exist_ok=True)
     if a.speed_rows:
         r = speed_rows_only(a); print(json.dumps(r["speed_before_after"], indent=1))
+        if a.speed_stages == "tokenize" and not a.save_suffix: a.save_suffix = "tokenize"     # beside the day's other rows
         if a.save:   # not curate-*.json: `mtnlg curate --plan` and bench/report.py read the newest full run's plan_rates there
-            p = ROOT / "bench/results" / f"curate_speed-{r['date']}{'-tokenize' if a.speed_stages == 'tokenize' else ''}-cpu.json"
-            p.write_text(json.dumps(r, indent=1)); print("wrote", p)
+            p = ROOT / "bench/results" / f"curate_speed-{r['date']}{'-' + a.save_suffix if a.save_suffix else ''}-cpu.json"; p.write_text(json.dumps(r, indent=1)); print("wrote", p)
         return 0
     tok = tokenizer_files(work)
     result = {"benchmark": "curate", "date": datetime.date.today().isoformat(), "device": "cpu",

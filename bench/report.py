@@ -95,6 +95,10 @@ def rows() -> list[str]:
                f"{c['reps']} runs{resume}"
                + (f"; checksums (xxh3-64): save ×{s['checksum_cost']:.3f}, load warm ×{w['checksum_cost']:.3f}, cold "
                   f"×{c['load']['cold']['checksum_cost']:.3f} the time without them" if "checksum_cost" in w else "")
+               + (f"; a resume (step chosen, model built, weights copied in, checksums' verdict) with checksums checked "
+                  f"while the model is built: warm ×{c['resume_path']['warm']['checksum_cost']:.3f}, cold "
+                  f"×{c['resume_path']['cold']['checksum_cost']:.3f} (hashing first: ×{c['resume_path']['warm']['verify_first_cost']:.3f}, "
+                  f"×{c['resume_path']['cold']['verify_first_cost']:.3f})" if "resume_path" in c else "")
                + f" | {'checksums ≤ 1.05× on load' if 'checksum_cost' in w else '—'} |")
     _, g = newest("generate-*.json")
     t = g["tokens_per_s"]
@@ -131,22 +135,15 @@ def curate_rows() -> list[str]:
 def curate_speed_rows() -> list[str]:
     "Issue 52's before/after rows of extraction and decontamination (`bench/curate.py --speed-rows`), once measured."
     runs = [json.loads(f.read_text()) for f in sorted(RESULTS.glob("curate_speed-*.json"))]
-    tokenize = [s for s in runs if "tokenize" in s["speed_before_after"]]
-    runs = [s for s in runs if "decontaminate" in s["speed_before_after"]]     # a tokenize-only file has its own row
-    return (curate_extract_decontaminate_row(runs[-1]) if runs else []) + (curate_tokenize_row(tokenize[-1]) if tokenize else [])
-
-def curate_tokenize_row(s: dict) -> list[str]:
-    "Issue 52 item 5: the tokenize stage before/after (`bench/curate.py --speed-rows --speed-stages tokenize`)."
-    t = s["speed_before_after"]["tokenize"]
-    return [f"| curation's tokenize stage before/after issue 52 item 5 (`bench/curate.py --speed-rows --speed-stages tokenize`, {s['date']}: "
-            f"the 0.25 GB run's {t['shards']} curated shards, {t['input_bytes'] / 1e6:.0f} MB, {s['speed_before_after']['reps']} interleaved runs "
-            f"in one process each, medians, a loaded machine) | {t['speedup_x']:.2f}× CPU ({t['before_cpu_s']:.1f} → {t['after_cpu_s']:.1f} CPU-s, "
-            f"{t['before_mb_per_cpu_s']:.1f} → {t['after_mb_per_cpu_s']:.1f} MB per CPU-s), {t['wall_speedup_x']:.2f}× wall; every .bin/.idx byte "
-            f"identical ({t['outputs_compared']} files) | ≥ 1.5× |"]
-
-def curate_extract_decontaminate_row(s: dict) -> list[str]:
-    r = s["speed_before_after"]
+    both = [x for x in runs if "decontaminate" in x["speed_before_after"]]
+    tokenize = [x for x in runs if "tokenize" in x["speed_before_after"]]       # its own row
+    if not both: return curate_tokenize_row(tokenize[-1]) if tokenize else []
+    s = both[-1]; r = s["speed_before_after"]
     per_gb = lambda x: f"{x['before_cpu_s_per_gb_warc']:,.0f} → {x['after_cpu_s_per_gb_warc']:,.0f} CPU-s per GB of `.warc.gz`"
+    later = [x for x in runs[runs.index(s) + 1:] if "extract" in x["speed_before_after"]]   # extraction's next steps, each its own run
+    steps = "".join(f"; extraction since ({x['date']}, its own run): {x['speed_before_after']['extract']['speedup_x']:.2f}× more "
+                    f"({per_gb(x['speed_before_after']['extract'])}, {x['speed_before_after']['reps']} interleaved runs against "
+                    f"{x['speed_before_after']['before'].removeprefix('mtnlg at ')[:7]}, output byte identical)" for x in later)
     e2e = ""
     if "pipeline_vs_datatrove_1gb" in s:
         m = s["pipeline_vs_datatrove_1gb"]["ours_vs_datatrove"]["matching stages, end to end"]
@@ -160,8 +157,17 @@ def curate_extract_decontaminate_row(s: dict) -> list[str]:
     return [f"| curation stages before/after the speed work of issue 52 (`bench/curate.py --speed-rows`, {s['date']}: "
             f"{s['input']['warc_shards']} crawl shard of {s['input']['warc_bytes'] / 1e6:.0f} MB, {r['reps']} interleaved runs, medians of CPU "
             f"seconds, a loaded machine) | decontamination (count + cut) {r['decontaminate']['speedup_x']:.1f}× ({per_gb(r['decontaminate'])}); "
-            f"extraction {r['extract']['speedup_x']:.2f}× ({per_gb(r['extract'])}); every output byte identical{e2e} | ≥ 4× decontamination; "
-            f"≥ 5× datatrove end to end |"]
+            f"extraction {r['extract']['speedup_x']:.2f}× ({per_gb(r['extract'])}); every output byte identical{e2e}{steps} | ≥ 4× decontamination; "
+            f"≥ 5× datatrove end to end |"] + (curate_tokenize_row(tokenize[-1]) if tokenize else [])
+
+def curate_tokenize_row(s: dict) -> list[str]:
+    "Issue 52 item 5: the tokenize stage before/after (`bench/curate.py --speed-rows --speed-stages tokenize`)."
+    t = s["speed_before_after"]["tokenize"]
+    return [f"| curation's tokenize stage before/after issue 52 item 5 (`bench/curate.py --speed-rows --speed-stages tokenize`, {s['date']}: "
+            f"the 0.25 GB run's {t['shards']} curated shards, {t['input_bytes'] / 1e6:.0f} MB, {s['speed_before_after']['reps']} interleaved runs "
+            f"in one process each, medians, a loaded machine) | {t['speedup_x']:.2f}× CPU ({t['before_cpu_s']:.1f} → {t['after_cpu_s']:.1f} CPU-s, "
+            f"{t['before_mb_per_cpu_s']:.1f} → {t['after_mb_per_cpu_s']:.1f} MB per CPU-s), {t['wall_speedup_x']:.2f}× wall; every .bin/.idx byte "
+            f"identical ({t['outputs_compared']} files) | ≥ 1.5× |"]
 
 def kernel_rows(with_model: bool = True) -> list[str]:
     """Chapter 20 on a GPU (`bench/kernels.py`): the Triton kernels at gpt-1.3b's shapes, and — until `bench/gpu.py` has

@@ -350,15 +350,16 @@ def fit_rows(t: torch.Tensor, shape: list, name: str) -> torch.Tensor:
 
 # %% ../nbs/43_checkpoint.ipynb
 class _Background(threading.Thread):
-    "`fn(*args)` in a thread; `result()` waits for it and raises what it raised."
+    "`fn(*args)` in a thread; `result()` waits for it and returns what it returned, or raises what it raised."
     def __init__(self, fn, *args):
-        super().__init__(daemon=True); self.fn, self.args, self.error = fn, args, None; self.start()
+        super().__init__(daemon=True); self.fn, self.args, self.error, self.value = fn, args, None, None; self.start()
     def run(self):
-        try: self.fn(*self.args)
+        try: self.value = self.fn(*self.args)
         except BaseException as e: self.error = e      # whatever it is, raised again by result() in the caller: nothing is lost
     def result(self):
         self.join()
         if self.error is not None: raise self.error
+        return self.value
 
 class Checkpoint:
     "A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's shards."
@@ -368,6 +369,7 @@ class Checkpoint:
         self.layout, self.step = Layout(**self.meta["layout"]), self.meta["step"]
         self._shards, self.verified = {}, set()        # files whose checksum this process (or the job) has checked
         self._pending = None                            # inside `checking_behind`: checks still running
+        self._verifying = None                          # after `start_verify`: the thread checking this rank's share
         if "checksums" not in self.meta:
             warnings.warn(f"{self.dir} was written before checksums (format v1): its files load unchecked, so a flipped "
                           f"bit would go unnoticed; save it again to add them (mtnlg reshard {self.dir} NEW_DIR)",
@@ -378,15 +380,30 @@ class Checkpoint:
         "File `name` checked against its checksum (once): `CheckpointCorruptError` if its bytes are not the saved ones."
         if name not in self.verified: check_file(self.dir, self.meta, name); self.verified.add(name)
 
-    def verify_all(self):
-        """Collective: every file checked against its checksum, the files dealt round-robin over the job's ranks; a
-        mismatch raises the same error on every rank. Then no read hashes a file again."""
+    def _first_corrupt(self, names: list[str], mine: list[int]):
+        "(index, path, why) of the first of files `names[i]`, i in `mine`, that does not verify; None if all do."
+        for i in mine:
+            try: self.verify(names[i])
+            except CheckpointCorruptError as e: return i, str(e.path), e.why
+        return None
+
+    def start_verify(self):
+        """`verify_all`'s checks of this rank's share of the files, started in a background thread (xxhash releases the
+        GIL): a resume builds its model and copies the weights meanwhile, and `verify_all` waits for the verdict."""
+        if self._verifying is None:
+            names = sorted(self.meta.get("checksums", {}).get("files", {}))
+            rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+            self._verifying = _Background(self._first_corrupt, names, list(range(len(names)))[rank::world])
+
+    def verify_all(self, found: "CheckpointCorruptError | None" = None):
+        """Collective: every file checked against its checksum, the files dealt round-robin over the job's ranks (the
+        checks `start_verify` began, if it was called); `found`: a corrupt file this rank met while loading. A mismatch
+        raises the same error on every rank. Then no read hashes a file again."""
         names = sorted(self.meta.get("checksums", {}).get("files", {}))
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        problem = None
-        for i, name in list(enumerate(names))[rank::world]:
-            try: self.verify(name)
-            except CheckpointCorruptError as e: problem = (i, str(e.path), e.why); break
+        self.start_verify()
+        problem = self._verifying.result()
+        if problem is None and found is not None: problem = (-1, str(found.path), found.why)
         problems = [problem]
         if world > 1: problems = [None] * world; dist.all_gather_object(problems, problem)
         if bad := sorted(p for p in problems if p): raise _corrupt(Path(bad[0][1]), bad[0][2])
@@ -410,13 +427,16 @@ class Checkpoint:
     def shard(self, name: str) -> dict:
         """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code), memory-mapped;
         its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases the GIL), and
-        nothing returned before the check passed (inside `checking_behind`: checked on leaving it). A corrupt file is
-        reported as corrupt, whatever `torch.load` made of it."""
+        nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after `start_verify`:
+        its threads check every file, and `verify_all` gives the verdict). A corrupt file is reported as corrupt,
+        whatever `torch.load` made of it."""
         if name not in self._shards:
             path, failed = self.dir / name, None
-            check = _Background(self.verify, name) if name not in self.verified else None
+            covered = name in self.verified or self._verifying is not None
+            check = None if covered else _Background(self.verify, name)
             try: loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             except Exception as e: failed = e   # one file; a damaged one raises many types (zip, pickle, EOF, OSError): reported below, after its checksum
+            if failed and covered: self.verify(name)   # unreadable: corrupt (raises), or sound bytes torch cannot read
             if check and (failed or self._pending is None): check.result()
             elif check: self._pending.append(check)
             if "Weights only load failed" in str(failed):
@@ -526,14 +546,20 @@ def resume_step(root, problem, say=print) -> Path | None:
 def _what_is_wrong(e: Exception) -> str:
     return f"{e.path.name} is corrupt ({e.why})" if isinstance(e, CheckpointCorruptError) else str(e)
 
-def newest_verified_checkpoint(root, say=print) -> "Checkpoint | None":
+def newest_verified_checkpoint(root, say=print, skip: dict | None = None, behind: bool = False) -> "Checkpoint | None":
     """Collective: the newest checkpoint under `root` whose every file verifies — the step `latest` names, then the
     older complete ones, newest first — saying each one it skipped and why. None if `root` holds no complete step;
-    `CheckpointCorruptError` if none verifies."""
-    tried, opened = resume_order(root), {}
+    `CheckpointCorruptError` if none verifies. `skip`: steps already found corrupt (step directory -> why).
+    `behind`: the newest whose meta.json, config and tokenizer verify, its shards' checks started (`start_verify`) and
+    left running: the caller builds its model meanwhile, then `verify_all` gives the verdict."""
+    tried, opened, skip = resume_order(root), {}, skip or {}
     if not tried: return None
     def problem(p: Path) -> str | None:
-        try: opened[p] = Checkpoint(p); opened[p].verify_all(); return None
+        if p in skip: return skip[p]
+        try:
+            opened[p] = Checkpoint(p)
+            opened[p].start_verify() if behind else opened[p].verify_all()
+            return None
         except (CheckpointCorruptError, FileNotFoundError) as e: return _what_is_wrong(e)
     if (p := resume_step(root, problem, say)) is not None: return opened[p]
     raise CheckpointCorruptError(f"no checkpoint under {root} verifies ({len(tried)} tried: {', '.join(p.name for p in tried)}): "

@@ -11,7 +11,7 @@ __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAG
            'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
-import functools, gzip, io, json, os, re, time, zlib
+import functools, gzip, io, itertools, json, os, re, time, zlib
 import lxml.etree, webencodings
 from collections import Counter
 from dataclasses import dataclass, field, asdict
@@ -442,8 +442,10 @@ def _stoplist(language: str) -> frozenset:
 def html_to_text(html: str | bytes, language: str = "English", **params) -> str:
     "Main text of an HTML page: jusText's non-boilerplate paragraphs, one per line ('' if none)."
     encoding = "utf-8" if isinstance(html, str) else None     # a str is decoded already: its meta charset no longer applies
-    if isinstance(html, str): html = html.encode("utf-8", "replace")
-    if not html.strip(): return ""
+    if isinstance(html, str) and not html.isascii():    # a str UTF-8 encodes is what jusText would decode its bytes to;
+        try: html.encode("utf-8")                        # one with lone surrogates is not (they become "?")
+        except UnicodeEncodeError: html = html.encode("utf-8", "replace")
+    if not html.strip(b" \t\n\r\x0b\x0c" if isinstance(html, bytes) else " \t\n\r\x0b\x0c"): return ""  # bytes' whitespace
     try: paragraphs = justext_paragraphs(html, _stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
     except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all (e.g. only a comment)
     return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
@@ -467,93 +469,148 @@ def normalize_whitespace(text: str) -> str:
     if text.isprintable() and "  " not in text: return text   # no whitespace but single spaces: nothing to replace
     return _WS_OTHER.sub(" ", _WS_NEWLINE.sub("\n", text))
 
-def _paragraph_maker():
+# jusText's preprocessor (lxml_html_clean's Cleaner with jusText's options) takes these out of the tree: a killed element
+# goes with all it holds (its tail stays), a removed one leaves its text and children in its place. A <param> is killed
+# unless inside an <object> (then removed), a <link> killed if a stylesheet; the Cleaner renames <image> to <img>.
+_KILLED = frozenset({"head", "base", "script", "style", "applet", "button", "input", "select", "textarea"})
+_REMOVED = frozenset({"iframe", "embed", "layer", "object", "form"})
+_CLEANED = _KILLED | _REMOVED | {"param", "link", "image"}
+_FULL_HTML = re.compile(r"^\s*<(?:html|!doctype)", re.I).match          # lxml.html.fromstring's test, str and bytes
+_FULL_HTML_BYTES = re.compile(rb"^\s*<(?:html|!doctype)", re.I).match
+
+class _Paragraph:
+    "What jusText's classification reads of a paragraph, computed once (jusText re-joins and re-splits its text per read)."
+    __slots__ = ("dom_path", "text", "words_count", "chars_count_in_links", "tags_count", "heading", "cf_class", "class_type")
+    @property
+    def is_boilerplate(self) -> bool: return self.class_type != "good"
+    def __len__(self): return len(self.text)
+
+def _classified_paragraphs(root, stoplist, length_low, length_high, stopwords_low, stopwords_high, max_link_density,
+                           no_headings, cleaned: bool) -> list:
+    """jusText's `ParagraphMaker` and `classify_paragraphs` in one walk of lxml's tree: the same events (a tag opened,
+    text, a tag closed), paragraphs and context-free classes. Unless `cleaned`, it does the preprocessor's work as it
+    walks: what the Cleaner kills is skipped, what it removes is walked through, and the text either leaves behind is
+    joined to the text before it, as the Cleaner joins it (comments are killed; a processing instruction stays and
+    separates the text before it from its tail)."""
     import justext.core, justext.paragraph
-    class _Paragraph(justext.paragraph.Paragraph):
-        "jusText's paragraph, its text joined, normalised and split once (it is read ~3 times); no XPath (never read)."
-        def __init__(self, path):
-            self.dom_path, self.xpath, self.text_nodes = path.dom, None, []
-            self.chars_count_in_links = self.tags_count = 0
-            self.class_type, self._text, self._words = "", None, None
-        def append_text(self, text):
-            self._text = self._words = None
-            text = normalize_whitespace(text); self.text_nodes.append(text); return text
-        @property
-        def text(self):
-            if self._text is None: self._text = normalize_whitespace("".join(self.text_nodes).strip())
-            return self._text
-        @property
-        def words(self):
-            if self._words is None: self._words = self.text.split()
-            return self._words
-        @property
-        def words_count(self): return len(self.words)
-        def stopwords_count(self, stopwords): return sum(map(stopwords.__contains__, map(str.lower, self.words)))
+    BLOCK, HEADING, PI = justext.core.PARAGRAPH_TAGS, justext.paragraph.HEADINGS_PATTERN, lxml.etree.ProcessingInstruction
+    paragraphs, headings = [], {}
+    nodes, links, tags, path = [], 0, 0, ""        # the open paragraph: its text nodes, link characters, tags, DOM path
+    link = br = False
+    pending, in_object = None, 0                    # text not yet handed to the paragraph (joined as the Cleaner joins it)
 
-    class _Path(justext.core.PathInfo):
-        "jusText's path as the one string paragraphs read (`dom`), kept as tags are pushed and popped; no XPath (never read)."
-        def __init__(self): self._doms = [""]
-        @property
-        def dom(self): return self._doms[-1]
-        def append(self, tag_name):
-            self._doms.append(f"{self._doms[-1]}.{tag_name}" if len(self._doms) > 1 else tag_name); return self
-        def pop(self): self._doms.pop(); return self
+    def close():                                    # the open paragraph, classified, if it has text (jusText drops it else)
+        nonlocal nodes
+        text = normalize_whitespace("".join(nodes).strip()); nodes = []
+        if not text: return
+        p = _Paragraph(); p.dom_path, p.text, p.chars_count_in_links, p.tags_count = path, text, links, tags
+        words = text.split(); p.words_count = n = len(words)
+        stop_density = sum(map(stoplist.__contains__, map(str.lower, words))) / n
+        if (h := headings.get(path)) is None: h = headings[path] = bool(HEADING.search(path))
+        p.heading, length = not no_headings and h, len(text)
+        if links / length > max_link_density or "\xa9" in text or "&copy" in text or "select" in path: c = "bad"
+        elif length < length_low: c = "bad" if links > 0 else "short"
+        elif stop_density >= stopwords_high: c = "good" if length > length_high else "neargood"
+        elif stop_density >= stopwords_low: c = "neargood"
+        else: c = "bad"
+        p.cf_class, p.class_type = c, ""
+        paragraphs.append(p)
 
-    class _ParagraphMaker(justext.core.ParagraphMaker):
-        def __init__(self):
-            self.path, self.paragraphs, self.paragraph, self.link, self.br = _Path(), [], None, False, False
-            self._start_new_pragraph()
-        def _start_new_pragraph(self):                   # most paragraphs get no text: test that before joining it
-            p = self.paragraph
-            if p is not None and p.text_nodes and p.text: self.paragraphs.append(p)
-            self.paragraph = _Paragraph(self.path)
-        @classmethod
-        def make_paragraphs(cls, root):
-            handler = cls(); _saxify(root, handler); return handler.paragraphs
-    return _ParagraphMaker
+    def characters(content):                        # jusText's `characters`, for text that is not blank
+        nonlocal links, br
+        text = normalize_whitespace(content); nodes.append(text)
+        if link: links += len(text)
+        br = False
 
-def _saxify(root, handler):
-    """`lxml.sax.saxify(root, handler)` for a handler that reads only tag names and text, as jusText's does: the same
-    events in the same order (processing instructions beside the root, comments' and PIs' tails), without building
-    each element's SAX attributes and namespace maps."""
-    PI, Comment = lxml.etree.ProcessingInstruction, lxml.etree.Comment
-    def walk(el):
+    def walk(el, parent_path):
+        nonlocal pending, tags, links, path, link, br, in_object
         tag = el.tag
-        if tag is Comment or tag is PI:
-            if el.tail: handler.characters(el.tail)
+        if tag.__class__ is not str:                # a comment (killed) or a processing instruction: only its tail
+            if tag is PI and pending:
+                if not pending.isspace(): characters(pending)
+                pending = None
+            if tail := el.tail: pending = pending + tail if pending else tail
             return
-        name = (None, tag.rsplit("}", 1)[-1] if tag[0] == "{" else tag)
-        handler.startElementNS(name, None, None)
-        if el.text: handler.characters(el.text)
-        for child in el: walk(child)
-        handler.endElementNS(name, None)
-        if el.tail: handler.characters(el.tail)
-    handler.startDocument()
-    before, s = [], root.getprevious()
-    while getattr(s, "tag", None) is PI: before.append(s); s = s.getprevious()
-    for s in reversed(before): walk(s)
-    walk(root)
-    s = root.getnext()
-    while getattr(s, "tag", None) is PI: walk(s); s = s.getnext()
-    handler.endDocument()
+        if tag in _CLEANED and not cleaned:
+            if tag == "image": tag = "img"
+            else:
+                if tag == "param": kill = not in_object
+                elif tag == "link":
+                    if "stylesheet" not in el.get("rel", "").lower(): kill = None
+                    else: kill = True
+                else: kill = tag in _KILLED
+                if kill is not None:
+                    if not kill:
+                        if t := el.text: pending = pending + t if pending else t
+                        in_object += tag == "object"
+                        for child in el: walk(child, parent_path)
+                        in_object -= tag == "object"
+                    if tail := el.tail: pending = pending + tail if pending else tail
+                    return
+        if pending:
+            if not pending.isspace(): characters(pending)
+            pending = None
+        here = f"{parent_path}.{tag}" if parent_path else tag
+        block = tag in BLOCK
+        if block or (br and tag == "br"):           # a block tag, or <br><br>: a new paragraph
+            if tag == "br": tags -= 1
+            if nodes: close()
+            links = tags = 0; path = here
+        else:
+            br = tag == "br"
+            if br: nodes.append(" ")
+            elif tag == "a": link = True
+            tags += 1
+        pending = el.text
+        for child in el: walk(child, here)
+        if pending:
+            if not pending.isspace(): characters(pending)
+        if block:
+            if nodes: close()
+            links = tags = 0; path = parent_path
+        elif tag == "a": link = False
+        pending = el.tail
 
-_MAKER = None
+    walk(root, "")
+    if pending and not pending.isspace(): characters(pending)
+    if nodes: close()
+    return paragraphs
 
-def justext_paragraphs(html: bytes, stoplist, encoding=None, max_heading_distance: int = 200, no_headings: bool = False,
+_PARSER = None
+
+def _html_root(html: bytes | str, encoding):
+    """`(root, cleaned)`: the tree `justext.core.html_to_dom` parses, from a plain lxml parser (no per-element Python
+    class lookup) and not yet cleaned when the page is a whole document (as nearly all are); otherwise jusText's own
+    parse and preprocessor (a fragment, which lxml.html re-roots: rare)."""
+    global _PARSER
+    import justext.core as core
+    _PARSER = _PARSER or lxml.etree.HTMLParser()
+    decoded, root = core.decode_html(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS), None
+    try:
+        if _FULL_HTML(decoded): root = lxml.etree.fromstring(decoded, _PARSER)
+    except ValueError:                              # an XML encoding declaration in a str: jusText parses the bytes
+        if isinstance(html, str): html = html.encode(encoding or core.DEFAULT_ENCODING, core.DEFAULT_ENC_ERRORS)
+        if _FULL_HTML_BYTES(html): root = lxml.etree.fromstring(html, _PARSER)
+    if root is not None and root.tag == "html": return root, False
+    return core.preprocessor(core.html_to_dom(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS)), True
+
+def justext_paragraphs(html: bytes | str, stoplist, encoding=None, max_heading_distance: int = 200, no_headings: bool = False,
                        length_low: int = 70, length_high: int = 200, stopwords_low: float = 0.30,
                        stopwords_high: float = 0.32, max_link_density: float = 0.2) -> list:
-    "`justext.justext(html, stoplist, ...)` with paragraphs that compute their text once: the same paragraphs and classes."
-    global _MAKER
+    "`justext.justext(html, stoplist, ...)` in one walk of the tree: the same paragraphs, texts, headings and classes."
     import justext.core as core
-    _MAKER = _MAKER or _paragraph_maker()
-    dom = core.preprocessor(core.html_to_dom(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS))
-    paragraphs = _MAKER.make_paragraphs(dom)
-    core.classify_paragraphs(paragraphs, stoplist, length_low, length_high, stopwords_low, stopwords_high, max_link_density, no_headings)
+    root, cleaned = _html_root(html, encoding)
+    paragraphs = _classified_paragraphs(root, core.define_stoplist(stoplist), length_low, length_high, stopwords_low,
+                                        stopwords_high, max_link_density, no_headings, cleaned)
     core.revise_paragraph_classification(paragraphs, max_heading_distance)
     return paragraphs
 
 # %% ../nbs/30_extract.ipynb
 _WORD = re.compile(r"\w+")
+
+def _fewer_words(text: str, n: int) -> bool:
+    "`len(_WORD.findall(text)) < n`, reading no further than the n-th word."
+    return n > 0 and next(itertools.islice(_WORD.finditer(text), n - 1, None), None) is None
 
 def token_prf(predicted: str, truth: str) -> tuple[float, float, float]:
     "Token-level precision, recall and F1 of `predicted` against `truth` (bags of lowercased words)."
@@ -594,7 +651,7 @@ def extract_shard(src, dst, dataset: str, format: str = "html", languages=("en",
             try: text = clean_unicode(html_to_text(raw) if format == "html" else raw).strip()
             except lxml.etree.LxmlError as e: man.drop(f"unparseable HTML ({type(e).__name__})", where); continue
             if not text: man.drop("no main text" if format == "html" else "empty text", where); continue
-            if len(_WORD.findall(text)) < min_words: man.drop(f"under {min_words} words", where); continue
+            if _fewer_words(text, min_words): man.drop(f"under {min_words} words", where); continue
             lang, _ = language_of(text)
             if lang not in languages: man.drop(f"language not {'/'.join(languages)}", where); continue
             man.kept += 1

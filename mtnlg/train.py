@@ -5,8 +5,8 @@
 # %% auto 0
 __all__ = ['BACKENDS', 'MAX_SKIPPED_IN_A_ROW', 'FRESH_STATE', 'autocast_for', 'train_step', 'SingleProcess', 'TrainResult',
            'pick_backend', 'make_backend', 'checkpoint_dir', 'resume_from', 'check_inputs', 'Run', 'open_run',
-           'load_run', 'train_one_step', 'speed_metrics', 'log_line', 'tensorboard_writer', 'MetricsLog', 'log_step',
-           'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'reshard', 'plot_losses']
+           'load_start', 'load_run', 'train_one_step', 'speed_metrics', 'log_line', 'tensorboard_writer', 'MetricsLog',
+           'log_step', 'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'reshard', 'plot_losses']
 
 # %% ../nbs/41_train.ipynb
 import json, math, os, time
@@ -24,7 +24,7 @@ from .data_loading import check_data, training_data
 from .config import narayanan_flops
 from .counting import gpu_for, utilization
 from .checkpoint import (Checkpoint, StopRequest, make_shard, save_checkpoint, latest_checkpoint, set_rng_state,
-                              shard_name, tp_dim, newest_verified_checkpoint)
+                              shard_name, tp_dim, newest_verified_checkpoint, CheckpointCorruptError, _what_is_wrong)
 
 # %% ../nbs/41_train.ipynb
 def autocast_for(cfg: Config, device: torch.device):
@@ -130,13 +130,14 @@ def make_backend(cfg: Config, layout: Layout, kind: str, device: torch.device):
 def checkpoint_dir(cfg: Config, run_dir: Path) -> Path:
     return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else Path(run_dir) / "checkpoints"
 
-def resume_from(cfg: Config, run_dir: Path, layout: Layout, say=print) -> Checkpoint | None:
-    """Collective: the checkpoint `checkpoint.resume` names (`auto`: the newest in this run's checkpoints that verifies,
-    if any), every file checked against its checksum, then checked against the run."""
+def resume_from(cfg: Config, run_dir: Path, layout: Layout, say=print, skip: dict | None = None) -> Checkpoint | None:
+    """Collective: the checkpoint `checkpoint.resume` names (`auto`: the newest in this run's checkpoints, if any, not
+    in `skip`), checked against the run; its meta.json, config and tokenizer verified, its shards' checksums being
+    checked in a background thread while the model is built (`load_start` waits for the verdict)."""
     r = cfg.checkpoint.resume
     if r is None: return None
-    if r == "auto": ckpt = newest_verified_checkpoint(checkpoint_dir(cfg, run_dir), say)
-    else: ckpt = Checkpoint(r); ckpt.verify_all()       # named: refused if corrupt
+    if r == "auto": ckpt = newest_verified_checkpoint(checkpoint_dir(cfg, run_dir), say, skip, behind=True)
+    else: ckpt = Checkpoint(r); ckpt.start_verify()     # named: refused if corrupt, by `load_start`
     if ckpt is None: return None
     if ckpt.config.model != cfg.model:
         raise ValueError(f"checkpoint {str(ckpt.dir)!r} holds a different model ({ckpt.config.model}) than this config")
@@ -177,7 +178,8 @@ class Run:
     def ckpt_dir(self) -> Path: return checkpoint_dir(self.cfg, self.run_dir)
 
 def open_run(cfg: Config, run_dir=None, log=print) -> Run:
-    "Join the job, seed every stream, and find the checkpoint to resume from (a bad one fails here, before any data)."
+    """Join the job, seed every stream, and find the checkpoint to resume from (a missing one, or one whose meta.json,
+    config or tokenizer is bad, fails here, before any data; its shards are checked while the model is built)."""
     deterministic_mode(cfg.deterministic)               # before the process group and the first CUDA kernel
     layout = init_distributed(Layout.of(cfg))
     run_dir = Path(run_dir or cfg.run_dir)
@@ -187,6 +189,21 @@ def open_run(cfg: Config, run_dir=None, log=print) -> Run:
     if dist.get_rank() == 0: run_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     return run
+
+def load_start(run: Run, say=print) -> Checkpoint:
+    """Collective: `run.start`'s weights and Adam's state copied into the engine while its shards' checksums are still
+    being checked (begun by `resume_from`, so the check ran while the model was built), then every rank's verdict. A
+    corrupt file: a named checkpoint is refused; `--resume auto` says which step it skipped and why, and loads the
+    newest older step instead, checked the same way."""
+    ckpt, skip = run.start, {}
+    while True:
+        try: run.engine.load_checkpoint(ckpt); found = None
+        except CheckpointCorruptError as e: found = e          # unreadable and corrupt on this rank: one verdict with the others'
+        try: ckpt.verify_all(found); return ckpt
+        except CheckpointCorruptError as e:
+            if run.cfg.checkpoint.resume != "auto": raise
+            skip[ckpt.dir] = _what_is_wrong(e)                 # what was copied is overwritten by the older step
+            ckpt = resume_from(run.cfg, run.run_dir, run.layout, say, skip)
 
 def load_run(run: Run, backend: str = "auto", log=print) -> Run:
     "The schedule, the data and the backend; on resume, the weights, Adam's state, the counters and the random streams."
@@ -202,7 +219,7 @@ def load_run(run: Run, backend: str = "auto", log=print) -> Run:
         if start.tokenizer_file.read_bytes() != Path(run.data.tokenizer_file).read_bytes():
             raise ValueError(f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {run.data.tokenizer_file}: "
                              f"resume on the data it was trained on")
-        run.engine.load_checkpoint(start)
+        start = run.start = load_start(run, log if rank == 0 else quiet)
         run.state.update({k: start.meta[k] for k in FRESH_STATE})
         if start.layout == run.layout: set_rng_state(start.rng(rank))   # the same rank's streams; a new layout reseeds
         run.say(f"resumed from {start.dir} (step {start.step}, {run.state['consumed_samples']:,} samples, saved on {start.layout})")

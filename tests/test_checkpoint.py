@@ -409,6 +409,24 @@ def test_resume_auto_steps_over_a_corrupt_checkpoint_and_finishes_bitwise(straig
     assert_identical(straight_one, tmp_path)
     assert verify(tmp_path / "checkpoints").returncode == 0        # step 24 written again, sound
 
+def test_resume_auto_steps_over_a_truncated_shard(straight_one, tmp_path):
+    """Step 24's shard cut short, so `torch.load` cannot read it: the checksums are checked while the model is built, and
+    the unreadable file is reported by its checksum, like a flipped bit — `--resume auto` says it skipped step 24 as
+    corrupt and resumes from 16; a named `--resume` is refused with one line, exit 2."""
+    import shutil
+    shutil.copytree(straight_one / "checkpoints", tmp_path / "checkpoints")
+    shutil.copyfile(straight_one / "metrics.jsonl", tmp_path / "metrics.jsonl")
+    shard = tmp_path / "checkpoints/step-0000024/rank-00000.pt"
+    cut = shard.read_bytes()[: shard.stat().st_size // 2]; shard.write_bytes(cut)
+    r = run(tmp_path, ONE, "--resume", "auto")
+    assert "--resume auto: skipped step-0000024: rank-00000.pt is corrupt (its xxh3_64 is" in r.stdout, r.stdout
+    assert "resumed from" in r.stdout and "step-0000016" in r.stdout
+    assert_identical(straight_one, tmp_path)
+    bad = tmp_path / "bad/step-0000024"; shutil.copytree(straight_one / "checkpoints/step-0000024", bad)
+    (bad / "rank-00000.pt").write_bytes(cut)                          # (the resume above saved step 24 again, sound)
+    r = subprocess.run(command(tmp_path / "named-bad", {**ONE, "checkpoint.resume": bad}), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"{bad / 'rank-00000.pt'} is corrupt" in r.stderr, r.stderr[-2000:]
+
 # -- one error, one exit code, from any number of processes (chapter 10's run_ranks) ---------------------------------------
 def test_nproc_8_missing_data_is_one_line_exit_2(tmp_path):
     r = subprocess.run(command(tmp_path, {**THREE_D, "data.curated": tmp_path / "nothing-here", "data.train_files": "[]", "data.valid_files": "[]"}, "--nproc", "8"),
