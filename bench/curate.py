@@ -22,7 +22,7 @@ input; per-shard seconds and their median (ours from the manifests, datatrove fr
 driver and of each worker process (sampled every 0.2 s) at both sizes; dedup recall and precision on the planted
 pairs; ratios (datatrove seconds / ours: above 1, ours is faster) per matching stage and end to end. Each size runs
 once per tool (a gigabyte run is minutes): the spread shown is across shards, not across repeats."""
-import argparse, datetime, json, os, statistics, subprocess, sys, threading, time
+import argparse, datetime, json, os, shutil, statistics, subprocess, sys, threading, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,6 +300,7 @@ def tokenize_row(curated: Path, work: Path, rev: str, reps: int) -> dict:
     if not src or not tok.is_file(): raise FileNotFoundError(f"no curated shards or tokenizer.json under {curated} (run the pipeline first)")
     trees, runs = {"before": before_tree(rev, work), "after": ROOT}, {"before": [], "after": []}
     load = [os.getloadavg()[0]]                        # the machine is shared: its 1-minute load at the start and end
+    for side in trees: shutil.rmtree(work / "speed" / f"tokenize-{side}", ignore_errors=True)     # an earlier run's files
     for rep in range(reps):
         for side, tree in trees.items():
             dst = work / "speed" / f"tokenize-{side}"
