@@ -605,15 +605,15 @@ def main(argv=None) -> int:
         if os.environ.get(RANK_ERRORS_ENV) and launched(): return 130     # the launcher stops every rank and says so once
         raise
     except Exception as e:
-        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env
+        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env, leave_failed_job
         message, rank = _user_error(e), launcher_env()["rank"]
         if message is None:                     # a crash: its traceback, as always; its first line for the launcher
             line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
             if report_rank_error(1, line) or not launcher_env()["launched"]: raise
-            if not claim_first_error(): return 1                # srun: a peer failed first and says so
-            traceback.print_exc()
-            print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
-            return 1
+            if claim_first_error():                              # srun: unless a peer failed first and says so
+                traceback.print_exc()
+                print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
+            return leave_failed_job(1)
         if not report_rank_error(2, message) and claim_first_error():
             print(f"mtnlg: {f'rank {rank}: ' if rank else ''}{message}", file=sys.stderr)
-        return 2
+        return leave_failed_job(2)
