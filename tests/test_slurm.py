@@ -174,6 +174,7 @@ def test_sbatch_3d_equals_torchrun(slurm, straight, tmp_path):
     assert len(losses(tmp_path)) == 8
     assert_identical(tmp_path, run_dir)                   # every step's loss, and the last checkpoint, bit for bit
 
+@pytest.mark.slow             # ~2 minutes (Slurm's requeue); make test keeps the one-process SIGUSR1 stop (test_checkpoint.py)
 def test_usr1_checkpoints_requeues_and_resumes_bitwise(slurm, straight):
     rc, job_id = sbatch(slurm, "--nodes=2", "--ntasks-per-node=4", "cluster/scaled.sbatch", CONFIG, *ARGS, name="preempted", wait=False)
     assert rc == 0
