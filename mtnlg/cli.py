@@ -8,7 +8,7 @@ __all__ = ['READER_SETTINGS', 'COMMANDS', 'describe', 'add_data_dir_argument', '
            'add_curate_arguments', 'add_plan_arguments', 'add_export_hf_arguments', 'add_reader_arguments',
            'reader_layout', 'quiet_other_ranks', 'first_rank', 'reading_layout_of', 'end_job', 'add_eval_arguments',
            'add_generate_arguments', 'add_bias_arguments', 'add_data_arguments', 'add_hans_arguments',
-           'add_checkpoint_arguments', 'main']
+           'add_checkpoint_arguments', 'main', 'leave']
 
 # %% ../nbs/99_cli.ipynb
 import argparse, json, os, shutil, signal, subprocess, sys, traceback
@@ -599,13 +599,13 @@ def main(argv=None) -> int:
     args.argv = argv
     try:
         with use_data_dir(getattr(args, "data_dir", None)):   # one data setting for the command and the processes it starts
-            return args.func(args)
+            code = args.func(args)
     except KeyboardInterrupt:
         from mtnlg.topology import RANK_ERRORS_ENV, launched
-        if os.environ.get(RANK_ERRORS_ENV) and launched(): return 130     # the launcher stops every rank and says so once
+        if os.environ.get(RANK_ERRORS_ENV) and launched(): return leave(130)     # the launcher stops every rank and says so once
         raise
     except Exception as e:
-        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env, leave_failed_job
+        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env
         message, rank = _user_error(e), launcher_env()["rank"]
         if message is None:                     # a crash: its traceback, as always; its first line for the launcher
             line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
@@ -613,7 +613,15 @@ def main(argv=None) -> int:
             if claim_first_error():                              # srun: unless a peer failed first and says so
                 traceback.print_exc()
                 print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
-            return leave_failed_job(1)
+            return leave(1)
         if not report_rank_error(2, message) and claim_first_error():
             print(f"mtnlg: {f'rank {rank}: ' if rank else ''}{message}", file=sys.stderr)
-        return leave_failed_job(2)
+        return leave(2)
+    return leave(code)
+
+def leave(code: int) -> int:
+    """`code`, the command's exit code; in a rank of a job of several processes, the end of the process there (chapter 10's
+    `leave_job`: not the interpreter's teardown, which can crash a rank whose job succeeded)."""
+    if "torch" not in sys.modules: return code          # no process group without torch (`info`, `data`, `hans`)
+    from mtnlg.topology import leave_job
+    return leave_job(code)

@@ -34,8 +34,8 @@ def init_distributed_worker(tensor_parallel: int, pipeline_parallel: int, data_p
 import os, re, signal, subprocess, sys, tempfile
 from pathlib import Path
 
-_RUN_AS_MAIN = ("import runpy, sys; from mtnlg.topology import end_distributed; sys.argv = sys.argv[1:]; "
-                "runpy.run_path(sys.argv[0], run_name='__main__'); end_distributed()")
+_RUN_AS_MAIN = ("import runpy, sys; from mtnlg.topology import end_distributed, leave_job; sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__'); end_distributed(); leave_job(0)")
 
 def _rank_logs(logs: str, nproc: int, name: str) -> list[str]:
     out = []

@@ -8,8 +8,8 @@ __all__ = ['Coord', 'AXES', 'model_parallel_rng', 'DETERMINISTIC_ENV', 'NOISY_WA
            'check_against_libraries', 'node_of', 'placement_report', 'plot_rank_grid', 'free_port', 'launch',
            'first_host', 'launcher_env', 'launched', 'layout_problems', 'check_layout', 'init_distributed',
            'check_groups', 'ParallelRNG', 'seed_everything', 'deterministic_mode', 'quiet_libraries',
-           'torchrun_command', 'report_rank_error', 'leave_failed_job', 'claim_first_error', 'rank_errors',
-           'job_failure', 'ranks_of', 'run_ranks', 'end_distributed']
+           'torchrun_command', 'report_rank_error', 'claim_first_error', 'rank_errors', 'job_failure', 'ranks_of',
+           'run_ranks', 'end_distributed', 'leave_job']
 
 # %% ../nbs/10_topology.ipynb
 import contextlib, json, os, random, re, shutil, signal, socket, sys, tempfile, time, warnings, logging
@@ -155,6 +155,7 @@ def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_di
     result = fn(*args)
     torch.save(_plain(result), Path(out_dir) / f"rank{rank}.pt")
     end_distributed()                        # a rank that failed raises instead: its peers' collectives fail, and launch reports it
+    leave_job(0)                             # not the teardown (below, `leave_job`)
 
 def launch(fn, world_size: int, *args, timeout_s: float = 300) -> list:
     "Run `fn(*args)` in `world_size` spawned processes joined by a gloo group; return the list of their results."
@@ -353,15 +354,6 @@ def report_rank_error(code: int, message: str) -> bool:
         except OSError: return False                    # the launcher is gone (its folder with it): say it here
     return True
 
-def leave_failed_job(code: int) -> int:
-    """`code`; but a rank of a job no `run_ranks` started (srun), once its process group exists, ends here (`os._exit`,
-    its output flushed): the interpreter's teardown stops gloo's threads with their peers gone, which can abort the
-    process ("terminate called without an active exception", exit -6) — a second message, and a misleading exit code,
-    for an error already reported once."""
-    if launched() and dist.is_initialized() and not os.environ.get(RANK_ERRORS_ENV):
-        sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
-    return code
-
 FIRST_ERROR_WAIT_S = 5.0   # how long rank 0, the store's host, stays for its failing peers' claims when a peer failed first
 
 def claim_first_error() -> bool:
@@ -413,18 +405,23 @@ def _stopped(rank: int, code: int, errors: dict) -> bool:
     "A rank the launcher ended: no error of its own, and the signal a launcher stops ranks with."
     return rank not in errors and code < 0 and -code in STOP_SIGNALS
 
+def _stopped_by_torchrun(rank: int, codes: dict, errors: dict) -> bool:
+    """Ended by SIGTERM with no error of its own while another rank failed otherwise: torchrun's stop, never the cause
+    (it follows the first failure within milliseconds, less than a signal's `SIGNAL_SLACK_S`)."""
+    return rank not in errors and codes[rank] == -signal.SIGTERM and any(codes[r] != -signal.SIGTERM or r in errors for r in codes)
+
 def job_failure(errors: list[dict], exit_codes: dict[int, int], exit_times: dict[int, float] | None = None) -> tuple[int, str]:
     """The failed job's exit code and what to print: the rank that failed first (`errors`: what ranks left,
     `exit_codes`: rank -> exit code, negative for a signal; `exit_times`: rank -> when it exited) — a user error as
     one process prints it, with its rank only where the other ranks did not say the same; a crash with its rank; a
     rank a signal ended with the signal — then, on a second line, the ranks that failed after it (not the ones the
-    launcher stopped; not after a user error, which stays one line). Without exit times, errors come before signals,
-    and torchrun's SIGTERM last."""
+    launcher stopped; not after a user error, which stays one line). Without exit times, errors come before signals;
+    torchrun's SIGTERM comes last, always."""
     by_rank = {e["rank"]: e for e in errors}
     codes = {**{r: e["code"] for r, e in by_rank.items()}, **exit_codes}
     if not codes: return 1, "the job failed and no rank said why"
     t = _failure_times(by_rank, codes, exit_times or {})          # no exit times: the errors, then the signals
-    first = min(codes, key=lambda r: (t[r], codes[r] == -signal.SIGTERM and r not in by_rank, r))
+    first = min(codes, key=lambda r: (_stopped_by_torchrun(r, codes, by_rank), t[r], r))
     code, err = codes[first], by_rank.get(first)
     if err and err["code"] == 2:                 # a user error: one line, as one process prints it, and nothing after
         alone = any(e["message"] != err["message"] for e in errors) or len(errors) < len(codes)
@@ -573,3 +570,14 @@ def end_distributed():
     if not dist.is_initialized() or dist.get_world_size() == 1: return
     dist.barrier()
     dist.destroy_process_group()
+
+# %% ../nbs/10_topology.ipynb
+def leave_job(code: int) -> int:
+    """The end of a rank of a job of several processes (after `end_distributed`, or after its error was reported): its
+    output flushed, the process ends here with `code` (`os._exit`), never through the interpreter's teardown — which
+    crashes when a gloo worker of a group Python still holds is not yet done with the last collective. Elsewhere (one
+    process, a test calling `mtnlg.cli.main`) it returns `code`."""
+    env = launcher_env()
+    if env["launched"] and env["world_size"] > 1:
+        sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
+    return code

@@ -4,7 +4,9 @@ failed first and the first line of its error (and one more for the ranks that fa
 rank's code. Ctrl-C (SIGINT) and SIGTERM on the launcher stop every rank (one line, 130 / 143); a launcher killed by
 SIGKILL leaves no rank running either; the error folder is gone on every path. Under srun (no `run_ranks`) the rank
 that failed first prints its error, the others nothing. Chapter 98's `torchrun_script` shows a failed rank's own last
-lines. (The user-error cases — a missing dataset, a corrupt shard of a TP 2 x PP 2 x DP 2 checkpoint, with
+lines. A rank whose job succeeded ends
+with chapter 10's `leave_job`, not the interpreter's teardown, which crashes while a gloo worker is still busy. (The
+user-error cases — a missing dataset, a corrupt shard of a TP 2 x PP 2 x DP 2 checkpoint, with
 `mtnlg train --nproc 8` — are in test_checkpoint.py.)"""
 import os, re, signal, subprocess, sys, time
 from pathlib import Path
@@ -31,10 +33,22 @@ def work(args):
         if rank == 1 and args.how == "srun-crash": raise RuntimeError("boom on rank 1")
         dist.all_reduce(torch.ones(4))
         return 0
+    if args.how == "lagging":                         # every collective done; gloo's worker still busy as main returns
+        exec(LAGGING, globals())                      # its group a global, as megatron-core keeps its groups
+        return 0
     if rank == 2 and args.how == "crash": raise RuntimeError(f"boom on rank {rank}\\nsecond line")
     if rank == 1 and args.how == "kill": os.kill(os.getpid(), signal.SIGKILL)
     if rank == 0 and args.how == "user": raise FileNotFoundError("data.curated: 'x' not found")
     time.sleep(120)                                   # the others wait until torchrun stops them
+LAGGING = """
+import time, torch, torch.distributed as dist
+from mtnlg.topology import end_distributed
+dist.init_process_group("gloo")
+g = dist.new_group(list(range(dist.get_world_size())))   # held by Python until the teardown, as megatron-core holds its groups
+fut = dist.all_reduce(torch.ones(1 << 16), group=g, async_op=True).get_future()
+fut.then(lambda f: time.sleep(1))                 # runs in gloo's worker thread, after the result is ready
+fut.wait(); end_distributed(); print("done", flush=True)
+"""
 COMMANDS["work"] = (lambda p: (p.add_argument("how"), p.set_defaults(func=work)), "a rank that fails one way")
 sys.exit(main(["work", sys.argv[1]]))
 '''
@@ -159,3 +173,17 @@ def test_a_failed_script_shows_the_failing_ranks_own_lines(tmp_path):
     assert "rank 0: my own last words" not in msg, msg                       # rank 0 succeeded: not in the way
     ok = torchrun_script(tmp_path / "aborts.py", 1, cwd=ROOT, timeout=120)   # one rank, no abort: its output, rank by rank
     assert ok.returncode == 0 and ok.stderr.startswith("rank 0: my own last words\n"), ok.stderr
+
+def test_a_rank_ends_cleanly_while_gloo_is_still_busy(tmp_path):
+    """Every collective completed, but gloo's worker thread is still in the last one (a callback holds it for a second,
+    as a loaded machine can): a plain script's teardown crashes its ranks after they printed "done"; ranks going through
+    `mtnlg.cli.main` leave by `leave_job` and the job succeeds."""
+    from mtnlg.topology import free_port
+    plain = tmp_path / "plain.py"
+    plain.write_text(RANK.split('LAGGING = """')[1].split('"""')[0])
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        str(free_port()), str(plain)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.stdout.count("done") == 2 and r.returncode != 0, (r.returncode, r.stderr[-2000:])
+    assert re.search(r"exitcode\s*:\s*-(6|11) ", r.stderr), r.stderr[-2000:]    # SIGABRT or SIGSEGV, after the job's work
+    ok = job(tmp_path, "lagging", nproc=2)
+    assert ok.returncode == 0 and ok.stdout.count("done") == 2, (ok.returncode, ok.stderr[-2000:])
