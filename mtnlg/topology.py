@@ -405,11 +405,6 @@ def _stopped(rank: int, code: int, errors: dict) -> bool:
     "A rank the launcher ended: no error of its own, and the signal a launcher stops ranks with."
     return rank not in errors and code < 0 and -code in STOP_SIGNALS
 
-def _stopped_by_torchrun(rank: int, codes: dict, errors: dict) -> bool:
-    """Ended by SIGTERM with no error of its own while another rank failed otherwise: torchrun's stop, never the cause
-    (it follows the first failure within milliseconds, less than a signal's `SIGNAL_SLACK_S`)."""
-    return rank not in errors and codes[rank] == -signal.SIGTERM and any(codes[r] != -signal.SIGTERM or r in errors for r in codes)
-
 def job_failure(errors: list[dict], exit_codes: dict[int, int], exit_times: dict[int, float] | None = None) -> tuple[int, str]:
     """The failed job's exit code and what to print: the rank that failed first (`errors`: what ranks left,
     `exit_codes`: rank -> exit code, negative for a signal; `exit_times`: rank -> when it exited) — a user error as
@@ -421,7 +416,9 @@ def job_failure(errors: list[dict], exit_codes: dict[int, int], exit_times: dict
     codes = {**{r: e["code"] for r, e in by_rank.items()}, **exit_codes}
     if not codes: return 1, "the job failed and no rank said why"
     t = _failure_times(by_rank, codes, exit_times or {})          # no exit times: the errors, then the signals
-    first = min(codes, key=lambda r: (_stopped_by_torchrun(r, codes, by_rank), t[r], r))
+    # torchrun's SIGTERM (no error of its own) is never the cause while another rank failed otherwise: it follows the
+    # first failure within milliseconds, less than a signal's `SIGNAL_SLACK_S`
+    first = min(codes, key=lambda r: (codes[r] == -signal.SIGTERM and r not in by_rank, t[r], r))
     code, err = codes[first], by_rank.get(first)
     if err and err["code"] == 2:                 # a user error: one line, as one process prints it, and nothing after
         alone = any(e["message"] != err["message"] for e in errors) or len(errors) < len(codes)
