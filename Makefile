@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-full install export clean lab docs
+.PHONY: demo test test-full install export clean lab docs lint
 
 install: $(STAMP)
 
@@ -38,9 +38,18 @@ demo: install
 # two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker.
 # Then the book's website (tests/test_site.py, marked `book`), built from the chapters the first run executed
 # (runs/book/), opened page by page in a headless Chromium (Debian's chromium, installed by the test if missing).
-test: install
+test: install lint
 	$(BIN)/python -m pytest tests -n 2 --dist loadscope --durations=15
 	$(BIN)/python -m pytest tests -m book --durations=5
+
+# Style, checked before the tests: ruff's linter and formatter over the chapters, tests and benchmarks (pyproject.toml),
+# nbdev_clean leaving the notebooks as committed, and mtnlg/ being exactly what nbdev_export makes of them
+lint: install
+	$(BIN)/ruff check nbs tests bench docs
+	$(BIN)/ruff format --check nbs tests bench docs
+	@before=$$(git diff -- nbs mtnlg | md5sum); $(BIN)/nbdev_clean && $(BIN)/nbdev_export; \
+	  [ "$$before" = "$$(git diff -- nbs mtnlg | md5sum)" ] || { git --no-pager diff --stat -- nbs mtnlg; \
+	  echo "make lint: nbdev_clean/nbdev_export changed the files above (now rewritten): review and commit them"; exit 1; }
 
 # what CI runs (.ci/run): the README's `make test` itself, then the cases marked slow (e.g. kill -9 and bitwise resume
 # on TP 2 x PP 2 x DP 2), so no test is left to rot

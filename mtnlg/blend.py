@@ -7,32 +7,48 @@ __all__ = ['FIGURE_2', 'TRAIN_TOKENS_530B', 'epochs_from_weights', 'blending_ind
            'blend_documents', 'blendable_weights']
 
 # %% ../nbs/34_blend.ipynb
-import json, math
+import json
+import math
 from pathlib import Path
 import numpy as np
 
 # %% ../nbs/34_blend.ipynb
 # MT-NLG's Figure 2: dataset, tokens (billions), weight (%), epochs
 FIGURE_2 = [
-    ("Books3", 25.7, 14.3, 1.5), ("OpenWebText2", 14.8, 19.3, 3.6), ("Stack Exchange", 11.6, 5.7, 1.4),
-    ("PubMed Abstracts", 4.4, 2.9, 1.8), ("Wikipedia", 4.2, 4.8, 3.2), ("Gutenberg (PG-19)", 2.7, 0.9, 0.9),
-    ("BookCorpus2", 1.5, 1.0, 1.8), ("NIH ExPorter", 0.3, 0.2, 1.8), ("Pile-CC", 49.8, 9.4, 0.5),
-    ("ArXiv", 20.8, 1.4, 0.2), ("GitHub", 24.3, 1.6, 0.2), ("CC-2020-50", 68.7, 13.0, 0.5),
-    ("CC-2021-04", 82.6, 15.7, 0.5), ("RealNews", 21.9, 9.0, 1.1), ("CC-Stories", 5.3, 0.9, 0.5)]
+    ("Books3", 25.7, 14.3, 1.5),
+    ("OpenWebText2", 14.8, 19.3, 3.6),
+    ("Stack Exchange", 11.6, 5.7, 1.4),
+    ("PubMed Abstracts", 4.4, 2.9, 1.8),
+    ("Wikipedia", 4.2, 4.8, 3.2),
+    ("Gutenberg (PG-19)", 2.7, 0.9, 0.9),
+    ("BookCorpus2", 1.5, 1.0, 1.8),
+    ("NIH ExPorter", 0.3, 0.2, 1.8),
+    ("Pile-CC", 49.8, 9.4, 0.5),
+    ("ArXiv", 20.8, 1.4, 0.2),
+    ("GitHub", 24.3, 1.6, 0.2),
+    ("CC-2020-50", 68.7, 13.0, 0.5),
+    ("CC-2021-04", 82.6, 15.7, 0.5),
+    ("RealNews", 21.9, 9.0, 1.1),
+    ("CC-Stories", 5.3, 0.9, 0.5),
+]
 TRAIN_TOKENS_530B = 270e9
+
 
 def epochs_from_weights(tokens, weights, train_tokens: float) -> np.ndarray:
     "Epochs each dataset is seen when `train_tokens` are drawn with sampling `weights` (normalized to sum 1)."
-    w = np.asarray(weights, float); return w / w.sum() * train_tokens / np.asarray(tokens, float)
+    w = np.asarray(weights, float)
+    return w / w.sum() * train_tokens / np.asarray(tokens, float)
 
 # %% ../nbs/34_blend.ipynb
 def blending_indices(weights, size: int) -> tuple[np.ndarray, np.ndarray]:
     "For each of `size` samples: which dataset it comes from, and that dataset's sample number (Megatron's greedy rule)."
-    w = np.asarray(weights, float); w = w / w.sum()
+    w = np.asarray(weights, float)
+    w = w / w.sum()
     dataset, within, count = np.zeros(size, np.int16), np.zeros(size, np.int64), np.zeros(len(w), np.int64)
     for i in range(size):
         d = int(np.argmax(w * max(i, 1) - count))
-        dataset[i], within[i] = d, count[d]; count[d] += 1
+        dataset[i], within[i] = d, count[d]
+        count[d] += 1
     return dataset, within
 
 # %% ../nbs/34_blend.ipynb
@@ -42,27 +58,43 @@ def epoch_documents(n_docs: int, epochs: float, rng: np.random.Generator) -> np.
     parts = [rng.permutation(n_docs) for _ in range(whole)] + [rng.permutation(n_docs)[: round(frac * n_docs)]]
     return np.concatenate(parts).astype(np.int64)
 
-def blend_order(sizes: dict, weights: dict, total_tokens: float, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray, dict]:
+
+def blend_order(
+    sizes: dict, weights: dict, total_tokens: float, seed: int = 0
+) -> tuple[list, np.ndarray, np.ndarray, dict]:
     """Which documents the blend takes, without their texts: `sizes[d]` is dataset d's (documents, tokens). Returns the
     blended datasets' names, for each output document its dataset (a position in names) and its document there, and a report."""
     names = [n for n in sizes if weights.get(n, 0) > 0]
     missing = sorted(set(weights) - set(sizes))
-    if missing: raise ValueError(f"blend weights name datasets {missing} that have no documents")
-    if not names: raise ValueError("no dataset has a positive blend weight")
-    w = np.array([weights[n] for n in names], float); w /= w.sum()
+    if missing:
+        raise ValueError(f"blend weights name datasets {missing} that have no documents")
+    if not names:
+        raise ValueError("no dataset has a positive blend weight")
+    w = np.array([weights[n] for n in names], float)
+    w /= w.sum()
     rng = np.random.default_rng(seed)
     streams, report = [], {}
     for n, wd in zip(names, w):
         docs, size = sizes[n]
-        if size == 0: raise ValueError(f"dataset {n!r} has no tokens to blend")
+        if size == 0:
+            raise ValueError(f"dataset {n!r} has no tokens to blend")
         epochs = wd * total_tokens / size
         streams.append(epoch_documents(docs, epochs, rng))
-        report[n] = {"documents": docs, "tokens": size, "weight": float(wd), "epochs": float(epochs), "documents_out": len(streams[-1])}
+        report[n] = {
+            "documents": docs,
+            "tokens": size,
+            "weight": float(wd),
+            "epochs": float(epochs),
+            "documents_out": len(streams[-1]),
+        }
     order, within = blending_indices([len(s) for s in streams], sum(len(s) for s in streams))
     start = np.cumsum([0] + [len(s) for s in streams])[:-1]
     return names, order, np.concatenate(streams)[start[order] + within], report
 
-def blend_documents(datasets: dict, weights: dict, total_tokens: float, seed: int = 0, tokens_of=None) -> tuple[list, dict]:
+
+def blend_documents(
+    datasets: dict, weights: dict, total_tokens: float, seed: int = 0, tokens_of=None
+) -> tuple[list, dict]:
     """Interleave documents of several datasets so that dataset d supplies about `weights[d]` of `total_tokens`.
     `datasets`: name -> list of texts; `tokens_of(text)` counts tokens (default: words). Returns texts and a report."""
     tokens_of = tokens_of or (lambda t: len(t.split()))
@@ -76,9 +108,14 @@ def blendable_weights(weights: dict, has_documents) -> tuple[dict, str | None]:
     documents — a warning that says where its share of the blend went (normalised weights before -> after)."""
     asked = {d: w for d, w in weights.items() if w > 0}
     kept = {d: w for d, w in asked.items() if d in has_documents}
-    if not kept: raise ValueError(f"no dataset with a blend weight > 0 has documents (weights {asked})")
+    if not kept:
+        raise ValueError(f"no dataset with a blend weight > 0 has documents (weights {asked})")
     gone = [d for d in asked if d not in kept]
-    if not gone: return kept, None
+    if not gone:
+        return kept, None
     before, after = sum(asked.values()), sum(kept.values())
-    return kept, (f"WARNING: blend: {', '.join(f'{d} (weight {asked[d] / before:.2f})' for d in gone)} has no documents; its "
-                  "weight went to the others in proportion: " + ", ".join(f"{d} {w / before:.2f} -> {w / after:.2f}" for d, w in kept.items()))
+    return kept, (
+        f"WARNING: blend: {', '.join(f'{d} (weight {asked[d] / before:.2f})' for d in gone)} has no documents; its "
+        "weight went to the others in proportion: "
+        + ", ".join(f"{d} {w / before:.2f} -> {w / after:.2f}" for d, w in kept.items())
+    )

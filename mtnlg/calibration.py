@@ -17,22 +17,28 @@ from typing import Callable
 def measure_matmul_tflops(m: int, k: int, n: int, repeats: int = 20, dtype=None, clock=time.perf_counter) -> float:
     "Achieved TFLOP/s of a [m,k] x [k,n] matmul on this machine's CPU (best of `repeats` timings of a batch of calls)."
     import torch
+
     x, w = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-    calls = max(1, int(2e8 // (2 * m * k * n)))   # ~0.2 GFLOP per timing
+    calls = max(1, int(2e8 // (2 * m * k * n)))  # ~0.2 GFLOP per timing
     best = float("inf")
     for _ in range(repeats):
         t0 = clock()
-        for _ in range(calls): x @ w
+        for _ in range(calls):
+            x @ w
         best = min(best, clock() - t0)
     return 2 * m * k * n * calls / best / 1e12
+
 
 def measure_memory_gbps(nbytes: int = 64 * 2**20, repeats: int = 10, clock=time.perf_counter) -> float:
     "Achieved memory bandwidth (GB/s) of an out-of-place add on this machine (read 2, write 1)."
     import torch
+
     a, b = torch.ones(nbytes // 4), torch.ones(nbytes // 4)
     out, best = torch.empty_like(a), float("inf")
     for _ in range(repeats):
-        t0 = clock(); torch.add(a, b, out=out); best = min(best, clock() - t0)
+        t0 = clock()
+        torch.add(a, b, out=out)
+        best = min(best, clock() - t0)
     return 3 * nbytes / best / 1e9
 
 # %% ../nbs/53_calibration.ipynb
@@ -44,28 +50,42 @@ def calibrate_cpu(cfg: Config, step, rounds: int = 5, threads: int = 1) -> dict:
     time spent descheduled while other jobs run does not count; hence one thread (`threads`), whose CPU time is
     the step's time."""
     import torch
-    saved = torch.get_num_threads(); torch.set_num_threads(threads)
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
     m = cfg.model
     best, clock = {"matmul_tflops": 0.0, "memory_gbps": 0.0, "step_s": float("inf")}, time.process_time
-    for i in range(rounds + 1):                   # round 0 warms up allocators and kernels
-        best["matmul_tflops"] = max(best["matmul_tflops"], measure_matmul_tflops(cfg.schedule.micro_batch_size * m.seq_length,
-                                                                                 m.hidden_size, m.ffn_size, 10, clock=clock))
+    for i in range(rounds + 1):  # round 0 warms up allocators and kernels
+        best["matmul_tflops"] = max(
+            best["matmul_tflops"],
+            measure_matmul_tflops(
+                cfg.schedule.micro_batch_size * m.seq_length, m.hidden_size, m.ffn_size, 10, clock=clock
+            ),
+        )
         best["memory_gbps"] = max(best["memory_gbps"], measure_memory_gbps(repeats=3, clock=clock))
         t0 = clock()
         step()
-        if i: best["step_s"] = min(best["step_s"], clock() - t0)
+        if i:
+            best["step_s"] = min(best["step_s"], clock() - t0)
     torch.set_num_threads(saved)
     return best
+
 
 def cpu_as_gpu(tflops: float, gbps: float) -> GPU:
     "This machine described as a GPU record: measured matmul throughput as its peak (so efficiency 1), no links needed."
     return GPU("this CPU", tflops, tflops, 1e9, gbps, 1.0, 1.0, matmul_efficiency=1.0)
 
 # %% ../nbs/53_calibration.ipynb
-def measured_errors(steps: list[tuple[ModelConfig, Setup, int, float]], system: System | str = "deepspeed",
-                    asm: Assumptions = Assumptions()) -> Callable[[GPU], list[float]]:
+def measured_errors(
+    steps: list[tuple[ModelConfig, Setup, int, float]],
+    system: System | str = "deepspeed",
+    asm: Assumptions = Assumptions(),
+) -> Callable[[GPU], list[float]]:
     """`fit_efficiency`'s rows from steps we timed, each (model, setup, global batch, seconds): the relative error of the
     model's step on the GPU record it is handed (one node holds the layout: `gpus_per_node` = TP x DP)."""
-    if not steps: raise ValueError("nothing to fit: give at least one timed step")
-    return lambda gpu: [predict(model, L, batch, gpu, asm=asm, gpus_per_node=L.tp * L.dp, system=system).iteration_s / seconds - 1
-                        for model, L, batch, seconds in steps]
+    if not steps:
+        raise ValueError("nothing to fit: give at least one timed step")
+    return lambda gpu: [
+        predict(model, L, batch, gpu, asm=asm, gpus_per_node=L.tp * L.dp, system=system).iteration_s / seconds - 1
+        for model, L, batch, seconds in steps
+    ]

@@ -13,12 +13,24 @@ __all__ = ['FORMAT', 'FORMATS', 'OPTIMIZER_STATES', 'CHECKSUM', 'META_CHECKSUM',
            'StopRequest']
 
 # %% ../nbs/43_checkpoint.ipynb
-import json, mmap, os, random, re, shutil, signal, threading, time, warnings
+import json
+import mmap
+import os
+import random
+import re
+import shutil
+import signal
+import threading
+import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import NamedTuple
 from pathlib import Path
-import numpy as np, torch, xxhash, yaml
+import numpy as np
+import torch
+import xxhash
+import yaml
 import torch.distributed as dist
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
@@ -27,63 +39,95 @@ from .model import GPT
 from .topology import Layout, init_distributed, model_parallel_rng
 
 # %% ../nbs/43_checkpoint.ipynb
-FORMAT = "mtnlg-sharded-v2"        # v2: meta.json holds every file's checksum; v1 (before them) still loads, unverified
+FORMAT = "mtnlg-sharded-v2"  # v2: meta.json holds every file's checksum; v1 (before them) still loads, unverified
 FORMATS = ("mtnlg-sharded-v1", FORMAT)
-OPTIMIZER_STATES = ("master", "exp_avg", "exp_avg_sq")   # fp32 master weight and Adam's two moments
+OPTIMIZER_STATES = ("master", "exp_avg", "exp_avg_sq")  # fp32 master weight and Adam's two moments
 
-def step_name(step: int) -> str: return f"step-{step:07d}"
-def shard_name(rank: int) -> str: return f"rank-{rank:05d}.pt"
+
+def step_name(step: int) -> str:
+    return f"step-{step:07d}"
+
+
+def shard_name(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
 
 def tp_dim(p: torch.Tensor) -> int:
     "The dimension a tensor-parallel parameter is split along; -1 for a parameter every TP rank holds whole."
     return p.partition_dim if getattr(p, "tensor_model_parallel", False) else -1
 
+
 def rng_state() -> dict:
     "Every random stream this process draws from, as tensors and numbers (so it loads with `weights_only=True`)."
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-             "python": random.getstate(), "tracked": dict(model_parallel_rng.states)}
-    if torch.cuda.is_available(): state["cuda"] = torch.cuda.get_rng_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+        "python": random.getstate(),
+        "tracked": dict(model_parallel_rng.states),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
+
 
 def set_rng_state(state: dict):
     torch.set_rng_state(state["torch"])
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    v, internal, g = state["python"]; random.setstate((v, tuple(internal), g))
+    v, internal, g = state["python"]
+    random.setstate((v, tuple(internal), g))
     model_parallel_rng.states.update(state["tracked"])
-    if "cuda" in state and torch.cuda.is_available(): torch.cuda.set_rng_state(state["cuda"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
 
 def make_shard(params: dict, fragments: dict, optimizer_step: int, with_model: bool) -> dict:
     """One rank's file. `params`: GPT name -> this rank's TP slice; `fragments`: GPT name -> {"start": offset in the
     flattened slice, "master"/"exp_avg"/"exp_avg_sq": this rank's ZeRO-1 piece}. Replicas (DP > 0) leave the model out."""
     cpu = lambda t: t.detach().to("cpu", copy=True).contiguous()
-    return {"model": {n: cpu(p) for n, p in params.items()} if with_model else {},
-            "shape": {n: list(p.shape) for n, p in params.items()}, "tp_dim": {n: tp_dim(p) for n, p in params.items()},
-            "fragments": {n: {"start": f["start"], **{k: cpu(f[k]) for k in OPTIMIZER_STATES}} for n, f in fragments.items()},
-            "optimizer_step": int(optimizer_step), "rng": rng_state()}
+    return {
+        "model": {n: cpu(p) for n, p in params.items()} if with_model else {},
+        "shape": {n: list(p.shape) for n, p in params.items()},
+        "tp_dim": {n: tp_dim(p) for n, p in params.items()},
+        "fragments": {
+            n: {"start": f["start"], **{k: cpu(f[k]) for k in OPTIMIZER_STATES}} for n, f in fragments.items()
+        },
+        "optimizer_step": int(optimizer_step),
+        "rng": rng_state(),
+    }
 
 # %% ../nbs/43_checkpoint.ipynb
 def _fsync(path: Path):
     fd = os.open(path, os.O_RDONLY)
-    try: os.fsync(fd)
-    finally: os.close(fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 
 def _write_atomic(path: Path, write):
     """`write(tmp)`, flush it to disk, then rename it to `path`: a reader sees the old file or the whole new one.
     A write that fails (a full disk) removes its partial file, giving the space back. Returns what `write` returned."""
     tmp = path.with_name(path.name + ".part")
-    try: result = write(tmp); _fsync(tmp)
-    except BaseException: tmp.unlink(missing_ok=True); raise
+    try:
+        result = write(tmp)
+        _fsync(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     return result
+
 
 def _pause_for_test(tmp_dir: Path, rank: int, step: int):
     "Test hook: MTNLG_PAUSE_IN_SAVE=RANK:STEP makes that rank stop inside the save, its shard written, nothing renamed."
     want = os.environ.get("MTNLG_PAUSE_IN_SAVE")
     if want and want == f"{rank}:{step}":
         (tmp_dir / f"paused-{rank}").touch()
-        while True: time.sleep(60)
+        while True:
+            time.sleep(60)
+
 
 def complete_steps(root) -> list[Path]:
     "Complete checkpoints under `root` (a `meta.json` is written last), oldest first."
@@ -91,15 +135,18 @@ def complete_steps(root) -> list[Path]:
     steps = [p for p in root.glob("step-*") if re.fullmatch(r"step-\d+", p.name) and (p / "meta.json").is_file()]
     return sorted(steps, key=lambda p: int(p.name[5:]))
 
+
 def latest_checkpoint(root) -> Path | None:
     "The step directory `root/latest` names if it is complete, else the newest complete one, else None."
     root = Path(root)
     pointer = root / "latest"
     if pointer.is_file():
         named = root / pointer.read_text().strip()
-        if (named / "meta.json").is_file(): return named
+        if (named / "meta.json").is_file():
+            return named
     steps = complete_steps(root)
     return steps[-1] if steps else None
+
 
 def prune(root, keep_last: int):
     """Delete all but the newest `keep_last` complete checkpoints (never the one `latest` names) and stale temporaries.
@@ -107,41 +154,62 @@ def prune(root, keep_last: int):
     checkpoint verify`) finds it whole or gone, never half deleted."""
     keep = set(complete_steps(root)[-keep_last:]) | {latest_checkpoint(root)}
     for p in complete_steps(root):
-        if p in keep: continue
+        if p in keep:
+            continue
         gone = p.with_name(f".{p.name}.pruned")
-        try: os.replace(p, gone)
-        except OSError: gone = p                          # a stale .pruned directory in the way: delete in place
+        try:
+            os.replace(p, gone)
+        except OSError:
+            gone = p  # a stale .pruned directory in the way: delete in place
         shutil.rmtree(gone, ignore_errors=True)
-    for p in Path(root).glob(".step-*"): shutil.rmtree(p, ignore_errors=True)
+    for p in Path(root).glob(".step-*"):
+        shutil.rmtree(p, ignore_errors=True)
 
 # %% ../nbs/43_checkpoint.ipynb
 CHECKSUM = "xxh3_64"
-META_CHECKSUM = "meta_checksum"                      # meta.json's own checksum: its last field
+META_CHECKSUM = "meta_checksum"  # meta.json's own checksum: its last field
 _ZERO = "0" * 16
 _META_CHECKSUM = re.compile(rb'"meta_checksum": "([0-9a-f]{16})"')
 
-def digest_bytes(data) -> str: return xxhash.xxh3_64_hexdigest(data)
+
+def digest_bytes(data) -> str:
+    return xxhash.xxh3_64_hexdigest(data)
+
 
 class HashingWriter:
     "A binary file that hashes the bytes written through it (`torch.save` streams into it: the checksum costs no re-read)."
-    def __init__(self, f): self.f, self.hash = f, xxhash.xxh3_64()
-    def write(self, b): self.hash.update(b); return self.f.write(b)
-    def flush(self): self.f.flush()
+
+    def __init__(self, f):
+        self.f, self.hash = f, xxhash.xxh3_64()
+
+    def write(self, b):
+        self.hash.update(b)
+        return self.f.write(b)
+
+    def flush(self):
+        self.f.flush()
+
 
 def save_hashed(obj, path) -> str:
     "`torch.save(obj, path)`; the checksum of the bytes it wrote."
     with open(path, "wb") as f:
-        w = HashingWriter(f); torch.save(obj, w); w.flush()
+        w = HashingWriter(f)
+        torch.save(obj, w)
+        w.flush()
     return w.hash.hexdigest()
+
 
 def file_digest(path) -> str:
     "The checksum of the file at `path`, read through a memory map (the same pages a memory-mapped load reads next)."
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0: return digest_bytes(b"")
+        if os.fstat(f.fileno()).st_size == 0:
+            return digest_bytes(b"")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            m.madvise(mmap.MADV_SEQUENTIAL)               # read ahead: hashed in one pass at the disk's speed
-            h = xxhash.xxh3_64(); h.update(m)             # `update` releases the GIL, the one-call digests do not (xxhash 3.8)
+            m.madvise(mmap.MADV_SEQUENTIAL)  # read ahead: hashed in one pass at the disk's speed
+            h = xxhash.xxh3_64()
+            h.update(m)  # `update` releases the GIL, the one-call digests do not (xxhash 3.8)
             return h.hexdigest()
+
 
 def seal_meta(meta: dict) -> str:
     "meta.json's text: `meta` plus, last, the checksum of that whole text with the checksum's own value zeroed."
@@ -149,43 +217,65 @@ def seal_meta(meta: dict) -> str:
     return text.replace(f'"{META_CHECKSUM}": "{_ZERO}"', f'"{META_CHECKSUM}": "{digest_bytes(text.encode())}"')
 
 # %% ../nbs/43_checkpoint.ipynb
-def save_checkpoint(root, step: int, shard: dict, cfg: Config, layout: Layout, tokenizer_file, state: dict,
-                    keep_last: int = 2) -> Path:
+def save_checkpoint(
+    root, step: int, shard: dict, cfg: Config, layout: Layout, tokenizer_file, state: dict, keep_last: int = 2
+) -> Path:
     """Collective: every rank writes `shard` into `root/.step-N.tmp/`; rank 0 adds config, tokenizer and `meta.json`
     (the index of shards, every file's checksum and the trainer `state`), renames the directory to `step-N`, then
     points `latest` at it.
     A save that would not fit on the disk, or that fails midway, leaves nothing behind: `CheckpointWriteError` on every rank."""
     root, rank, world = Path(root), dist.get_rank(), dist.get_world_size()
     final, tmp, old = root / step_name(step), root / f".{step_name(step)}.tmp", root / f".{step_name(step)}.old"
-    entry = {"coord": list(layout.coord(rank)), "model": sorted(shard["model"]), "fragments": sorted(shard["fragments"])}
+    entry = {
+        "coord": list(layout.coord(rank)),
+        "model": sorted(shard["model"]),
+        "fragments": sorted(shard["fragments"]),
+    }
     index = [None] * world if rank == 0 else None
     dist.gather_object(entry, index, dst=0)
-    texts, meta = {}, None                              # rank 0's small files, made before anything is written
+    texts, meta = {}, None  # rank 0's small files, made before anything is written
     if rank == 0:
         tokenizer_file = Path(tokenizer_file)
-        if not tokenizer_file.is_file(): raise FileNotFoundError(f"tokenizer file {str(tokenizer_file)!r} not found")
-        d = cfg.to_dict(); d.pop("source", None)
-        meta = {"format": FORMAT, "step": step, "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
-                "shards": {shard_name(r): e for r, e in enumerate(index)}, **state}
+        if not tokenizer_file.is_file():
+            raise FileNotFoundError(f"tokenizer file {str(tokenizer_file)!r} not found")
+        d = cfg.to_dict()
+        d.pop("source", None)
+        meta = {
+            "format": FORMAT,
+            "step": step,
+            "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+            "shards": {shard_name(r): e for r, e in enumerate(index)},
+            **state,
+        }
         texts = {"config.yaml": yaml.safe_dump(d, sort_keys=False), "tokenizer.json": tokenizer_file.read_bytes()}
-        names = [*meta["shards"], *texts]             # meta.json's size, with checksums of the same length as the real ones
-        texts["meta.json"] = seal_meta({**meta, "checksums": {"algorithm": CHECKSUM, "files": dict.fromkeys(names, _ZERO)}})
+        names = [*meta["shards"], *texts]  # meta.json's size, with checksums of the same length as the real ones
+        texts["meta.json"] = seal_meta(
+            {**meta, "checksums": {"algorithm": CHECKSUM, "files": dict.fromkeys(names, _ZERO)}}
+        )
     # 1. will it fit? The job's bytes (every shard, and rank 0's files) against the disk's free bytes, as rank 0 sees them
     mine = shard_bytes(shard) + sum(len(t if isinstance(t, bytes) else t.encode()) for t in texts.values())
     need, free = reduce_over_job([mine, free_bytes(root) if rank == 0 else 0])
     if need > free:
-        raise CheckpointWriteError(f"not enough disk space to save {step_name(step)} in {root}: needs {human_bytes(need)}, "
-                                   f"{human_bytes(free)} free; nothing was written, {_still_latest(root)}. {_WHAT_TO_DO}")
+        raise CheckpointWriteError(
+            f"not enough disk space to save {step_name(step)} in {root}: needs {human_bytes(need)}, "
+            f"{human_bytes(free)} free; nothing was written, {_still_latest(root)}. {_WHAT_TO_DO}"
+        )
     # 2. write: every rank its shard; a failure on any rank is known to all, and the temporary directory goes
     failed, digest = None, None
     if rank == 0:
-        try: shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
-        except OSError as e: failed = e
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        except OSError as e:
+            failed = e
     dist.barrier()
     if failed is None:
-        try: digest = _write_atomic(tmp / shard_name(rank), lambda p: save_hashed(shard, p))
-        except (OSError, RuntimeError) as e: failed = e       # torch's zip writer reports a full disk as a RuntimeError
-        else: _pause_for_test(tmp, rank, step)
+        try:
+            digest = _write_atomic(tmp / shard_name(rank), lambda p: save_hashed(shard, p))
+        except (OSError, RuntimeError) as e:
+            failed = e  # torch's zip writer reports a full disk as a RuntimeError
+        else:
+            _pause_for_test(tmp, rank, step)
     _raise_if_any_failed(failed, root, step, tmp, need, free)
     digests = [None] * world if rank == 0 else None
     dist.gather_object(digest, digests, dst=0)
@@ -196,17 +286,23 @@ def save_checkpoint(root, step: int, shard: dict, cfg: Config, layout: Layout, t
             files = {shard_name(r): h for r, h in enumerate(digests)}
             for name in ("config.yaml", "tokenizer.json"):
                 data = texts[name] if isinstance(texts[name], bytes) else texts[name].encode()
-                _write_atomic(tmp / name, lambda p: p.write_bytes(data)); files[name] = digest_bytes(data)
+                _write_atomic(tmp / name, lambda p: p.write_bytes(data))
+                files[name] = digest_bytes(data)
             meta_text = seal_meta({**meta, "checksums": {"algorithm": CHECKSUM, "files": files}})
             _write_atomic(tmp / "meta.json", lambda p: p.write_text(meta_text))
             _fsync(tmp)
-            if final.exists(): os.replace(final, old)      # the same step again (a resumed run saving where it resumed)
-            os.replace(tmp, final); renamed = True; _fsync(root)
+            if final.exists():
+                os.replace(final, old)  # the same step again (a resumed run saving where it resumed)
+            os.replace(tmp, final)
+            renamed = True
+            _fsync(root)
             _write_atomic(root / "latest", lambda p: p.write_text(final.name + "\n"))
         except OSError as e:
             failed = e
-            if renamed: os.replace(final, tmp)              # back out: `latest` names the step it named before
-            if old.exists(): os.replace(old, final)
+            if renamed:
+                os.replace(final, tmp)  # back out: `latest` names the step it named before
+            if old.exists():
+                os.replace(old, final)
         else:
             shutil.rmtree(old, ignore_errors=True)
             prune(root, keep_last)
@@ -217,9 +313,13 @@ def save_checkpoint(root, step: int, shard: dict, cfg: Config, layout: Layout, t
 class CheckpointWriteError(OSError):
     "A checkpoint that did not fit, or failed to write: nothing of it is left, and `latest` names the step it named before."
 
-_WHAT_TO_DO = ("Free space there or save elsewhere (mtnlg train: --set checkpoint.dir=DIR; mtnlg reshard: another DST), "
-              "then resume with --resume auto")
-SHARD_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES = 64 * 1024, 512   # torch.save's zip records and pickle, generously
+
+_WHAT_TO_DO = (
+    "Free space there or save elsewhere (mtnlg train: --set checkpoint.dir=DIR; mtnlg reshard: another DST), "
+    "then resume with --resume auto"
+)
+SHARD_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES = 64 * 1024, 512  # torch.save's zip records and pickle, generously
+
 
 def free_bytes(path) -> int:
     """Bytes this user may still write on the file system holding `path` (its nearest existing parent if `path` is
@@ -228,25 +328,34 @@ def free_bytes(path) -> int:
     if disk := os.environ.get("MTNLG_DISK_BYTES_FOR_TEST"):
         used = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
         return max(0, int(disk) - used)
-    while not p.exists(): p = p.parent
+    while not p.exists():
+        p = p.parent
     return shutil.disk_usage(p).free
 
+
 def _tensors(x):
-    if isinstance(x, torch.Tensor): yield x
-    elif isinstance(x, dict): yield from (t for v in x.values() for t in _tensors(v))
-    elif isinstance(x, (list, tuple)): yield from (t for v in x for t in _tensors(v))
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):
+        yield from (t for v in x.values() for t in _tensors(v))
+    elif isinstance(x, (list, tuple)):
+        yield from (t for v in x for t in _tensors(v))
+
 
 def shard_bytes(shard: dict) -> int:
     "About the bytes `torch.save(shard)` writes (a little more): every tensor's data, plus the zip records and pickle."
     ts = list(_tensors(shard))
     return sum(t.numel() * t.element_size() for t in ts) + SHARD_OVERHEAD_BYTES + TENSOR_OVERHEAD_BYTES * len(ts)
 
+
 def human_bytes(n: float) -> str:
     "`n` bytes in decimal units, as `df -H` counts: 12.3 MB, 4.0 GB."
     for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000: return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} PB"
+
 
 def reduce_over_job(values: list[int], op=dist.ReduceOp.SUM) -> list[int]:
     "`values` reduced over the job (int64; a CUDA tensor when the backend is NCCL, which holds no CPU tensors)."
@@ -254,138 +363,194 @@ def reduce_over_job(values: list[int], op=dist.ReduceOp.SUM) -> list[int]:
     dist.all_reduce(t, op=op)
     return t.tolist()
 
+
 def _still_latest(root: Path) -> str:
     last = latest_checkpoint(root) if root.is_dir() else None
     return f"`latest` still names {last.name}" if last else "no earlier checkpoint is there"
+
 
 def _raise_if_any_failed(failed: BaseException | None, root: Path, step: int, tmp: Path, need: int, free: int):
     """Collective: if a write failed on any rank, rank 0 removes `tmp` and every rank raises the same
     `CheckpointWriteError`, naming the lowest failed rank and its error. Every rank waits here for every other."""
     world = dist.get_world_size()
     worst = reduce_over_job([0 if failed is None else world - dist.get_rank()], dist.ReduceOp.MAX)[0]
-    if worst == 0: return
-    first = world - worst                               # the lowest rank that failed
-    what = [f"{type(failed).__name__}: {(str(failed).strip().splitlines() or [''])[0][:300]}" if failed is not None else None]
+    if worst == 0:
+        return
+    first = world - worst  # the lowest rank that failed
+    what = [
+        f"{type(failed).__name__}: {(str(failed).strip().splitlines() or [''])[0][:300]}"
+        if failed is not None
+        else None
+    ]
     dist.broadcast_object_list(what, src=first)
-    if dist.get_rank() == 0: shutil.rmtree(tmp, ignore_errors=True)
+    if dist.get_rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
     dist.barrier()
-    raise CheckpointWriteError(f"writing {step_name(step)} to {root} failed on rank {first} ({what[0]}); removed the partial "
-                               f"{tmp.name}, {_still_latest(root)}. The save needs {human_bytes(need)}, {human_bytes(free)} "
-                               f"were free before it. {_WHAT_TO_DO}")
+    raise CheckpointWriteError(
+        f"writing {step_name(step)} to {root} failed on rank {first} ({what[0]}); removed the partial "
+        f"{tmp.name}, {_still_latest(root)}. The save needs {human_bytes(need)}, {human_bytes(free)} "
+        f"were free before it. {_WHAT_TO_DO}"
+    )
 
 # %% ../nbs/43_checkpoint.ipynb
 class OldFormatWarning(UserWarning):
     "A checkpoint from before checksums (format v1): it loads, but nothing can tell whether its bytes are the saved ones."
 
+
 class CheckpointCorruptError(ValueError):
     "A file of a checkpoint whose bytes are not the ones saved: a flipped bit, a truncated or partial copy, another step's file."
 
+
 def _corrupt(path: Path, why: str) -> CheckpointCorruptError:
-    e = CheckpointCorruptError(f"{path} is corrupt ({why}); its step, {path.parent.name}, cannot be trusted: resume from an "
-                               f"earlier step (--resume auto falls back to the newest that verifies) or copy the file back from "
-                               f"a good copy (`mtnlg checkpoint verify {path.parent.parent}` checks every step)")
+    e = CheckpointCorruptError(
+        f"{path} is corrupt ({why}); its step, {path.parent.name}, cannot be trusted: resume from an "
+        f"earlier step (--resume auto falls back to the newest that verifies) or copy the file back from "
+        f"a good copy (`mtnlg checkpoint verify {path.parent.parent}` checks every step)"
+    )
     e.path, e.why = path, why
     return e
+
 
 def read_meta(step_dir) -> dict:
     "`step_dir`'s meta.json, checked against its own checksum (a v1 checkpoint, from before checksums, has none to check)."
     path = Path(step_dir) / "meta.json"
     raw = path.read_bytes()
     found = _META_CHECKSUM.search(raw)
-    try: meta = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise _corrupt(path, f"not JSON: {e}") from None
-    if found is None:                                    # v1 (before checksums), or not ours: check_checkpoint says which
-        if meta.get("format") != FORMAT and "checksums" not in meta: return meta
+    try:
+        meta = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _corrupt(path, f"not JSON: {e}") from None
+    if found is None:  # v1 (before checksums), or not ours: check_checkpoint says which
+        if meta.get("format") != FORMAT and "checksums" not in meta:
+            return meta
         raise _corrupt(path, "its own checksum is missing")
-    zeroed = raw[:found.start(1)] + _ZERO.encode() + raw[found.end(1):]
+    zeroed = raw[: found.start(1)] + _ZERO.encode() + raw[found.end(1) :]
     if digest_bytes(zeroed) != found.group(1).decode():
-        raise _corrupt(path, f"its {CHECKSUM} is {digest_bytes(zeroed)}, not the {found.group(1).decode()} it was saved with")
+        raise _corrupt(
+            path, f"its {CHECKSUM} is {digest_bytes(zeroed)}, not the {found.group(1).decode()} it was saved with"
+        )
     return meta
+
 
 def check_file(step_dir, meta: dict, name: str):
     "Raise `CheckpointCorruptError` unless file `name` of `step_dir` has the checksum `meta` recorded when it was saved."
     want = meta.get("checksums", {}).get("files", {}).get(name)
     if want is None:
-        if "checksums" in meta: raise _corrupt(Path(step_dir) / name, "meta.json records no checksum for it")
-        return                                           # v1: written before checksums
+        if "checksums" in meta:
+            raise _corrupt(Path(step_dir) / name, "meta.json records no checksum for it")
+        return  # v1: written before checksums
     got = file_digest(Path(step_dir) / name)
-    if got != want: raise _corrupt(Path(step_dir) / name, f"its {CHECKSUM} is {got}, not the {want} it was saved with")
+    if got != want:
+        raise _corrupt(Path(step_dir) / name, f"its {CHECKSUM} is {got}, not the {want} it was saved with")
 
 # %% ../nbs/43_checkpoint.ipynb
 def check_checkpoint(path) -> Path:
     "The complete step directory `path` names (a checkpoints root follows `latest`); else an error that says what to do."
     p = Path(path)
     if not p.is_dir():
-        raise FileNotFoundError(f"checkpoint {str(p)!r} not found: pass a run's checkpoints directory "
-                                f"(e.g. runs/tiny/checkpoints) or one of its step-NNNNNNN directories")
+        raise FileNotFoundError(
+            f"checkpoint {str(p)!r} not found: pass a run's checkpoints directory "
+            f"(e.g. runs/tiny/checkpoints) or one of its step-NNNNNNN directories"
+        )
     if not (p / "meta.json").is_file() and not re.fullmatch(r"step-\d+", p.name):
         found = latest_checkpoint(p)
         if found is None:
-            raise FileNotFoundError(f"{str(p)!r} holds no complete checkpoint (no step-NNNNNNN directory with a meta.json; "
-                                    f"an interrupted save leaves only .step-N.tmp)")
+            raise FileNotFoundError(
+                f"{str(p)!r} holds no complete checkpoint (no step-NNNNNNN directory with a meta.json; "
+                f"an interrupted save leaves only .step-N.tmp)"
+            )
         p = found
     if not (p / "meta.json").is_file():
         prev = [q.name for q in complete_steps(p.parent) if q != p]
-        raise FileNotFoundError(f"checkpoint {str(p)!r} is incomplete (no meta.json: a save that did not finish, or a "
-                                f"partial copy); "
-                                + (f"use {prev[-1]} beside it" if prev else "no complete checkpoint is beside it"))
+        raise FileNotFoundError(
+            f"checkpoint {str(p)!r} is incomplete (no meta.json: a save that did not finish, or a "
+            f"partial copy); " + (f"use {prev[-1]} beside it" if prev else "no complete checkpoint is beside it")
+        )
     meta = read_meta(p)
     if meta.get("format") not in FORMATS:
-        raise ValueError(f"{p / 'meta.json'} has format {meta.get('format')!r}, not {FORMAT!r}: it was written by an mtnlg "
-                         f"from before sharded checkpoints, which this version cannot read; train it again")
+        raise ValueError(
+            f"{p / 'meta.json'} has format {meta.get('format')!r}, not {FORMAT!r}: it was written by an mtnlg "
+            f"from before sharded checkpoints, which this version cannot read; train it again"
+        )
     missing = [f for f in meta["shards"] if not (p / f).is_file()]
     missing += [f for f in ("config.yaml", "tokenizer.json") if not (p / f).is_file()]
     if missing:
-        raise FileNotFoundError(f"checkpoint {str(p)!r} lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}: "
-                                f"copy the missing files back, or use an earlier step directory")
+        raise FileNotFoundError(
+            f"checkpoint {str(p)!r} lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}: "
+            f"copy the missing files back, or use an earlier step directory"
+        )
     return p
+
 
 def fit_rows(t: torch.Tensor, shape: list, name: str) -> torch.Tensor:
     "`t` as `shape`; only the padded vocabulary rows (a multiple of 128 x TP) may differ: zero-padded or cut."
-    if list(t.shape) == list(shape): return t
+    if list(t.shape) == list(shape):
+        return t
     if name.endswith("tokens.weight") and list(t.shape[1:]) == list(shape[1:]):
-        out = t.new_zeros(shape); n = min(t.shape[0], shape[0]); out[:n] = t[:n]
+        out = t.new_zeros(shape)
+        n = min(t.shape[0], shape[0])
+        out[:n] = t[:n]
         return out
-    raise ValueError(f"{name}: the checkpoint holds {list(t.shape)} but this model needs {list(shape)} — "
-                     f"the checkpoint's model config differs from this run's")
+    raise ValueError(
+        f"{name}: the checkpoint holds {list(t.shape)} but this model needs {list(shape)} — "
+        f"the checkpoint's model config differs from this run's"
+    )
 
 # %% ../nbs/43_checkpoint.ipynb
 class _Background(threading.Thread):
     "`fn(*args)` in a thread; `result()` waits for it and returns what it returned, or raises what it raised."
+
     def __init__(self, fn, *args):
-        super().__init__(daemon=True); self.fn, self.args, self.error, self.value = fn, args, None, None; self.start()
+        super().__init__(daemon=True)
+        self.fn, self.args, self.error, self.value = fn, args, None, None
+        self.start()
+
     def run(self):
-        try: self.value = self.fn(*self.args)
-        except BaseException as e: self.error = e      # whatever it is, raised again by result() in the caller: nothing is lost
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as e:
+            self.error = e  # whatever it is, raised again by result() in the caller: nothing is lost
+
     def result(self):
         self.join()
-        if self.error is not None: raise self.error
+        if self.error is not None:
+            raise self.error
         return self.value
+
 
 class Checkpoint:
     "A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's shards."
+
     def __init__(self, path):
         self.dir = check_checkpoint(path)
         self.meta = read_meta(self.dir)
         self.layout, self.step = Layout(**self.meta["layout"]), self.meta["step"]
-        self._shards, self.verified = {}, set()        # files whose checksum this process (or the job) has checked
-        self._pending = None                            # inside `checking_behind`: checks still running
-        self._verifying = None                          # after `start_verify`: the thread checking this rank's share
+        self._shards, self.verified = {}, set()  # files whose checksum this process (or the job) has checked
+        self._pending = None  # inside `checking_behind`: checks still running
+        self._verifying = None  # after `start_verify`: the thread checking this rank's share
         if "checksums" not in self.meta:
-            warnings.warn(f"{self.dir} was written before checksums (format v1): its files load unchecked, so a flipped "
-                          f"bit would go unnoticed; save it again to add them (mtnlg reshard {self.dir} NEW_DIR)",
-                          OldFormatWarning, stacklevel=2)
-        for name in ("config.yaml", "tokenizer.json"): self.verify(name)
+            warnings.warn(
+                f"{self.dir} was written before checksums (format v1): its files load unchecked, so a flipped "
+                f"bit would go unnoticed; save it again to add them (mtnlg reshard {self.dir} NEW_DIR)",
+                OldFormatWarning,
+                stacklevel=2,
+            )
+        for name in ("config.yaml", "tokenizer.json"):
+            self.verify(name)
 
     def verify(self, name: str):
         "File `name` checked against its checksum (once): `CheckpointCorruptError` if its bytes are not the saved ones."
-        if name not in self.verified: check_file(self.dir, self.meta, name); self.verified.add(name)
+        if name not in self.verified:
+            check_file(self.dir, self.meta, name)
+            self.verified.add(name)
 
     def _first_corrupt(self, names: list[str], mine: list[int]):
         "(index, path, why) of the first of files `names[i]`, i in `mine`, that does not verify; None if all do."
         for i in mine:
-            try: self.verify(names[i])
-            except CheckpointCorruptError as e: return i, str(e.path), e.why
+            try:
+                self.verify(names[i])
+            except CheckpointCorruptError as e:
+                return i, str(e.path), e.why
         return None
 
     def start_verify(self):
@@ -404,26 +569,40 @@ class Checkpoint:
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         self.start_verify()
         problem = self._verifying.result()
-        if problem is None and found is not None: problem = (-1, str(found.path), found.why)
+        if problem is None and found is not None:
+            problem = (-1, str(found.path), found.why)
         problems = [problem]
-        if world > 1: problems = [None] * world; dist.all_gather_object(problems, problem)
-        if bad := sorted(p for p in problems if p): raise _corrupt(Path(bad[0][1]), bad[0][2])
+        if world > 1:
+            problems = [None] * world
+            dist.all_gather_object(problems, problem)
+        if bad := sorted(p for p in problems if p):
+            raise _corrupt(Path(bad[0][1]), bad[0][2])
         self.verified.update(names)
 
     @property
-    def config(self) -> Config: return load_config(self.dir / "config.yaml")
+    def config(self) -> Config:
+        return load_config(self.dir / "config.yaml")
+
     @property
     def single_device_config(self) -> Config:
         """The config for this model on one device, keeping every vocabulary row the run trained: a TP-way run pads the
         vocabulary to a multiple of 128 x TP, and those rows took part in its softmax."""
         cfg = self.config
-        cfg.model = replace(cfg.model, make_vocab_size_divisible_by=cfg.model.make_vocab_size_divisible_by * self.layout.tp)
+        cfg.model = replace(
+            cfg.model, make_vocab_size_divisible_by=cfg.model.make_vocab_size_divisible_by * self.layout.tp
+        )
         return cfg
+
     @property
-    def tokenizer_file(self) -> Path: return self.dir / "tokenizer.json"
+    def tokenizer_file(self) -> Path:
+        return self.dir / "tokenizer.json"
+
     @property
-    def optimizer_step(self) -> int: return self.shard(next(iter(self.meta["shards"])))["optimizer_step"]
-    def names(self) -> list[str]: return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
+    def optimizer_step(self) -> int:
+        return self.shard(next(iter(self.meta["shards"])))["optimizer_step"]
+
+    def names(self) -> list[str]:
+        return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
 
     def shard(self, name: str) -> dict:
         """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code), memory-mapped;
@@ -435,16 +614,26 @@ class Checkpoint:
             path, failed = self.dir / name, None
             covered = name in self.verified or self._verifying is not None
             check = None if covered else _Background(self.verify, name)
-            try: loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except Exception as e: failed = e   # one file; a damaged one raises many types (zip, pickle, EOF, OSError): reported below, after its checksum
-            if failed and covered: self.verify(name)   # unreadable: corrupt (raises), or sound bytes torch cannot read
-            if check and (failed or self._pending is None): check.result()
-            elif check: self._pending.append(check)
+            try:
+                loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except Exception as e:
+                failed = e  # one file; a damaged one raises many types (zip, pickle, EOF, OSError): reported below, after its checksum
+            if failed and covered:
+                self.verify(name)  # unreadable: corrupt (raises), or sound bytes torch cannot read
+            if check and (failed or self._pending is None):
+                check.result()
+            elif check:
+                self._pending.append(check)
             if "Weights only load failed" in str(failed):
-                raise ValueError(f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
-                                 f"(that could run code) — re-save the checkpoint with mtnlg") from None
-            if failed: raise ValueError(f"{path} is truncated or corrupt ({type(failed).__name__}); use an earlier step "
-                                        f"directory (to resume: --set checkpoint.resume=DIR) or copy the file back") from None
+                raise ValueError(
+                    f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
+                    f"(that could run code) — re-save the checkpoint with mtnlg"
+                ) from None
+            if failed:
+                raise ValueError(
+                    f"{path} is truncated or corrupt ({type(failed).__name__}); use an earlier step "
+                    f"directory (to resume: --set checkpoint.resume=DIR) or copy the file back"
+                ) from None
             self._shards[name] = loaded
         return self._shards[name]
 
@@ -455,17 +644,23 @@ class Checkpoint:
         raises `CheckpointCorruptError` (what was copied inside must then be dropped: a backend's `load_checkpoint` leaves
         through the error). The checksum costs time only where it outlasts the load."""
         self._pending = []
-        try: yield self
+        try:
+            yield self
         finally:
             pending, self._pending = self._pending, None
-            for check in pending: check.result()
+            for check in pending:
+                check.result()
 
     def _holders(self, name: str, part: str) -> dict[int, list[str]]:
         "TP rank -> the shard files holding `name` in `part` (model or fragments)."
         out = {}
         for f, e in self.meta["shards"].items():
-            if name in e[part]: out.setdefault(e["coord"][2], []).append(f)
-        if not out: raise KeyError(f"checkpoint {str(self.dir)!r} has no {'parameter' if part == 'model' else 'optimizer state for'} {name!r}")
+            if name in e[part]:
+                out.setdefault(e["coord"][2], []).append(f)
+        if not out:
+            raise KeyError(
+                f"checkpoint {str(self.dir)!r} has no {'parameter' if part == 'model' else 'optimizer state for'} {name!r}"
+            )
         return dict(sorted(out.items()))
 
     def full(self, name: str, what: str = "model") -> torch.Tensor:
@@ -474,16 +669,23 @@ class Checkpoint:
         first = self.shard(next(iter(holders.values()))[0])
         parts = []
         for files in holders.values():
-            if what == "model": parts.append(self.shard(files[0])["model"][name]); continue
+            if what == "model":
+                parts.append(self.shard(files[0])["model"][name])
+                continue
             shape = self.shard(files[0])["shape"][name]
             pieces = [self.shard(f)["fragments"][name] for f in files]
-            if len(pieces) == 1 and pieces[0][what].numel() == int(np.prod(shape)):   # one rank held it all
-                parts.append(pieces[0][what].view(shape)); continue
+            if len(pieces) == 1 and pieces[0][what].numel() == int(np.prod(shape)):  # one rank held it all
+                parts.append(pieces[0][what].view(shape))
+                continue
             flat, filled = torch.zeros(int(np.prod(shape))), 0
-            for frag in pieces:               # ZeRO-1: each data-parallel rank holds a piece of the flattened slice
-                x = frag[what].reshape(-1); flat[frag["start"]:frag["start"] + x.numel()] = x; filled += x.numel()
+            for frag in pieces:  # ZeRO-1: each data-parallel rank holds a piece of the flattened slice
+                x = frag[what].reshape(-1)
+                flat[frag["start"] : frag["start"] + x.numel()] = x
+                filled += x.numel()
             if filled != flat.numel():
-                raise ValueError(f"checkpoint {str(self.dir)!r}: the {what} pieces of {name} cover {filled} of {flat.numel()} numbers")
+                raise ValueError(
+                    f"checkpoint {str(self.dir)!r}: the {what} pieces of {name} cover {filled} of {flat.numel()} numbers"
+                )
             parts.append(flat.view(shape))
         dim = first["tp_dim"][name]
         return torch.cat(parts, dim) if dim >= 0 and len(parts) > 1 else parts[0]
@@ -491,8 +693,10 @@ class Checkpoint:
     def local(self, name: str, what: str, shape, dim: int, tp_rank: int = 0, tp: int = 1) -> torch.Tensor:
         "The slice of `name` that TP rank `tp_rank` of `tp` holds, shaped `shape`, split along `dim` (-1: whole)."
         whole = list(shape)
-        if dim >= 0: whole[dim] *= tp
-        if what == "model": return self.model_slice(name, shape, dim, tp_rank, tp)
+        if dim >= 0:
+            whole[dim] *= tp
+        if what == "model":
+            return self.model_slice(name, shape, dim, tp_rank, tp)
         t = fit_rows(self.full(name, what), whole, name)
         return t.chunk(tp, dim)[tp_rank].contiguous() if dim >= 0 else t
 
@@ -502,37 +706,46 @@ class Checkpoint:
         (memory-mapped): no process assembles a whole tensor it does not hold. Vocabulary rows that one layout pads
         and the other lacks are zeros or left out, as `fit_rows` does."""
         holders = self._holders(name, "model")
-        saved = [self.shard(files[0])["model"][name] for files in holders.values()]   # one per TP rank of the checkpoint
+        saved = [self.shard(files[0])["model"][name] for files in holders.values()]  # one per TP rank of the checkpoint
         d = self.shard(next(iter(holders.values()))[0])["tp_dim"][name]
-        if d < 0: d, saved = max(dim, 0), saved[:1]                      # every TP rank saved it whole: one copy
+        if d < 0:
+            d, saved = max(dim, 0), saved[:1]  # every TP rank saved it whole: one copy
         if dim >= 0 and dim != d:
-            raise ValueError(f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
-                             f"the checkpoint's model config differs from this run's")
+            raise ValueError(
+                f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
+                f"the checkpoint's model config differs from this run's"
+            )
         step, lo = saved[0].shape[d], tp_rank * shape[d] if dim >= 0 else 0
-        held, needs = [*saved[0].shape], [*shape]                       # the whole tensor, as saved and as needed
+        held, needs = [*saved[0].shape], [*shape]  # the whole tensor, as saved and as needed
         held[d], needs[d] = step * len(saved), shape[d] * (tp if dim >= 0 else 1)
         if held != needs and not (name.endswith("tokens.weight") and d == 0 and held[1:] == needs[1:]):
-            raise ValueError(f"{name}: the checkpoint holds {held} but this model needs {needs} — "
-                             f"the checkpoint's model config differs from this run's")
+            raise ValueError(
+                f"{name}: the checkpoint holds {held} but this model needs {needs} — "
+                f"the checkpoint's model config differs from this run's"
+            )
         out = saved[0].new_zeros(shape)
-        for s, t in enumerate(saved):                                    # shard s holds [s*step, (s+1)*step) along d
+        for s, t in enumerate(saved):  # shard s holds [s*step, (s+1)*step) along d
             a, b = max(lo, s * step), min(lo + shape[d], (s + 1) * step)
-            if a < b: out.narrow(d, a - lo, b - a).copy_(t.narrow(d, a - s * step, b - a))
+            if a < b:
+                out.narrow(d, a - lo, b - a).copy_(t.narrow(d, a - s * step, b - a))
         return out
 
     def state_dict(self) -> dict:
         "The whole model as one TP1-PP1 `GPT` state dict (parameters only)."
         return {n: self.full(n) for n in self.names()}
 
-    def rng(self, rank: int) -> dict: return self.shard(shard_name(rank))["rng"]
+    def rng(self, rank: int) -> dict:
+        return self.shard(shard_name(rank))["rng"]
 
 # %% ../nbs/43_checkpoint.ipynb
 def resume_order(root) -> list[Path]:
     "The complete steps `--resume auto` tries, in its order: the one `latest` names, then the older ones, newest first."
     first = latest_checkpoint(root)
-    if first is None: return []
+    if first is None:
+        return []
     number = lambda p: int(p.name[5:])
     return [first] + [p for p in reversed(complete_steps(root)) if number(p) < number(first)]
+
 
 def resume_step(root, problem, say=print) -> Path | None:
     """The step `--resume auto` continues from: the first in `resume_order` for which `problem(step)` is None, saying
@@ -540,12 +753,15 @@ def resume_step(root, problem, say=print) -> Path | None:
     checkpoint verify`'s looks up what it found — one rule, so its hint names the step a resume takes."""
     for p in resume_order(root):
         why = problem(p)
-        if why is None: return p
+        if why is None:
+            return p
         say(f"--resume auto: skipped {p.name}: {why}")
     return None
 
+
 def _what_is_wrong(e: Exception) -> str:
     return f"{e.path.name} is corrupt ({e.why})" if isinstance(e, CheckpointCorruptError) else str(e)
+
 
 def newest_verified_checkpoint(root, say=print, skip: dict | None = None, behind: bool = False) -> "Checkpoint | None":
     """Collective: the newest checkpoint under `root` whose every file verifies — the step `latest` names, then the
@@ -554,35 +770,62 @@ def newest_verified_checkpoint(root, say=print, skip: dict | None = None, behind
     `behind`: the newest whose meta.json, config and tokenizer verify, its shards' checks started (`start_verify`) and
     left running: the caller builds its model meanwhile, then `verify_all` gives the verdict."""
     tried, opened, skip = resume_order(root), {}, skip or {}
-    if not tried: return None
+    if not tried:
+        return None
+
     def problem(p: Path) -> str | None:
-        if p in skip: return skip[p]
+        if p in skip:
+            return skip[p]
         try:
             opened[p] = Checkpoint(p)
             opened[p].start_verify() if behind else opened[p].verify_all()
             return None
-        except (CheckpointCorruptError, FileNotFoundError) as e: return _what_is_wrong(e)
-    if (p := resume_step(root, problem, say)) is not None: return opened[p]
-    raise CheckpointCorruptError(f"no checkpoint under {root} verifies ({len(tried)} tried: {', '.join(p.name for p in tried)}): "
-                                 f"copy good files back, or train from the start without --resume")
+        except (CheckpointCorruptError, FileNotFoundError) as e:
+            return _what_is_wrong(e)
+
+    if (p := resume_step(root, problem, say)) is not None:
+        return opened[p]
+    raise CheckpointCorruptError(
+        f"no checkpoint under {root} verifies ({len(tried)} tried: {', '.join(p.name for p in tried)}): "
+        f"copy good files back, or train from the start without --resume"
+    )
 
 # %% ../nbs/43_checkpoint.ipynb
 class StepCheck(NamedTuple):
     "What `verify_step` found in one step directory."
-    dir: Path
-    status: str                # ok, corrupt, unchecked (format v1), removed or changing (by a running job): VERIFY_LABELS
-    why: str | None = None
-    nbytes: int = 0            # bytes hashed
 
-VERIFY_LABELS = {"ok": "ok", "corrupt": "FAILED", "unchecked": "UNCHECKED", "removed": "REMOVED", "changing": "CHANGING"}
-VERIFY_EXIT = {"nothing corrupt": 0, "corrupt": 1, "no checkpoint": 2, "old format": 3}   # `mtnlg checkpoint verify`'s status
-_OLD_FORMAT = "written before checksums (format v1): nothing to check it against; save it again to add them (mtnlg reshard)"
+    dir: Path
+    status: str  # ok, corrupt, unchecked (format v1), removed or changing (by a running job): VERIFY_LABELS
+    why: str | None = None
+    nbytes: int = 0  # bytes hashed
+
+
+VERIFY_LABELS = {
+    "ok": "ok",
+    "corrupt": "FAILED",
+    "unchecked": "UNCHECKED",
+    "removed": "REMOVED",
+    "changing": "CHANGING",
+}
+VERIFY_EXIT = {
+    "nothing corrupt": 0,
+    "corrupt": 1,
+    "no checkpoint": 2,
+    "old format": 3,
+}  # `mtnlg checkpoint verify`'s status
+_OLD_FORMAT = (
+    "written before checksums (format v1): nothing to check it against; save it again to add them (mtnlg reshard)"
+)
+
 
 def _identity(step: Path):
     "A complete step directory's and its meta.json's inodes; None once it is gone (pruned, or between a save's renames)."
-    try: d, m = os.stat(step), os.stat(step / "meta.json")
-    except (FileNotFoundError, NotADirectoryError): return None
+    try:
+        d, m = os.stat(step), os.stat(step / "meta.json")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     return d.st_dev, d.st_ino, m.st_ino
+
 
 def verify_step(step, tries: int = 2) -> StepCheck:
     """Every file of one complete step directory against its checksum, without loading a model. A running job may
@@ -591,30 +834,51 @@ def verify_step(step, tries: int = 2) -> StepCheck:
     step = Path(step)
     for attempt in range(tries):
         before = _identity(step)
-        if before is None: return StepCheck(step, "removed", "pruned by the running job before verify read it (not corrupt)")
+        if before is None:
+            return StepCheck(step, "removed", "pruned by the running job before verify read it (not corrupt)")
         problem, nbytes = None, 0
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", OldFormatWarning); ckpt = Checkpoint(step)
+                warnings.simplefilter("ignore", OldFormatWarning)
+                ckpt = Checkpoint(step)
             for name in ckpt.meta.get("checksums", {}).get("files", {}):
-                ckpt.verify(name); nbytes += (step / name).stat().st_size
-        except (CheckpointCorruptError, FileNotFoundError, ValueError) as e: problem = _what_is_wrong(e)
+                ckpt.verify(name)
+                nbytes += (step / name).stat().st_size
+        except (CheckpointCorruptError, FileNotFoundError, ValueError) as e:
+            problem = _what_is_wrong(e)
         after = _identity(step)
-        if after is None: return StepCheck(step, "removed", "pruned by the running job while verify read it (not corrupt)", nbytes)
-        if after != before: continue                                    # saved again under us: read the new copy
-        if problem: return StepCheck(step, "corrupt", problem, nbytes)
-        if "checksums" not in ckpt.meta: return StepCheck(step, "unchecked", _OLD_FORMAT, nbytes)
-        return StepCheck(step, "ok", "saved again by the running job while verify read it; the new copy verifies" if attempt else None, nbytes)
-    return StepCheck(step, "changing", f"saved again by the running job each of {tries} times verify read it (not corrupt): run verify again")
+        if after is None:
+            return StepCheck(step, "removed", "pruned by the running job while verify read it (not corrupt)", nbytes)
+        if after != before:
+            continue  # saved again under us: read the new copy
+        if problem:
+            return StepCheck(step, "corrupt", problem, nbytes)
+        if "checksums" not in ckpt.meta:
+            return StepCheck(step, "unchecked", _OLD_FORMAT, nbytes)
+        return StepCheck(
+            step,
+            "ok",
+            "saved again by the running job while verify read it; the new copy verifies" if attempt else None,
+            nbytes,
+        )
+    return StepCheck(
+        step,
+        "changing",
+        f"saved again by the running job each of {tries} times verify read it (not corrupt): run verify again",
+    )
+
 
 def verify_checkpoints(path, progress: bool = False) -> list[StepCheck]:
     """Every complete step under `path` (a checkpoints root, or one step directory), each file checked against its
     checksum without loading a model (`verify_step`), oldest first."""
     p = Path(path)
-    if not p.is_dir(): raise FileNotFoundError(f"checkpoint directory {str(p)!r} not found")
+    if not p.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {str(p)!r} not found")
     steps = [p] if (p / "meta.json").is_file() else complete_steps(p)
-    if not steps: raise FileNotFoundError(f"{str(p)!r} holds no complete checkpoint (no step-NNNNNNN directory with a meta.json)")
+    if not steps:
+        raise FileNotFoundError(f"{str(p)!r} holds no complete checkpoint (no step-NNNNNNN directory with a meta.json)")
     return [verify_step(s) for s in tqdm(steps, desc="verify", unit="step", disable=not progress)]
+
 
 def verify_report(path, checks: list[StepCheck], seconds: float) -> tuple[list[str], int]:
     """`mtnlg checkpoint verify`'s lines — one per step, then a summary naming the step `--resume auto` would take (the
@@ -622,18 +886,30 @@ def verify_report(path, checks: list[StepCheck], seconds: float) -> tuple[list[s
     lines = [f"{c.dir.name}  {VERIFY_LABELS[c.status]}" + (f"  {c.why}" if c.why else "") for c in checks]
     n = {s: sum(c.status == s for c in checks) for s in VERIFY_LABELS}
     parts = [f"{n['ok']} of {len(checks)} step(s) verify"]
-    if n["removed"] + n["changing"]: parts.append(f"{n['removed'] + n['changing']} pruned or saved again by the running job while read (not corrupt)")
-    if n["unchecked"]: parts.append(f"{n['unchecked']} in the old format (v1), unchecked")
-    if n["corrupt"]: parts.append(f"{n['corrupt']} corrupt")
+    if n["removed"] + n["changing"]:
+        parts.append(
+            f"{n['removed'] + n['changing']} pruned or saved again by the running job while read (not corrupt)"
+        )
+    if n["unchecked"]:
+        parts.append(f"{n['unchecked']} in the old format (v1), unchecked")
+    if n["corrupt"]:
+        parts.append(f"{n['corrupt']} corrupt")
     summary = ", ".join(parts) + f" ({human_bytes(sum(c.nbytes for c in checks))} read in {seconds:.2f} s)"
-    if not (Path(path) / "meta.json").is_file():                       # a checkpoints root: where a resume would go
+    if not (Path(path) / "meta.json").is_file():  # a checkpoints root: where a resume would go
         found = {c.dir: c for c in checks}
+
         def problem(p: Path) -> str | None:
             c = found.get(p)
-            if c is None or c.status == "changing": c = verify_step(p)
+            if c is None or c.status == "changing":
+                c = verify_step(p)
             return None if c.status in ("ok", "unchecked") else (c.why or c.status)
+
         chosen = resume_step(path, problem, say=lambda *a: None)
-        summary += f"; --resume auto would continue from {chosen.name}" if chosen else "; --resume auto would find no step that verifies"
+        summary += (
+            f"; --resume auto would continue from {chosen.name}"
+            if chosen
+            else "; --resume auto would find no step that verifies"
+        )
     code = VERIFY_EXIT["corrupt" if n["corrupt"] else "old format" if n["unchecked"] else "nothing corrupt"]
     return lines + [summary], code
 
@@ -641,6 +917,7 @@ def verify_report(path, checks: list[StepCheck], seconds: float) -> tuple[list[s
 def load_state_dict(path) -> dict:
     "Our GPT's weights, whole, from a checkpoint of any layout."
     return Checkpoint(path).state_dict()
+
 
 def load_checkpoint(path, device="cpu", dtype=torch.float32) -> tuple[GPT, Tokenizer, Config]:
     "(model in eval mode on `device`/`dtype`, tokenizer, config) from a checkpoint of any layout."
@@ -650,25 +927,38 @@ def load_checkpoint(path, device="cpu", dtype=torch.float32) -> tuple[GPT, Token
     model = GPT(cfg.model)
     params = dict(model.named_parameters())
     if set(params) != set(ckpt.names()):
-        raise ValueError(f"checkpoint {str(ckpt.dir)!r} does not match its config.yaml: missing "
-                         f"{sorted(set(params) - set(ckpt.names()))[:4]}, unexpected {sorted(set(ckpt.names()) - set(params))[:4]}")
+        raise ValueError(
+            f"checkpoint {str(ckpt.dir)!r} does not match its config.yaml: missing "
+            f"{sorted(set(params) - set(ckpt.names()))[:4]}, unexpected {sorted(set(ckpt.names()) - set(params))[:4]}"
+        )
     with torch.no_grad():
-        for n, p in params.items(): p.copy_(ckpt.local(n, "model", p.shape, -1))
+        for n, p in params.items():
+            p.copy_(ckpt.local(n, "model", p.shape, -1))
     return model.to(device=device, dtype=dtype).eval(), Tokenizer.from_file(str(ckpt.tokenizer_file)), cfg
 
 # %% ../nbs/43_checkpoint.ipynb
 class StopRequest:
     """SIGUSR1 (Slurm's warning before a time limit) or SIGTERM (preemption) sets a flag instead of killing the process;
     the loop asks `requested()` after each step — every rank agrees (max over the job) — saves, and exits 0."""
+
     SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
     def __init__(self):
         self.flag, self.received, self.previous = False, None, {}
+
     def __enter__(self):
-        for s in self.SIGNALS: self.previous[s] = signal.signal(s, self._handle)
+        for s in self.SIGNALS:
+            self.previous[s] = signal.signal(s, self._handle)
         return self
+
     def __exit__(self, *exc):
-        for s, h in self.previous.items(): signal.signal(s, h)
-    def _handle(self, signum, frame): self.flag, self.received = True, signal.Signals(signum).name
+        for s, h in self.previous.items():
+            signal.signal(s, h)
+
+    def _handle(self, signum, frame):
+        self.flag, self.received = True, signal.Signals(signum).name
+
     def requested(self) -> bool:
-        if not dist.is_initialized() or dist.get_world_size() == 1: return self.flag
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return self.flag
         return bool(reduce_over_job([int(self.flag)], dist.ReduceOp.MAX)[0])

@@ -11,58 +11,96 @@ __all__ = ['READER_SETTINGS', 'COMMANDS', 'describe', 'add_data_dir_argument', '
            'add_checkpoint_arguments', 'main', 'leave']
 
 # %% ../nbs/99_cli.ipynb
-import argparse, json, os, shutil, signal, subprocess, sys, traceback
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import traceback
 from pathlib import Path
 from .catalog import use_data_dir, shown_path
-from .config import Config, ConfigError, load_config, config_from_dict, parse_override, count_parameters, layers_per_stage, stage_params_per_rank
+from mtnlg.config import (
+    Config,
+    ConfigError,
+    load_config,
+    config_from_dict,
+    parse_override,
+    count_parameters,
+    layers_per_stage,
+    stage_params_per_rank,
+)
 
 # %% ../nbs/99_cli.ipynb
 def _human(n: float) -> str:
     for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= div: return f"{n / div:.2f}{unit}"
+        if n >= div:
+            return f"{n / div:.2f}{unit}"
     return str(n)
 
-def _n(count: int, word: str) -> str: return f"{count:g} {word}{'' if count == 1 else 's'}"
+
+def _n(count: int, word: str) -> str:
+    return f"{count:g} {word}{'' if count == 1 else 's'}"
+
 
 def describe(cfg: Config) -> str:
     "The parameter count and the parallel layout of a config, as `mtnlg info` prints it."
     m, p, s = cfg.model, cfg.parallel, cfg.schedule
     n = count_parameters(m, p.tensor_parallel)
     nodes = p.total_gpus / p.gpus_per_node
-    ramp = (f" (ramped from {s.batch_size_rampup_start} in steps of {s.batch_size_rampup_increment} over "
-            f"{_human(s.batch_size_rampup_tokens)} tokens)" if s.batch_size_rampup_start else "")
+    ramp = (
+        f" (ramped from {s.batch_size_rampup_start} in steps of {s.batch_size_rampup_increment} over "
+        f"{_human(s.batch_size_rampup_tokens)} tokens)"
+        if s.batch_size_rampup_start
+        else ""
+    )
     micro = s.global_batch_size // (s.micro_batch_size * p.data_parallel)
-    return "\n".join([
-        f"{cfg.name}" + (f"  ({cfg.source})" if cfg.source else ""),
-        f"  parameters      {_human(n)} ({n:,})",
-        f"  model           {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads, "
-        f"seq {m.seq_length}, vocab {m.vocab_size} padded to {m.padded_vocab_size(p.tensor_parallel)}",
-        f"  parallel        TP {p.tensor_parallel} x PP {p.pipeline_parallel} x DP {p.data_parallel} = {p.total_gpus} GPUs"
-        + (f" ({_n(nodes, 'node')} of {p.gpus_per_node})" if nodes >= 1 and nodes.is_integer() else ""),
-        f"  per replica     {p.gpus_per_replica} GPUs (TP {p.tensor_parallel} x PP {p.pipeline_parallel})",
-        f"  pipeline        {_n(layers_per_stage(cfg), 'layer')} per stage ({_n(p.pipeline_parallel, 'stage')})",
-        f"  per GPU         {_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, 0))} parameters on the first stage, "
-        f"{_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, p.pipeline_parallel - 1))} on the last"
-        + (" (with its copy of the word embedding)" if p.pipeline_parallel > 1 else ""),
-        f"  batch           global {s.global_batch_size}{ramp}; micro {s.micro_batch_size}, "
-        f"{micro} micro-batches per replica per step",
-        f"  training        {_human(s.train_tokens)} tokens, lr {cfg.optimizer.lr:g} -> {cfg.optimizer.min_lr:g} "
-        f"({s.lr_decay_style}), {cfg.precision}"])
+    return "\n".join(
+        [
+            f"{cfg.name}" + (f"  ({cfg.source})" if cfg.source else ""),
+            f"  parameters      {_human(n)} ({n:,})",
+            f"  model           {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads, "
+            f"seq {m.seq_length}, vocab {m.vocab_size} padded to {m.padded_vocab_size(p.tensor_parallel)}",
+            f"  parallel        TP {p.tensor_parallel} x PP {p.pipeline_parallel} x DP {p.data_parallel} = {p.total_gpus} GPUs"
+            + (f" ({_n(nodes, 'node')} of {p.gpus_per_node})" if nodes >= 1 and nodes.is_integer() else ""),
+            f"  per replica     {p.gpus_per_replica} GPUs (TP {p.tensor_parallel} x PP {p.pipeline_parallel})",
+            f"  pipeline        {_n(layers_per_stage(cfg), 'layer')} per stage ({_n(p.pipeline_parallel, 'stage')})",
+            f"  per GPU         {_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, 0))} parameters on the first stage, "
+            f"{_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, p.pipeline_parallel - 1))} on the last"
+            + (" (with its copy of the word embedding)" if p.pipeline_parallel > 1 else ""),
+            f"  batch           global {s.global_batch_size}{ramp}; micro {s.micro_batch_size}, "
+            f"{micro} micro-batches per replica per step",
+            f"  training        {_human(s.train_tokens)} tokens, lr {cfg.optimizer.lr:g} -> {cfg.optimizer.min_lr:g} "
+            f"({s.lr_decay_style}), {cfg.precision}",
+        ]
+    )
 
 # %% ../nbs/99_cli.ipynb
 def add_data_dir_argument(p: argparse.ArgumentParser):
     "`--data-dir D`: the data root of chapter 03 for this command and every process it starts (it sets $MTNLG_DATA)."
-    p.add_argument("--data-dir", help="root of the full data sets (eval/, corpus/, html/, bias/); default: $MTNLG_DATA, "
-                                      "else the slices in tests/fixtures. `mtnlg data` lists what goes where")
+    p.add_argument(
+        "--data-dir",
+        help="root of the full data sets (eval/, corpus/, html/, bias/); default: $MTNLG_DATA, "
+        "else the slices in tests/fixtures. `mtnlg data` lists what goes where",
+    )
+
 
 def add_config_arguments(p: argparse.ArgumentParser, required: bool = True):
     "The `--config` and `--set` arguments every config-driven command takes."
     p.add_argument("--config", required=required, help="YAML config, e.g. scaled_configs/tiny.yaml")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set schedule.train_iters=20 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set schedule.train_iters=20 (repeatable)",
+    )
+
 
 def config_from_args(args) -> Config:
     return load_config(args.config, dict(parse_override(o) for o in args.set))
+
 
 def add_info_arguments(p: argparse.ArgumentParser):
     "`mtnlg info --config CFG`: parameters and layout (chapter 00)."
@@ -74,10 +112,14 @@ def _without_nproc(argv: list[str]) -> list[str]:
     "`argv` minus `--nproc N` / `--nproc=N`."
     out, skip = [], False
     for a in argv:
-        if skip: skip = False
-        elif a == "--nproc": skip = True
-        elif not a.startswith("--nproc="): out.append(a)
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
     return out
+
 
 def add_train_arguments(p: argparse.ArgumentParser):
     "`mtnlg train --config CFG [--set k=v] [--run-dir DIR] [--no-progress] [--nproc N]`"
@@ -85,57 +127,92 @@ def add_train_arguments(p: argparse.ArgumentParser):
     p.add_argument("--run-dir", help="where metrics, plot and checkpoint go (default: the config's output_dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--nproc", type=int, help="start N local processes (torchrun) running the 3D engine; N = TP*PP*DP")
-    p.add_argument("--backend", choices=("auto", "single", "deepspeed"), default="auto",
-                   help="auto (default): the DeepSpeed engine on a GPU or when launched as several processes, the plain "
-                   "one-process loop on a CPU (chapter 41); single or deepspeed to choose")
-    p.add_argument("--resume", metavar="auto|DIR", help="continue from a checkpoint: `auto` = the latest in the run's "
-                   "checkpoints/ if any (same as --set checkpoint.resume=auto)")
-    p.add_argument("--check", action="store_true", help="check the config, the layout against --nproc N (or the launcher's "
-                   "world), the data and a named checkpoint, then exit: what a batch script runs once before srun starts the ranks")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "single", "deepspeed"),
+        default="auto",
+        help="auto (default): the DeepSpeed engine on a GPU or when launched as several processes, the plain "
+        "one-process loop on a CPU (chapter 41); single or deepspeed to choose",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="auto|DIR",
+        help="continue from a checkpoint: `auto` = the latest in the run's "
+        "checkpoints/ if any (same as --set checkpoint.resume=auto)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the config, the layout against --nproc N (or the launcher's "
+        "world), the data and a named checkpoint, then exit: what a batch script runs once before srun starts the ranks",
+    )
+
     def run(args):
         from mtnlg.topology import check_layout, launched, launcher_env
-        if args.resume: args.set = args.set + [f"checkpoint.resume={args.resume}"]
+
+        if args.resume:
+            args.set = args.set + [f"checkpoint.resume={args.resume}"]
         cfg = config_from_args(args)
-        if args.check:                                         # one process, before a launcher starts any rank
+        if args.check:  # one process, before a launcher starts any rank
             from mtnlg.train import check_inputs
+
             check_layout(cfg, args.nproc or launcher_env()["world_size"])
             check_inputs(cfg, args.run_dir)
-            print(f"mtnlg train --check: {cfg.name} on {args.nproc or launcher_env()['world_size']} processes: config, layout and inputs ok")
+            print(
+                f"mtnlg train --check: {cfg.name} on {args.nproc or launcher_env()['world_size']} processes: config, layout and inputs ok"
+            )
             return 0
         if args.nproc is not None and not launched():
             from mtnlg.train import check_inputs
-            check_layout(cfg, args.nproc)                      # before any process starts: one error, not one per rank
+
+            check_layout(cfg, args.nproc)  # before any process starts: one error, not one per rank
             check_inputs(cfg, args.run_dir)
             return relaunch(args.argv, args.nproc)
         check_layout(cfg, launcher_env()["world_size"])
         from mtnlg.train import train
-        train(cfg, args.run_dir, progress=not args.no_progress, backend=args.backend)   # SIGUSR1/SIGTERM: checkpointed, exit 0
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)          # a stop asked once the run has ended changes nothing
+
+        train(
+            cfg, args.run_dir, progress=not args.no_progress, backend=args.backend
+        )  # SIGUSR1/SIGTERM: checkpointed, exit 0
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a stop asked once the run has ended changes nothing
         end_job()
         return 0
+
     p.set_defaults(func=run)
+
 
 def relaunch(argv: list, nproc: int) -> int:
     """This command again as `nproc` local processes under torchrun's launcher (chapter 10's `run_ranks`): 0, or the
     exit code of the job's first error, printed once. SIGUSR1 is left to the workers (they checkpoint)."""
     from mtnlg.topology import run_ranks
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)    # inherited by the workers, which install their own handler
+
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # inherited by the workers, which install their own handler
     return run_ranks(_without_nproc(argv), nproc)
+
 
 def add_reshard_arguments(p: argparse.ArgumentParser):
     "`mtnlg reshard SRC DST [--set parallel.tensor_parallel=T ...] [--nproc N]` (chapters 41, 43)."
     p.add_argument("src", help="a checkpoint: a run's checkpoints/ directory or one of its step-NNNNNNN directories")
     p.add_argument("dst", help="checkpoints directory to write the resharded step into")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override the checkpoint's config, e.g. --set parallel.tensor_parallel=1 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override the checkpoint's config, e.g. --set parallel.tensor_parallel=1 (repeatable)",
+    )
     p.add_argument("--nproc", type=int, help="start N local processes (torchrun); N = TP*PP*DP of the new layout")
+
     def run(args):
         from mtnlg.checkpoint import Checkpoint
         from mtnlg.topology import Layout, check_layout, launched, launcher_env
+
         ckpt = Checkpoint(args.src)
         sets = dict(parse_override(o) for o in args.set)
-        if any(k.startswith("parallel.") for k in sets) and "parallel.world_size" not in sets: sets["parallel.world_size"] = None
-        d = ckpt.config.to_dict(); d.pop("source", None)
+        if any(k.startswith("parallel.") for k in sets) and "parallel.world_size" not in sets:
+            sets["parallel.world_size"] = None
+        d = ckpt.config.to_dict()
+        d.pop("source", None)
         cfg = config_from_dict(d, sets)
         if args.nproc is not None and not launched():
             check_layout(cfg, args.nproc)
@@ -143,29 +220,48 @@ def add_reshard_arguments(p: argparse.ArgumentParser):
         check_layout(cfg, launcher_env()["world_size"])
         import torch.distributed as dist
         from mtnlg.train import reshard
+
         out = reshard(ckpt.dir, args.dst, cfg)
-        if dist.get_rank() == 0: print(f"resharded {ckpt.dir} ({ckpt.layout}) -> {out} ({Layout.of(cfg)})")
+        if dist.get_rank() == 0:
+            print(f"resharded {ckpt.dir} ({ckpt.layout}) -> {out} ({Layout.of(cfg)})")
         end_job()
         return 0
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
 def _node_counts(text: str) -> list[int]:
-    try: nodes = [int(n) for n in text.split(",")]
-    except ValueError: nodes = []
-    if not nodes or min(nodes) < 1: raise ValueError(f"--nodes takes node counts >= 1, comma-separated (e.g. 1,8,64), not {text!r}")
+    try:
+        nodes = [int(n) for n in text.split(",")]
+    except ValueError:
+        nodes = []
+    if not nodes or min(nodes) < 1:
+        raise ValueError(f"--nodes takes node counts >= 1, comma-separated (e.g. 1,8,64), not {text!r}")
     return nodes
+
 
 def print_curation_plan(args) -> int:
     "`mtnlg curate --plan`: chapter 36's plan for the paper's two Common Crawl snapshots, from a benchmark's measured rates."
     from mtnlg.curate import CC_SNAPSHOTS, curation_plan, format_curation_plan, load_plan_rates, newest_rates_file
+
     path = args.rates or newest_rates_file()
-    if path is None: raise FileNotFoundError("no bench/results/curate-*.json to take rates from: run `python bench/curate.py --save`, "
-                                             "or give --rates FILE (tests/fixtures/curate-rates.json: made-up rates for tests)")
-    if args.cores_per_node < 1 or args.memory_per_node_gb <= 0: raise ValueError("--cores-per-node and --memory-per-node-gb must be positive")
-    plan = curation_plan(load_plan_rates(path), CC_SNAPSHOTS, _node_counts(args.nodes), args.cores_per_node, args.memory_per_node_gb * 1e9)
+    if path is None:
+        raise FileNotFoundError(
+            "no bench/results/curate-*.json to take rates from: run `python bench/curate.py --save`, "
+            "or give --rates FILE (tests/fixtures/curate-rates.json: made-up rates for tests)"
+        )
+    if args.cores_per_node < 1 or args.memory_per_node_gb <= 0:
+        raise ValueError("--cores-per-node and --memory-per-node-gb must be positive")
+    plan = curation_plan(
+        load_plan_rates(path),
+        CC_SNAPSHOTS,
+        _node_counts(args.nodes),
+        args.cores_per_node,
+        args.memory_per_node_gb * 1e9,
+    )
     print(format_curation_plan(plan, args.config or "scaled_configs/curate-cc.yaml"))
     return 0
+
 
 def add_curate_arguments(p: argparse.ArgumentParser):
     """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh] [--scheduler-file F]`;
@@ -174,30 +270,51 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     add_config_arguments(p, required=False)
     p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
     p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
-    p.add_argument("--scheduler-file", help="run on the Dask cluster whose scheduler wrote this file (cluster/curate.sbatch); "
-                   "implies --executor dask, --workers = how many workers to wait for")
+    p.add_argument(
+        "--scheduler-file",
+        help="run on the Dask cluster whose scheduler wrote this file (cluster/curate.sbatch); "
+        "implies --executor dask, --workers = how many workers to wait for",
+    )
     p.add_argument("--output-dir", help="override the config's output_dir")
     p.add_argument("--fresh", action="store_true", help="delete the output directory first (no resume)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--plan", action="store_true", help="print the core-hours, wall-clock hours on --nodes and dedup memory of curating "
-                   "the paper's two Common Crawl snapshots, from measured rates, and exit (nothing is curated)")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the core-hours, wall-clock hours on --nodes and dedup memory of curating "
+        "the paper's two Common Crawl snapshots, from measured rates, and exit (nothing is curated)",
+    )
     p.add_argument("--nodes", default="1,8,64", help="--plan: node counts, comma-separated (default 1,8,64)")
     p.add_argument("--cores-per-node", type=int, default=64, help="--plan: cores of a node (default 64)")
     p.add_argument("--memory-per-node-gb", type=float, default=512, help="--plan: memory of a node, GB (default 512)")
-    p.add_argument("--rates", help="--plan: a bench/curate.py result holding plan_rates (default: the newest bench/results/curate-*.json)")
+    p.add_argument(
+        "--rates",
+        help="--plan: a bench/curate.py result holding plan_rates (default: the newest bench/results/curate-*.json)",
+    )
     add_data_dir_argument(p)
+
     def run(args) -> int:
-        if args.plan: return print_curation_plan(args)
-        if not args.config: p.error("the following arguments are required: --config (or --plan)")
+        if args.plan:
+            return print_curation_plan(args)
+        if not args.config:
+            p.error("the following arguments are required: --config (or --plan)")
         from mtnlg.curate import load_curate_config, curate, format_summary
+
         cfg = load_curate_config(args.config, dict(parse_override(o) for o in args.set))
         out = Path(args.output_dir) if args.output_dir else cfg.path(cfg.output_dir)
-        if args.fresh and out.exists(): shutil.rmtree(out)
-        s = curate(cfg, out, args.executor, args.workers, progress=not args.no_progress, scheduler_file=args.scheduler_file)
+        if args.fresh and out.exists():
+            shutil.rmtree(out)
+        s = curate(
+            cfg, out, args.executor, args.workers, progress=not args.no_progress, scheduler_file=args.scheduler_file
+        )
         print(format_summary(s))
-        print(f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set data.train_files=[]")
+        print(
+            f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set data.train_files=[]"
+        )
         return 0
+
     p.set_defaults(func=run)
+
 
 def add_plan_arguments(p: argparse.ArgumentParser):
     """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|deepspeed-2022|megatron-lm|megatron-lm-2022] [--even-only] [--sequence-parallel auto|on|off] [--compare-sequence-parallel]`;
@@ -209,122 +326,273 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     of cluster/scaled.sbatch)."""
     from mtnlg.counting import GPUS, RECOMPUTE  # the throughput model itself is plain Python (no GPU needed)
     from mtnlg.iteration_time import SYSTEMS
+
     add_config_arguments(p)
-    p.add_argument("--gpus", type=int, help="number of GPUs in the cluster (required to rank layouts; with --schedule, "
-                   "the config's world size, the default)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        help="number of GPUs in the cluster (required to rank layouts; with --schedule, "
+        "the config's world size, the default)",
+    )
     p.add_argument("--gpu", choices=sorted(GPUS), default="a100-80gb", help="GPU type (default a100-80gb)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node sharing NVLink (default 8)")
     p.add_argument("--tp", type=int, help="only this tensor-parallel size")
     p.add_argument("--pp", type=int, help="only this pipeline-parallel size")
     p.add_argument("--micro-batch", type=int, action="append", help="micro-batch sizes to try (default 1, 2, 4)")
-    p.add_argument("--recompute", choices=RECOMPUTE, action="append",
-                   help="recomputation modes to try (default all; with --stages, the one to show, default the config's)")
-    p.add_argument("--attention", choices=("flash", "math"), default="flash",
-                   help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)")
-    p.add_argument("--system", choices=sorted(SYSTEMS), default="deepspeed",
-                   help="training system whose traits to model: deepspeed (our engine, DeepSpeed 0.19; default), "
-                        "deepspeed-2022 (the engine BLOOM ran, and chapter 51 gives MT-NLG) or megatron-lm "
-                        "(interleaved 1F1B: the ranking also tries virtual stages)")
-    p.add_argument("--even-only", action="store_true", help="rank only uniform layer splits (default: also embeddings counted as layers)")
-    p.add_argument("--sequence-parallel", choices=("auto", "on", "off"),
-                   help="rank layouts with sequence parallelism (on), without (off) or both (auto); default: the config's parallel.sequence_parallel")
-    p.add_argument("--compare-sequence-parallel", action="store_true", help="after the ranking, the fastest layout without "
-                   "sequence parallelism vs the fastest with it + selective recomputation, and the speed-up beside Korthikanti et al.'s 29%%")
-    p.add_argument("--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout")
-    p.add_argument("--schedule", action="store_true", help="plan the config's whole run on its own layout: steps, days, "
-                   "allocations, checkpoint size, save time, the Young/Daly save interval (chapter 55)")
-    p.add_argument("--time-limit-hours", type=float, default=48.0, help="with --schedule: the scheduler's time limit per allocation (default 48)")
-    p.add_argument("--fs-gbps", type=float, help="with --schedule: aggregate file-system write bandwidth, GB/s "
-                   "(default: Summit's 2.5 TB/s for 27,648 GPUs, as a per-GPU share of the job)")
-    p.add_argument("--mtbf-hours", type=float, help="with --schedule: the job's mean hours between failures "
-                   "(default: Llama 3's rate, 1 per 50,677 GPU-hours, over the job's GPUs)")
-    p.add_argument("--startup-minutes", type=float, default=10.0, help="with --schedule: start-up time of an allocation (default 10)")
-    p.add_argument("--signal-minutes", type=float, default=10.0,
-                   help="with --schedule: SIGUSR1 comes this long before the time limit (default 10, as cluster/530b.sbatch)")
-    p.add_argument("--job", action="store_true", help="print where the config's layout runs on --nodes nodes: ranks per "
-                   "node, TP groups, pipeline stages on nodes, layers per stage, seconds per iteration (chapter 55)")
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        action="append",
+        help="recomputation modes to try (default all; with --stages, the one to show, default the config's)",
+    )
+    p.add_argument(
+        "--attention",
+        choices=("flash", "math"),
+        default="flash",
+        help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)",
+    )
+    p.add_argument(
+        "--system",
+        choices=sorted(SYSTEMS),
+        default="deepspeed",
+        help="training system whose traits to model: deepspeed (our engine, DeepSpeed 0.19; default), "
+        "deepspeed-2022 (the engine BLOOM ran, and chapter 51 gives MT-NLG) or megatron-lm "
+        "(interleaved 1F1B: the ranking also tries virtual stages)",
+    )
+    p.add_argument(
+        "--even-only",
+        action="store_true",
+        help="rank only uniform layer splits (default: also embeddings counted as layers)",
+    )
+    p.add_argument(
+        "--sequence-parallel",
+        choices=("auto", "on", "off"),
+        help="rank layouts with sequence parallelism (on), without (off) or both (auto); default: the config's parallel.sequence_parallel",
+    )
+    p.add_argument(
+        "--compare-sequence-parallel",
+        action="store_true",
+        help="after the ranking, the fastest layout without "
+        "sequence parallelism vs the fastest with it + selective recomputation, and the speed-up beside Korthikanti et al.'s 29%%",
+    )
+    p.add_argument(
+        "--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout"
+    )
+    p.add_argument(
+        "--schedule",
+        action="store_true",
+        help="plan the config's whole run on its own layout: steps, days, "
+        "allocations, checkpoint size, save time, the Young/Daly save interval (chapter 55)",
+    )
+    p.add_argument(
+        "--time-limit-hours",
+        type=float,
+        default=48.0,
+        help="with --schedule: the scheduler's time limit per allocation (default 48)",
+    )
+    p.add_argument(
+        "--fs-gbps",
+        type=float,
+        help="with --schedule: aggregate file-system write bandwidth, GB/s "
+        "(default: Summit's 2.5 TB/s for 27,648 GPUs, as a per-GPU share of the job)",
+    )
+    p.add_argument(
+        "--mtbf-hours",
+        type=float,
+        help="with --schedule: the job's mean hours between failures "
+        "(default: Llama 3's rate, 1 per 50,677 GPU-hours, over the job's GPUs)",
+    )
+    p.add_argument(
+        "--startup-minutes",
+        type=float,
+        default=10.0,
+        help="with --schedule: start-up time of an allocation (default 10)",
+    )
+    p.add_argument(
+        "--signal-minutes",
+        type=float,
+        default=10.0,
+        help="with --schedule: SIGUSR1 comes this long before the time limit (default 10, as cluster/530b.sbatch)",
+    )
+    p.add_argument(
+        "--job",
+        action="store_true",
+        help="print where the config's layout runs on --nodes nodes: ranks per "
+        "node, TP groups, pipeline stages on nodes, layers per stage, seconds per iteration (chapter 55)",
+    )
     p.add_argument("--nodes", type=int, help="with --job: nodes of the allocation")
     p.add_argument("--tasks-per-node", type=int, help="with --job: ranks per node (default: --gpus-per-node)")
-    p.add_argument("--hosts", help="with --job: the allocation's node names, comma-separated (default node0, node1, ...)")
+    p.add_argument(
+        "--hosts", help="with --job: the allocation's node names, comma-separated (default node0, node1, ...)"
+    )
     p.add_argument("--full", action="store_true", help="with --job: list every node, group and stage")
     p.add_argument("--top", type=int, default=10, help="how many feasible layouts to show (default 10)")
     p.add_argument("--show-infeasible", type=int, default=8, help="how many infeasible layouts to explain (default 8)")
+
     def run(args):
         from dataclasses import replace
         from mtnlg.counting import Assumptions, Setup, format_stages
         from mtnlg.iteration_time import predict
         from mtnlg.planner import plan, format_plan, sequence_parallel_gain, format_sequence_parallel_gain
-        if args.gpus_per_node < 1: raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
+
+        if args.gpus_per_node < 1:
+            raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
         cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
         if args.job:
             from mtnlg.run_plan import job_plan, format_job_plan
-            if args.nodes is None: raise ValueError("--job needs --nodes")
+
+            if args.nodes is None:
+                raise ValueError("--job needs --nodes")
             hosts = args.hosts.split(",") if args.hosts else None
-            print(format_job_plan(job_plan(cfg, args.nodes, args.tasks_per_node or args.gpus_per_node, hosts, args.gpu, asm), args.full))
+            print(
+                format_job_plan(
+                    job_plan(cfg, args.nodes, args.tasks_per_node or args.gpus_per_node, hosts, args.gpu, asm),
+                    args.full,
+                )
+            )
             return 0
         if args.schedule:
             from mtnlg.run_plan import run_plan, format_run_plan
+
             if args.gpus is not None and args.gpus != cfg.parallel.total_gpus:
-                raise ValueError(f"--schedule plans the config's own layout ({cfg.parallel.total_gpus} GPUs), not --gpus "
-                                 f"{args.gpus}: change it with --set parallel.data_parallel=... --set parallel.world_size=...")
-            plan_ = run_plan(cfg, args.gpu, args.time_limit_hours, args.fs_gbps, args.mtbf_hours, args.startup_minutes,
-                             args.signal_minutes, asm)
+                raise ValueError(
+                    f"--schedule plans the config's own layout ({cfg.parallel.total_gpus} GPUs), not --gpus "
+                    f"{args.gpus}: change it with --set parallel.data_parallel=... --set parallel.world_size=..."
+                )
+            plan_ = run_plan(
+                cfg,
+                args.gpu,
+                args.time_limit_hours,
+                args.fs_gbps,
+                args.mtbf_hours,
+                args.startup_minutes,
+                args.signal_minutes,
+                asm,
+            )
             print(format_run_plan(plan_))
-            if not args.stages: return 0 if plan_.fits else 1
+            if not args.stages:
+                return 0 if plan_.fits else 1
             print()
         if args.stages:
-            if args.recompute and len(args.recompute) > 1: raise ValueError("--stages shows one recompute mode; give --recompute once")
+            if args.recompute and len(args.recompute) > 1:
+                raise ValueError("--stages shows one recompute mode; give --recompute once")
             L = Setup.of(cfg, args.recompute[0] if args.recompute else cfg.model.recompute)
             print(format_stages(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm))
-            return 0 if predict(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm,
-                                cfg.parallel.gpus_per_node).fits else 1
-        if args.gpus is None: raise ValueError("--gpus is required to rank layouts (or --stages / --schedule for the config's own layout)")
+            return (
+                0
+                if predict(
+                    cfg.model,
+                    L,
+                    cfg.schedule.global_batch_size,
+                    args.gpu,
+                    cfg.precision,
+                    asm,
+                    cfg.parallel.gpus_per_node,
+                ).fits
+                else 1
+            )
+        if args.gpus is None:
+            raise ValueError(
+                "--gpus is required to rank layouts (or --stages / --schedule for the config's own layout)"
+            )
         sps = {"auto": (False, True), "on": (True,), "off": (False,), None: None}[args.sequence_parallel]
         micro = tuple(args.micro_batch or (1, 2, 4))
-        feasible, infeasible = plan(cfg, args.gpus, args.gpu, args.gpus_per_node, micro,
-                                    tuple(args.recompute or RECOMPUTE), asm=asm, tp=args.tp, pp=args.pp,
-                                    system=args.system, uneven=not args.even_only, sequence_parallels=sps)
-        print(format_plan(cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible))
+        feasible, infeasible = plan(
+            cfg,
+            args.gpus,
+            args.gpu,
+            args.gpus_per_node,
+            micro,
+            tuple(args.recompute or RECOMPUTE),
+            asm=asm,
+            tp=args.tp,
+            pp=args.pp,
+            system=args.system,
+            uneven=not args.even_only,
+            sequence_parallels=sps,
+        )
+        print(
+            format_plan(
+                cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible
+            )
+        )
         if args.compare_sequence_parallel:
             print()
-            print(format_sequence_parallel_gain(sequence_parallel_gain(
-                cfg, args.gpus, args.gpu, args.gpus_per_node, asm, args.system, micro_batches=micro, tp=args.tp, pp=args.pp,
-                uneven=not args.even_only), args.attention))
+            print(
+                format_sequence_parallel_gain(
+                    sequence_parallel_gain(
+                        cfg,
+                        args.gpus,
+                        args.gpu,
+                        args.gpus_per_node,
+                        asm,
+                        args.system,
+                        micro_batches=micro,
+                        tp=args.tp,
+                        pp=args.pp,
+                        uneven=not args.even_only,
+                    ),
+                    args.attention,
+                )
+            )
         return 0 if feasible else 1
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
 def add_export_hf_arguments(p):
     "`mtnlg export-hf CHECKPOINT OUT [--no-check]`"
-    p.add_argument("checkpoint", help="a checkpoint of any layout: a run's checkpoints/ directory (its latest step) or a step directory")
+    p.add_argument(
+        "checkpoint",
+        help="a checkpoint of any layout: a run's checkpoints/ directory (its latest step) or a step directory",
+    )
     p.add_argument("out", help="directory for the transformers GPT-2 model (config.json, model.safetensors, tokenizer)")
     p.add_argument("--no-check", action="store_true", help="skip the logits comparison after writing")
+
     def run(args):
         from mtnlg.evaluate import offline_environment
-        offline_environment()                                   # before transformers is imported: never reach for the Hub
+
+        offline_environment()  # before transformers is imported: never reach for the Hub
         from mtnlg.checkpoint import check_checkpoint
         from mtnlg.export_hf import export_hf, logits_difference
-        ckpt = check_checkpoint(args.checkpoint)                # a clear error (exit 2) for a missing or sharded checkpoint
+
+        ckpt = check_checkpoint(args.checkpoint)  # a clear error (exit 2) for a missing or sharded checkpoint
         out = export_hf(ckpt, args.out, check=False)
         if not args.no_check:
             diff = logits_difference(ckpt, out)
-            if diff > 1e-4: raise ValueError(f"exported logits differ from ours by {diff:.2e} > 1e-4: the export is wrong")
+            if diff > 1e-4:
+                raise ValueError(f"exported logits differ from ours by {diff:.2e} > 1e-4: the export is wrong")
             print(f"max |logits ours - transformers| = {diff:.1e}")
         print(f"wrote {out}")
         return 0
+
     p.set_defaults(func=run)
 
 
-READER_SETTINGS = {"parallel.tensor_parallel": "tensor_parallel", "parallel.pipeline_parallel": "pipeline_parallel",
-                   "parallel.sequence_parallel": "sequence_parallel"}
+READER_SETTINGS = {
+    "parallel.tensor_parallel": "tensor_parallel",
+    "parallel.pipeline_parallel": "pipeline_parallel",
+    "parallel.sequence_parallel": "sequence_parallel",
+}
+
 
 def add_reader_arguments(p):
     "`--nproc N` and `--set parallel.X=V`: the layout a checkpoint is read in (chapter 65), for eval, generate and bias."
-    p.add_argument("--nproc", type=int, help="start N local processes (torchrun) and read the model split over them: "
-                   "TP x PP (--set) per replica, N / (TP x PP) replicas splitting the requests")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="the reading layout: parallel.tensor_parallel=T, parallel.pipeline_parallel=P (default: the "
-                   "checkpoint's own), parallel.sequence_parallel=true")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        help="start N local processes (torchrun) and read the model split over them: "
+        "TP x PP (--set) per replica, N / (TP x PP) replicas splitting the requests",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the reading layout: parallel.tensor_parallel=T, parallel.pipeline_parallel=P (default: the "
+        "checkpoint's own), parallel.sequence_parallel=true",
+    )
+
 
 def reader_layout(args, checkpoint) -> dict:
     """The reading layout `args` ask for, as `MtnlgLM`'s arguments, checked against the checkpoint and the number of
@@ -332,98 +600,158 @@ def reader_layout(args, checkpoint) -> dict:
     from mtnlg.checkpoint import Checkpoint
     from mtnlg.topology import launcher_env
     from mtnlg.parallel_inference import inference_layout
+
     sets = dict(parse_override(o) for o in args.set)
     if unknown := sorted(set(sets) - set(READER_SETTINGS)):
-        raise ConfigError(f"--set {unknown[0]}: reading a checkpoint takes only {', '.join(READER_SETTINGS)} "
-                          f"(the rest of its config is the one it was trained with)")
+        raise ConfigError(
+            f"--set {unknown[0]}: reading a checkpoint takes only {', '.join(READER_SETTINGS)} "
+            f"(the rest of its config is the one it was trained with)"
+        )
     layout = {READER_SETTINGS[k]: v for k, v in sets.items()}
     world = args.nproc or launcher_env()["world_size"]
     if world > 1 or sets:
         inference_layout(Checkpoint(checkpoint), world, layout.get("tensor_parallel"), layout.get("pipeline_parallel"))
     return layout
 
+
 def quiet_other_ranks():
     """In ranks other than 0 of a job that reads a checkpoint: no progress bars (the harness's included), no warnings —
     rank 0 shows the same ones, every rank running the same requests."""
-    if first_rank(): return
+    if first_rank():
+        return
     import warnings
     from tqdm import std
+
     shown = std.tqdm.__init__
-    def hidden(self, *args, **kwargs): shown(self, *args, **{**kwargs, "disable": True})
+
+    def hidden(self, *args, **kwargs):
+        shown(self, *args, **{**kwargs, "disable": True})
+
     std.tqdm.__init__ = hidden
     warnings.simplefilter("ignore")
+
 
 def first_rank() -> bool:
     "True in a command's only process, or in rank 0 of its job: the one that prints and writes results."
     from mtnlg.topology import launcher_env
+
     return launcher_env()["rank"] == 0
+
 
 def reading_layout_of(lm) -> str:
     "The layout a harness model `lm` reads its checkpoint in."
     return str(getattr(lm.model, "layout", "TP 1 x PP 1 x DP 1"))
 
+
 def end_job():
     "Every rank done before any tears its groups down (a gloo peer still talking aborts): chapter 10's `end_distributed`."
     from mtnlg.topology import end_distributed
+
     end_distributed()
+
 
 def add_eval_arguments(p):
     "`mtnlg eval --checkpoint DIR [--tasks all|a,b] [--shots 0,1,few] [--data-dir ROOT] [--out DIR] [--nproc N --set parallel.tensor_parallel=T ...]`"
-    from mtnlg.tasks import TASKS                               # light: mtnlg.tasks imports neither datasets nor lm_eval's tasks
-    p.add_argument("--checkpoint", required=True, help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory")
+    from mtnlg.tasks import TASKS  # light: mtnlg.tasks imports neither datasets nor lm_eval's tasks
+
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory",
+    )
     p.add_argument("--tasks", default="all", help=f"comma-separated: {', '.join(TASKS)} (default: all)")
-    p.add_argument("--shots", default="0,1,few", help="comma-separated shot settings among 0, 1, few (default: 0,1,few)")
+    p.add_argument(
+        "--shots", default="0,1,few", help="comma-separated shot settings among 0, 1, few (default: 0,1,few)"
+    )
     add_data_dir_argument(p)
-    p.add_argument("--source", default="local", choices=["local", "harness"], help="local JSONL variants, or the harness's tasks (online)")
+    p.add_argument(
+        "--source",
+        default="local",
+        choices=["local", "harness"],
+        help="local JSONL variants, or the harness's tasks (online)",
+    )
     p.add_argument("--limit", type=int, help="evaluate only the first N examples of each task")
     p.add_argument("--out", help="output directory (default: <checkpoint>/../eval)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", help="cpu or cuda (default: cuda when available; bf16 there)")
     p.add_argument("--fewshot-seed", type=int, default=1234)
     add_reader_arguments(p)
+
     def run(args):
         quiet_other_ranks()
         from mtnlg.evaluate import offline_environment
-        if args.source == "local": offline_environment()        # local JSONL tasks never download; --source harness needs the Hub
+
+        if args.source == "local":
+            offline_environment()  # local JSONL tasks never download; --source harness needs the Hub
         from mtnlg.checkpoint import check_checkpoint
         from mtnlg.evaluate import MtnlgLM, register_lm, install_lm_eval_plugin
-        from mtnlg.tasks import task_spec, num_fewshot, eval_dir, available_tasks, read_task_jsonl, evaluate_tasks, write_results, results_table
+        from mtnlg.tasks import (
+            task_spec,
+            num_fewshot,
+            eval_dir,
+            available_tasks,
+            read_task_jsonl,
+            evaluate_tasks,
+            write_results,
+            results_table,
+        )
+
         tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-        names = list(TASKS) if tasks in (["all"], []) else [task_spec(t).name for t in tasks]   # fail fast on a typo
+        names = list(TASKS) if tasks in (["all"], []) else [task_spec(t).name for t in tasks]  # fail fast on a typo
         shots = [s.strip() for s in args.shots.split(",") if s.strip()]
-        for s in shots: num_fewshot(TASKS[names[0]], s)
+        for s in shots:
+            num_fewshot(TASKS[names[0]], s)
         skipped = []
         if args.source == "local":
-            d = eval_dir()                                  # the data setting's eval/ (--data-dir set $MTNLG_DATA), else the slices
-            if tasks in (["all"], []):                      # "all" = the tasks this data directory has (HANS may be absent)
+            d = eval_dir()  # the data setting's eval/ (--data-dir set $MTNLG_DATA), else the slices
+            if tasks in (["all"], []):  # "all" = the tasks this data directory has (HANS may be absent)
                 present, skipped = available_tasks()
                 names = present or names
-                for n in skipped: print(f"skipping {n}: no {d / TASKS[n].eval_file} ({TASKS[n].note or 'name it explicitly to see why'})")
-            for n in names: read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])               # bad data fails before loading a model
+                for n in skipped:
+                    print(
+                        f"skipping {n}: no {d / TASKS[n].eval_file} ({TASKS[n].note or 'name it explicitly to see why'})"
+                    )
+            for n in names:
+                read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])  # bad data fails before loading a model
         from mtnlg.topology import launched
+
         ckpt = check_checkpoint(args.checkpoint)
         layout = reader_layout(args, ckpt)
-        if args.nproc is not None and not launched(): return relaunch(args.argv, args.nproc)
-        register_lm()                                       # the name `mtnlg` in this process's harness registry
-        try: install_lm_eval_plugin()                       # ... and in later `lm_eval --model mtnlg` runs from the shell
-        except OSError: pass                                # read-only site-packages: `lm_eval --model mtnlg` just won't work
+        if args.nproc is not None and not launched():
+            return relaunch(args.argv, args.nproc)
+        register_lm()  # the name `mtnlg` in this process's harness registry
+        try:
+            install_lm_eval_plugin()  # ... and in later `lm_eval --model mtnlg` runs from the shell
+        except OSError:
+            pass  # read-only site-packages: `lm_eval --model mtnlg` just won't work
         run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
         out = Path(args.out) if args.out else run_dir / "eval"
         lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size, **layout)
         res = evaluate_tasks(lm, names, shots, None, args.source, args.limit, args.fewshot_seed)
-        if first_rank():                                    # a job of several ranks: rank 0 has the harness's results
-            res = {"checkpoint": str(ckpt.resolve()), "meta": json.loads((ckpt / "meta.json").read_text()), "skipped": skipped,
-                   "layout": reading_layout_of(lm), **res}
+        if first_rank():  # a job of several ranks: rank 0 has the harness's results
+            res = {
+                "checkpoint": str(ckpt.resolve()),
+                "meta": json.loads((ckpt / "meta.json").read_text()),
+                "skipped": skipped,
+                "layout": reading_layout_of(lm),
+                **res,
+            }
             write_results(res, out, shown_path(ckpt))
-            print(results_table(res)); print(f"wrote {out / 'results.json'}, results.md, results.png")
+            print(results_table(res))
+            print(f"wrote {out / 'results.json'}, results.md, results.png")
         end_job()
         return 0
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
 def add_generate_arguments(p):
     "`mtnlg generate --checkpoint DIR --prompt TEXT [--prompt ...] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]`"
-    p.add_argument("--checkpoint", required=True, help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory",
+    )
     p.add_argument("--prompt", action="append", required=True, help="a prompt (repeat for a batch)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
@@ -433,58 +761,104 @@ def add_generate_arguments(p):
     p.add_argument("--stop", action="append", help="cut each continuation before this string (repeatable)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence per token (the reference)")
     add_reader_arguments(p)
+
     def run(args) -> int:
         quiet_other_ranks()
         from mtnlg.checkpoint import check_checkpoint
         from mtnlg.evaluate import MtnlgLM
         from mtnlg.generate import generate_text, check_sampling
         from mtnlg.topology import launched
-        check_sampling(args.temperature, args.top_k, args.top_p)            # bad arguments fail before a model loads
+
+        check_sampling(args.temperature, args.top_k, args.top_p)  # bad arguments fail before a model loads
         ckpt = check_checkpoint(args.checkpoint)
         layout = reader_layout(args, ckpt)
-        if args.nproc is not None and not launched(): return relaunch(args.argv, args.nproc)
+        if args.nproc is not None and not launched():
+            return relaunch(args.argv, args.nproc)
         lm = MtnlgLM(str(ckpt), device="cpu", **layout)
-        outs = generate_text(lm.model, lm.tokenizer_bpe, args.prompt, args.max_new_tokens, stop=args.stop, temperature=args.temperature,
-                             top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache)
+        outs = generate_text(
+            lm.model,
+            lm.tokenizer_bpe,
+            args.prompt,
+            args.max_new_tokens,
+            stop=args.stop,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            use_cache=not args.no_cache,
+        )
         if first_rank():
-            for prompt, out in zip(args.prompt, outs): print(json.dumps({"prompt": prompt, "continuation": out}, ensure_ascii=False))
+            for prompt, out in zip(args.prompt, outs):
+                print(json.dumps({"prompt": prompt, "continuation": out}, ensure_ascii=False))
         end_job()
         return 0
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
 def add_bias_arguments(p):
     "`mtnlg bias --checkpoint DIR [--out DIR] [--samples N] [--seed S] [--max-new-tokens N] [--corpus PATH] [--occupations TSV] [--benchmarks-limit N]` (chapters 70, 72)."
-    p.add_argument("--checkpoint", required=True, help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint of any layout: a run's checkpoints/ directory or a step directory",
+    )
     p.add_argument("--out", help="output directory (default: <run>/bias, beside checkpoints/)")
-    p.add_argument("--samples", type=int, default=10, help="continuations sampled per prompt, 28 prompts (GPT-3: 800; default 10)")
+    p.add_argument(
+        "--samples", type=int, default=10, help="continuations sampled per prompt, 28 prompts (GPT-3: 800; default 10)"
+    )
     p.add_argument("--seed", type=int, default=0, help="fixes the samples (and the bootstrap)")
     p.add_argument("--max-new-tokens", type=int, default=24, help="length of each sampled continuation (default 24)")
-    p.add_argument("--corpus", help="JSONL file or folder to count the data-side statistics in (default: the checkpoint's "
-                                    "curated training text if it is here, else the data setting's wikipedia)")
-    p.add_argument("--occupations", help="a WinoGender-style occupations-stats.tsv (default: the data setting's winogender)")
+    p.add_argument(
+        "--corpus",
+        help="JSONL file or folder to count the data-side statistics in (default: the checkpoint's "
+        "curated training text if it is here, else the data setting's wikipedia)",
+    )
+    p.add_argument(
+        "--occupations", help="a WinoGender-style occupations-stats.tsv (default: the data setting's winogender)"
+    )
     p.add_argument("--device", help="cpu or cuda (default: cuda when available; bf16 there)")
     p.add_argument("--batch-size", type=int, default=256, help="log-likelihood requests per forward pass (default 256)")
-    p.add_argument("--benchmarks-limit", type=int, default=40,
-                   help="items per bias benchmark (CrowS-Pairs, WinoGender, WinoBias, BBQ; chapter 72); 0 skips them, -1 runs all")
+    p.add_argument(
+        "--benchmarks-limit",
+        type=int,
+        default=40,
+        help="items per bias benchmark (CrowS-Pairs, WinoGender, WinoBias, BBQ; chapter 72); 0 skips them, -1 runs all",
+    )
     add_data_dir_argument(p)
     add_reader_arguments(p)
+
     def run(args) -> int:
         quiet_other_ranks()
         from mtnlg.evaluate import offline_environment
+
         offline_environment()
         from mtnlg.topology import launched
         from mtnlg.checkpoint import check_checkpoint
-        from mtnlg.bias import read_occupations, corpus_files, training_corpus, measure_bias, bias_sections, write_report
-        if args.samples < 1: raise ValueError(f"--samples must be >= 1, got {args.samples}")
-        if args.max_new_tokens < 1: raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-        if args.benchmarks_limit < -1: raise ValueError(f"--benchmarks-limit must be -1 (all), 0 (skip) or a count, got {args.benchmarks_limit}")
-        occupations = read_occupations(args.occupations)        # bad input fails before a model loads
-        if args.corpus: corpus_files(args.corpus)
+        from mtnlg.bias import (
+            read_occupations,
+            corpus_files,
+            training_corpus,
+            measure_bias,
+            bias_sections,
+            write_report,
+        )
+
+        if args.samples < 1:
+            raise ValueError(f"--samples must be >= 1, got {args.samples}")
+        if args.max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        if args.benchmarks_limit < -1:
+            raise ValueError(f"--benchmarks-limit must be -1 (all), 0 (skip) or a count, got {args.benchmarks_limit}")
+        occupations = read_occupations(args.occupations)  # bad input fails before a model loads
+        if args.corpus:
+            corpus_files(args.corpus)
         ckpt = check_checkpoint(args.checkpoint)
         layout = reader_layout(args, ckpt)
-        if args.nproc is not None and not launched(): return relaunch(args.argv, args.nproc)
+        if args.nproc is not None and not launched():
+            return relaunch(args.argv, args.nproc)
         from mtnlg.evaluate import MtnlgLM
+
         lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size, **layout)
         corpus = [Path(args.corpus)] if args.corpus else training_corpus(lm.cfg)
         m = measure_bias(lm, occupations, corpus, args.samples, args.seed, args.max_new_tokens)
@@ -493,34 +867,63 @@ def add_bias_arguments(p):
         sections = bias_sections(m)
         if args.benchmarks_limit:
             from mtnlg.bias_tasks import evaluate_bias_tasks, bias_benchmarks_section
+
             res = evaluate_bias_tasks(lm, limit=None if args.benchmarks_limit < 0 else args.benchmarks_limit)
-            if not first_rank(): end_job(); return 0          # a job of several ranks: rank 0 writes the report
+            if not first_rank():
+                end_job()
+                return 0  # a job of several ranks: rank 0 writes the report
             limits = sections.pop("limits")
             sections = {**sections, "benchmarks": bias_benchmarks_section(res), "limits": limits}
-        if not first_rank(): end_job(); return 0
-        write_report(sections, out, f"Bias report: {ckpt}", {"checkpoint": str(ckpt.resolve()),
-                     "meta": json.loads((ckpt / "meta.json").read_text()), "corpus": [str(c) for c in corpus]})
+        if not first_rank():
+            end_job()
+            return 0
+        write_report(
+            sections,
+            out,
+            f"Bias report: {ckpt}",
+            {
+                "checkpoint": str(ckpt.resolve()),
+                "meta": json.loads((ckpt / "meta.json").read_text()),
+                "corpus": [str(c) for c in corpus],
+            },
+        )
         g, d = sections["gender_occupation"].data, sections["data_vs_model"].data
-        print(f"gender and occupation: {g['fraction_male']:.0%} of {g['occupations']} occupations lean male "
-              f"({g['fraction_male_relative']:.0%} relative to 'The person was a'); mean lean {g['mean_lean']:+.2f}")
-        print(f"data vs model: {d['occupations_counted']} occupations counted in {d['corpus']['tokens']:,} corpus tokens; "
-              f"same sign {d['learned']}, opposite {d['reversed']}")
+        print(
+            f"gender and occupation: {g['fraction_male']:.0%} of {g['occupations']} occupations lean male "
+            f"({g['fraction_male_relative']:.0%} relative to 'The person was a'); mean lean {g['mean_lean']:+.2f}"
+        )
+        print(
+            f"data vs model: {d['occupations_counted']} occupations counted in {d['corpus']['tokens']:,} corpus tokens; "
+            f"same sign {d['learned']}, opposite {d['reversed']}"
+        )
         if "benchmarks" in sections:
-            print("bias benchmarks: " + "; ".join(f"{t['paper_name']} " + ", ".join(f"{k} {t['metrics'][k]:.3f}" for k in t["headline"])
-                                                  for t in sections["benchmarks"].data["tasks"].values()))
-        print(f"wrote {out / 'bias.json'}, bias.md, " + ", ".join(f"{f}.png" for s in sections.values() for f in s.figures))
+            print(
+                "bias benchmarks: "
+                + "; ".join(
+                    f"{t['paper_name']} " + ", ".join(f"{k} {t['metrics'][k]:.3f}" for k in t["headline"])
+                    for t in sections["benchmarks"].data["tasks"].values()
+                )
+            )
+        print(
+            f"wrote {out / 'bias.json'}, bias.md, "
+            + ", ".join(f"{f}.png" for s in sections.values() for f in s.figures)
+        )
         end_job()
         return 0
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
 def add_data_arguments(p):
     "`mtnlg data [--data-dir ROOT]` (chapter 03)."
     add_data_dir_argument(p)
+
     def run(args) -> int:
         from mtnlg.catalog import format_catalog
+
         print(format_catalog())
         return 0
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
@@ -529,11 +932,14 @@ def add_hans_arguments(p):
     p.add_argument("--out", required=True, help="data root to write eval/hans/ under (the root MTNLG_DATA names)")
     p.add_argument("--per-subcase", type=int, default=1000, help="pairs per sub-case in each split (published: 1000)")
     p.add_argument("--seed", type=int, default=0)
+
     def run(args) -> int:
         from mtnlg.hans import write_hans
+
         out = write_hans(args.out, args.per_subcase, args.seed)
         print(f"wrote {out}/validation.jsonl, train.jsonl ({30 * args.per_subcase} pairs each) and SOURCES.md")
         return 0
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
@@ -541,17 +947,22 @@ def add_checkpoint_arguments(p):
     "`mtnlg checkpoint verify DIR` (chapter 43)."
     p.add_argument("action", choices=["verify"], help="verify: check every file against the checksum it was saved with")
     p.add_argument("dir", help="a checkpoints directory (every complete step in it) or one step-NNNNNNN directory")
-    p.epilog = ("exit status: 0 nothing corrupt found (a step the running job prunes or saves again while it is read is "
-                "said so, REMOVED or CHANGING, not counted corrupt); 1 a step is corrupt (FAILED); 2 DIR holds no complete "
-                "checkpoint; 3 nothing corrupt, but a step in the old format (v1) has no checksums to check (UNCHECKED)")
+    p.epilog = (
+        "exit status: 0 nothing corrupt found (a step the running job prunes or saves again while it is read is "
+        "said so, REMOVED or CHANGING, not counted corrupt); 1 a step is corrupt (FAILED); 2 DIR holds no complete "
+        "checkpoint; 3 nothing corrupt, but a step in the old format (v1) has no checksums to check (UNCHECKED)"
+    )
+
     def run(args) -> int:
         import time
         from mtnlg.checkpoint import verify_checkpoints, verify_report
+
         t0 = time.perf_counter()
         checks = verify_checkpoints(args.dir, progress=sys.stderr.isatty())
         lines, code = verify_report(args.dir, checks, time.perf_counter() - t0)
         print("\n".join(lines))
         return code
+
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
@@ -559,58 +970,94 @@ COMMANDS = {  # name: (declares its arguments, one-line help)
     "info": (add_info_arguments, "parameter count and parallel layout of a config"),
     "train": (add_train_arguments, "train a config (one process, or TP x PP x DP processes)"),
     "curate": (add_curate_arguments, "run the data-curation pipeline over a directory of shards"),
-    "eval": (add_eval_arguments, "evaluate a checkpoint on the paper's nine tasks (0/1/few-shot) beside the paper's numbers"),
+    "eval": (
+        add_eval_arguments,
+        "evaluate a checkpoint on the paper's nine tasks (0/1/few-shot) beside the paper's numbers",
+    ),
     "export-hf": (add_export_hf_arguments, "export a checkpoint as a transformers GPT-2 model directory"),
     "reshard": (add_reshard_arguments, "load a checkpoint onto another TP x PP x DP layout and save it there"),
     "checkpoint": (add_checkpoint_arguments, "verify a checkpoint: every file against the checksum it was saved with"),
-    "plan": (add_plan_arguments, "rank (TP, PP, DP, micro-batch, recompute) layouts of a config on N GPUs by predicted speed"),
-    "generate": (add_generate_arguments, "continue prompts from a checkpoint: greedy or sampled (temperature, top-k, top-p, seed)"),
-    "bias": (add_bias_arguments, "social-bias analysis of a checkpoint: occupations' gender lean, descriptive words, sentiment, vs the corpus"),
+    "plan": (
+        add_plan_arguments,
+        "rank (TP, PP, DP, micro-batch, recompute) layouts of a config on N GPUs by predicted speed",
+    ),
+    "generate": (
+        add_generate_arguments,
+        "continue prompts from a checkpoint: greedy or sampled (temperature, top-k, top-p, seed)",
+    ),
+    "bias": (
+        add_bias_arguments,
+        "social-bias analysis of a checkpoint: occupations' gender lean, descriptive words, sentiment, vs the corpus",
+    ),
     "data": (add_data_arguments, "list the data sets the book uses: source, licence, where expected, whether present"),
-    "hans": (add_hans_arguments, "generate HANS (30 sub-cases x 1000, validation and train) from its templates under a data root"),
+    "hans": (
+        add_hans_arguments,
+        "generate HANS (30 sub-cases x 1000, validation and train) from its templates under a data root",
+    ),
 }
 
+
 def _parser(command: str | None) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mtnlg", description="Megatron-Turing NLG 530B, reproduced: configs, training, reports.")
+    ap = argparse.ArgumentParser(
+        prog="mtnlg", description="Megatron-Turing NLG 530B, reproduced: configs, training, reports."
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     for name, (add_arguments, help) in COMMANDS.items():
         p = sub.add_parser(name, help=help, description=help)
-        if name == command: add_arguments(p)
+        if name == command:
+            add_arguments(p)
     return ap
+
 
 def _user_error(e: Exception) -> str | None:
     "The one line a user error prints (a bad config, a missing or corrupt file, bad data, a disk too full to save); None for a crash."
-    if isinstance(e, ConfigError): return f"config error: {e}"
-    if isinstance(e, (ValueError, FileNotFoundError)) and not os.environ.get("MTNLG_DEBUG"): return str(e)
+    if isinstance(e, ConfigError):
+        return f"config error: {e}"
+    if isinstance(e, (ValueError, FileNotFoundError)) and not os.environ.get("MTNLG_DEBUG"):
+        return str(e)
     if isinstance(e, OSError) and not os.environ.get("MTNLG_DEBUG"):
-        from mtnlg.checkpoint import CheckpointWriteError       # a checkpoint that does not fit on its disk (chapter 43)
-        if isinstance(e, CheckpointWriteError): return str(e)
+        from mtnlg.checkpoint import CheckpointWriteError  # a checkpoint that does not fit on its disk (chapter 43)
+
+        if isinstance(e, CheckpointWriteError):
+            return str(e)
     return None
+
 
 def main(argv=None) -> int:
     """`mtnlg <command> ...`. User errors (bad config, missing file, bad data) print one line and exit 2; in a rank of
     `--nproc N` they are left for the launcher to print once (chapter 10's `run_ranks`), and so is a crash's first line;
     under srun the rank that failed first prints its error, the others nothing (`claim_first_error`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] not in ("info", "data", "hans"):       # commands that import torch and friends: their CPU-irrelevant advice off
+    if argv and argv[0] not in (
+        "info",
+        "data",
+        "hans",
+    ):  # commands that import torch and friends: their CPU-irrelevant advice off
         from mtnlg.topology import quiet_libraries
+
         quiet_libraries()
     args = _parser(argv[0] if argv else None).parse_args(argv)
     args.argv = argv
     try:
-        with use_data_dir(getattr(args, "data_dir", None)):   # one data setting for the command and the processes it starts
+        with use_data_dir(
+            getattr(args, "data_dir", None)
+        ):  # one data setting for the command and the processes it starts
             code = args.func(args)
     except KeyboardInterrupt:
         from mtnlg.topology import RANK_ERRORS_ENV, launched
-        if os.environ.get(RANK_ERRORS_ENV) and launched(): return leave(130)     # the launcher stops every rank and says so once
+
+        if os.environ.get(RANK_ERRORS_ENV) and launched():
+            return leave(130)  # the launcher stops every rank and says so once
         raise
     except Exception as e:
         from mtnlg.topology import report_rank_error, claim_first_error, launcher_env
+
         message, rank = _user_error(e), launcher_env()["rank"]
-        if message is None:                     # a crash: its traceback, as always; its first line for the launcher
+        if message is None:  # a crash: its traceback, as always; its first line for the launcher
             line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
-            if report_rank_error(1, line) or not launcher_env()["launched"]: raise
-            if claim_first_error():                              # srun: unless a peer failed first and says so
+            if report_rank_error(1, line) or not launcher_env()["launched"]:
+                raise
+            if claim_first_error():  # srun: unless a peer failed first and says so
                 traceback.print_exc()
                 print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
             return leave(1)
@@ -619,9 +1066,12 @@ def main(argv=None) -> int:
         return leave(2)
     return leave(code)
 
+
 def leave(code: int) -> int:
     """`code`, the command's exit code; in a rank of a job of several processes, the end of the process there (chapter 10's
     `leave_job`: not the interpreter's teardown, which can crash a rank whose job succeeded)."""
-    if "torch" not in sys.modules: return code          # no process group without torch (`info`, `data`, `hans`)
+    if "torch" not in sys.modules:
+        return code  # no process group without torch (`info`, `data`, `hans`)
     from mtnlg.topology import leave_job
+
     return leave_job(code)

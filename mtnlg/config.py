@@ -9,41 +9,57 @@ __all__ = ['ATTENTION_BACKENDS', 'ModelConfig', 'ParallelConfig', 'OptimizerConf
            'stage_params_per_rank', 'reduce_bucket_elements']
 
 # %% ../nbs/00_config.ipynb
-import dataclasses, difflib, importlib.util, math, os, re, types, typing
+import dataclasses
+import difflib
+import importlib.util
+import math
+import os
+import re
+import types
+import typing
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 import yaml
 
 # %% ../nbs/00_config.ipynb
-ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")   # torch.nn.attention.SDPBackend's, and auto
+ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")  # torch.nn.attention.SDPBackend's, and auto
+
 
 @dataclass
 class ModelConfig:
     "GPT decoder shape: pre-LayerNorm, learned positions, GeLU MLP, tied embeddings."
+
     num_layers: int
     hidden_size: int
     num_attention_heads: int
     seq_length: int
-    vocab_size: int                      # tokenizer vocabulary, before padding
-    ffn_hidden_size: int | None = None   # default 4 * hidden_size
+    vocab_size: int  # tokenizer vocabulary, before padding
+    ffn_hidden_size: int | None = None  # default 4 * hidden_size
     make_vocab_size_divisible_by: int = 128
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     init_method_std: float = 0.02
     layernorm_epsilon: float = 1e-5
-    tp_layers: str = "megatron"          # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
-    recompute: str = "none"              # activation recomputation in backward: none | selective (attention core) | full (whole layer)
-    kernels: str = "reference"           # fused kernels (chapter 20): reference (plain PyTorch) | triton | compile (torch.compile)
-                                         # | liger (liger-kernel's LayerNorm and fused linear cross-entropy: optional, a GPU)
-    loss_chunk: int = 0                  # 0: the paper's output layer, its logits kept for backward; N: chapter 20's linear
-                                         # cross-entropy, N tokens' logits at a time (Triton with kernels=triton, else PyTorch)
-    attention_backend: str = "auto"      # SDPA's kernel: auto (PyTorch's pick) | flash | cudnn | efficient | math
-    compile_blocks: bool = False         # torch.compile each transformer layer (fuses its LayerNorms, GeLU, dropouts, adds)
+    tp_layers: str = "megatron"  # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
+    recompute: str = (
+        "none"  # activation recomputation in backward: none | selective (attention core) | full (whole layer)
+    )
+    kernels: str = (
+        "reference"  # fused kernels (chapter 20): reference (plain PyTorch) | triton | compile (torch.compile)
+    )
+    # | liger (liger-kernel's LayerNorm and fused linear cross-entropy: optional, a GPU)
+    loss_chunk: int = 0  # 0: the paper's output layer, its logits kept for backward; N: chapter 20's linear
+    # cross-entropy, N tokens' logits at a time (Triton with kernels=triton, else PyTorch)
+    attention_backend: str = "auto"  # SDPA's kernel: auto (PyTorch's pick) | flash | cudnn | efficient | math
+    compile_blocks: bool = False  # torch.compile each transformer layer (fuses its LayerNorms, GeLU, dropouts, adds)
 
     @property
-    def ffn_size(self) -> int: return self.ffn_hidden_size or 4 * self.hidden_size
+    def ffn_size(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
     @property
-    def head_dim(self) -> int: return self.hidden_size // self.num_attention_heads
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
 
     def padded_vocab_size(self, tensor_parallel: int = 1) -> int:
         "Megatron pads the vocabulary to a multiple of `make_vocab_size_divisible_by * TP`."
@@ -54,22 +70,32 @@ class ModelConfig:
 @dataclass
 class ParallelConfig:
     "3D layout: tensor (inside a node) x pipeline (across nodes) x data parallel."
+
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     data_parallel: int = 1
-    world_size: int | None = None        # if given, must equal TP * PP * DP
+    world_size: int | None = None  # if given, must equal TP * PP * DP
     gpus_per_node: int = 8
-    partition: str = "uniform"            # layers over pipeline stages: uniform (equal blocks) | balanced (equal FLOPs, output layer counted)
-    sequence_parallel: bool = False       # Korthikanti et al. 2022: LayerNorm and dropout on 1/TP of the sequence (a no-op at TP 1)
+    partition: str = (
+        "uniform"  # layers over pipeline stages: uniform (equal blocks) | balanced (equal FLOPs, output layer counted)
+    )
+    sequence_parallel: bool = (
+        False  # Korthikanti et al. 2022: LayerNorm and dropout on 1/TP of the sequence (a no-op at TP 1)
+    )
 
     @property
-    def gpus_per_replica(self) -> int: return self.tensor_parallel * self.pipeline_parallel
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
     @property
-    def total_gpus(self) -> int: return self.gpus_per_replica * self.data_parallel
+    def total_gpus(self) -> int:
+        return self.gpus_per_replica * self.data_parallel
+
 
 @dataclass
 class OptimizerConfig:
     "Adam with decoupled weight decay and global-norm gradient clipping."
+
     lr: float = 6e-4
     min_lr: float = 6e-5
     adam_beta1: float = 0.9
@@ -77,21 +103,25 @@ class OptimizerConfig:
     adam_eps: float = 1e-8
     weight_decay: float = 0.1
     clip_grad: float = 1.0
-    fused: bool = False      # torch's fused AdamW (`fused=True`: one kernel over all parameters; CUDA and CPU): the same update
+    fused: bool = (
+        False  # torch's fused AdamW (`fused=True`: one kernel over all parameters; CUDA and CPU): the same update
+    )
+
 
 @dataclass
 class ScheduleConfig:
     "Batch size ramp-up and learning-rate schedule, measured in tokens as in the paper."
+
     global_batch_size: int
     train_tokens: int
     micro_batch_size: int = 1
-    batch_size_rampup_start: int | None = None      # e.g. 32
+    batch_size_rampup_start: int | None = None  # e.g. 32
     batch_size_rampup_increment: int | None = None  # e.g. 32
-    batch_size_rampup_tokens: int = 0               # e.g. 12e9
+    batch_size_rampup_tokens: int = 0  # e.g. 12e9
     lr_warmup_tokens: int = 0
-    lr_decay_tokens: int | None = None              # default: train_tokens
+    lr_decay_tokens: int | None = None  # default: train_tokens
     lr_decay_style: str = "cosine"
-    train_iters: int | None = None                  # optional cap on optimizer steps
+    train_iters: int | None = None  # optional cap on optimizer steps
     log_interval: int = 10
     eval_interval: int = 100
     eval_iters: int = 10
@@ -100,35 +130,48 @@ class ScheduleConfig:
 @dataclass
 class BlendEntry:
     "One dataset of a training blend: a Megatron indexed dataset (`<path>.bin` + `<path>.idx`) and its sampling weight."
-    path: str                            # the prefix; with `data.curated`, a dataset name in <curated>/indexed/ also works
-    weight: float                        # share of training samples (weights are normalized over the blend)
+
+    path: str  # the prefix; with `data.curated`, a dataset name in <curated>/indexed/ also works
+    weight: float  # share of training samples (weights are normalized over the blend)
+
 
 @dataclass
 class DataConfig:
     "Where the training tokens come from: Megatron indexed datasets, blended by weight, split by documents."
-    curated: str | None = None           # a `mtnlg curate` output: indexed/<dataset>.bin/.idx, tokenizer.json, blend weights
-    blend: list[BlendEntry] | None = None # datasets and weights; default: every dataset of `curated`, weighted as curation says
-    split: str = "95,5,0"                # train,valid,test shares of each dataset's documents (Megatron's --split)
-    train_files: list[str] = field(default_factory=list)  # JSONL convenience: written once as an indexed dataset, then the same path
-    valid_files: list[str] = field(default_factory=list)  # JSONL validation documents (else `split` holds some of train_files out)
-    text_key: str = "text"               # the JSONL field holding a document's text
-    tokenizer: str = "train-bpe"         # train-bpe: curation's BPE (<curated>/tokenizer.json) or one trained once on train_files;
-                                         # gpt2: GPT-2's BPE from vocab_file + merges_file; or the path of a tokenizer.json
-    vocab_file: str | None = None        # GPT-2 vocab.json, for tokenizer: gpt2
-    merges_file: str | None = None       # GPT-2 merges.txt, for tokenizer: gpt2
+
+    curated: str | None = None  # a `mtnlg curate` output: indexed/<dataset>.bin/.idx, tokenizer.json, blend weights
+    blend: list[BlendEntry] | None = (
+        None  # datasets and weights; default: every dataset of `curated`, weighted as curation says
+    )
+    split: str = "95,5,0"  # train,valid,test shares of each dataset's documents (Megatron's --split)
+    train_files: list[str] = field(
+        default_factory=list
+    )  # JSONL convenience: written once as an indexed dataset, then the same path
+    valid_files: list[str] = field(
+        default_factory=list
+    )  # JSONL validation documents (else `split` holds some of train_files out)
+    text_key: str = "text"  # the JSONL field holding a document's text
+    tokenizer: str = (
+        "train-bpe"  # train-bpe: curation's BPE (<curated>/tokenizer.json) or one trained once on train_files;
+    )
+    # gpt2: GPT-2's BPE from vocab_file + merges_file; or the path of a tokenizer.json
+    vocab_file: str | None = None  # GPT-2 vocab.json, for tokenizer: gpt2
+    merges_file: str | None = None  # GPT-2 merges.txt, for tokenizer: gpt2
+
 
 @dataclass
 class CheckpointConfig:
-    save_interval: int | None = None     # steps between checkpoints (and always at the end); None: only at the end
-    keep_last: int = 2                   # complete checkpoints kept; older ones are deleted once a newer one is complete
-    dir: str | None = None               # where step-NNNNNNN/ directories and the `latest` pointer go; default <run_dir>/checkpoints
-    resume: str | None = None            # "auto": continue from `latest` in `dir` if there is one; or a checkpoint path
-    reshard: bool = True                 # allow resuming from a checkpoint saved on another TP x PP x DP layout
+    save_interval: int | None = None  # steps between checkpoints (and always at the end); None: only at the end
+    keep_last: int = 2  # complete checkpoints kept; older ones are deleted once a newer one is complete
+    dir: str | None = None  # where step-NNNNNNN/ directories and the `latest` pointer go; default <run_dir>/checkpoints
+    resume: str | None = None  # "auto": continue from `latest` in `dir` if there is one; or a checkpoint path
+    reshard: bool = True  # allow resuming from a checkpoint saved on another TP x PP x DP layout
 
 # %% ../nbs/00_config.ipynb
 @dataclass
 class Config:
     "Everything one training run needs."
+
     name: str
     model: ModelConfig
     schedule: ScheduleConfig
@@ -136,55 +179,76 @@ class Config:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    precision: str = "fp32"              # fp32 | bf16
+    precision: str = "fp32"  # fp32 | bf16
     seed: int = 1234
-    deterministic: bool = False          # the same bits every run, on a GPU too, at some speed (chapter 10)
+    deterministic: bool = False  # the same bits every run, on a GPU too, at some speed (chapter 10)
     output_dir: str = "runs/{name}"
-    source: str | None = None            # the YAML file this came from (set by the loader)
+    source: str | None = None  # the YAML file this came from (set by the loader)
 
     @property
-    def run_dir(self) -> Path: return Path(self.output_dir.format(name=self.name))
+    def run_dir(self) -> Path:
+        return Path(self.output_dir.format(name=self.name))
 
     def path(self, p: str) -> Path:
         "`p` as given if absolute or existing, else relative to the project holding the config file (the parent of scaled_configs/)."
         q = Path(os.path.expandvars(os.path.expanduser(p)))
-        if q.is_absolute() or q.exists() or self.source is None: return q
+        if q.is_absolute() or q.exists() or self.source is None:
+            return q
         return Path(self.source).resolve().parent.parent / q
 
-    def to_dict(self) -> dict: return asdict(self)
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 # %% ../nbs/00_config.ipynb
 class ConfigError(ValueError):
     "A config that cannot run. The message names the field and what to change."
 
-class _Loader(yaml.SafeLoader): pass
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:\d[\d_]*\.\d*|\.\d+|\d[\d_]*)(?:[eE][-+]?\d+)$|^[-+]?(?:\d[\d_]*\.\d*|\.\d+)$"),
-    list("-+0123456789."))
+    list("-+0123456789."),
+)
 
 # %% ../nbs/00_config.ipynb
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
 
 def _check_value(path: str, value, tp):
     "Return `value` converted to type `tp`, or raise a ConfigError naming `path`."
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args: return None
+        if value is None and type(None) in args:
+            return None
         return _check_value(path, value, next(a for a in args if a is not type(None)))
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"`{path}` must be a list, got {value!r} ({type(value).__name__})")
         return [_check_value(f"{path}[{i}]", v, args[0]) for i, v in enumerate(value)]
-    if dataclasses.is_dataclass(tp): return _build(tp, value, path)
-    ok = (tp is bool and isinstance(value, bool)
-          or tp is str and isinstance(value, str)
-          or tp is int and isinstance(value, int) and not isinstance(value, bool)
-          or tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
-    if tp is int and isinstance(value, float) and value.is_integer(): return int(value)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    ok = (
+        tp is bool
+        and isinstance(value, bool)
+        or tp is str
+        and isinstance(value, str)
+        or tp is int
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        or tp is float
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    )
+    if tp is int and isinstance(value, float) and value.is_integer():
+        return int(value)
     if not ok:
         raise ConfigError(f"`{path}` must be {_TYPE_NAMES[tp]}, got {value!r} ({type(value).__name__})")
     return float(value) if tp is float else value
+
 
 def _build(cls, data, path: str = ""):
     "Build dataclass `cls` from a dict, rejecting unknown keys, missing keys and wrong types."
@@ -200,42 +264,73 @@ def _build(cls, data, path: str = ""):
     kwargs = {}
     for name, f in known.items():
         sub = f"{path}.{name}" if path else name
-        if name in data: kwargs[name] = _check_value(sub, data[name], hints[name])
+        if name in data:
+            kwargs[name] = _check_value(sub, data[name], hints[name])
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"missing required key `{sub}`")
     return cls(**kwargs)
 
 # %% ../nbs/00_config.ipynb
-def _divisors(n: int) -> str: return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
 
 def _validate(c: Config):
     m, p, o, s = c.model, c.parallel, c.optimizer, c.schedule
-    positive = {"model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
-                "model.num_attention_heads": m.num_attention_heads, "model.seq_length": m.seq_length,
-                "model.vocab_size": m.vocab_size, "model.make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
-                "model.ffn_hidden_size": m.ffn_size, "model.init_method_std": m.init_method_std,
-                "parallel.tensor_parallel": p.tensor_parallel, "parallel.pipeline_parallel": p.pipeline_parallel,
-                "parallel.data_parallel": p.data_parallel, "parallel.gpus_per_node": p.gpus_per_node,
-                "optimizer.lr": o.lr, "schedule.global_batch_size": s.global_batch_size,
-                "schedule.micro_batch_size": s.micro_batch_size, "schedule.train_tokens": s.train_tokens,
-                "schedule.log_interval": s.log_interval, "schedule.eval_interval": s.eval_interval}
-    if p.world_size is not None: positive["parallel.world_size"] = p.world_size
-    if s.train_iters is not None: positive["schedule.train_iters"] = s.train_iters
-    if c.checkpoint.save_interval is not None: positive["checkpoint.save_interval"] = c.checkpoint.save_interval
+    positive = {
+        "model.num_layers": m.num_layers,
+        "model.hidden_size": m.hidden_size,
+        "model.num_attention_heads": m.num_attention_heads,
+        "model.seq_length": m.seq_length,
+        "model.vocab_size": m.vocab_size,
+        "model.make_vocab_size_divisible_by": m.make_vocab_size_divisible_by,
+        "model.ffn_hidden_size": m.ffn_size,
+        "model.init_method_std": m.init_method_std,
+        "parallel.tensor_parallel": p.tensor_parallel,
+        "parallel.pipeline_parallel": p.pipeline_parallel,
+        "parallel.data_parallel": p.data_parallel,
+        "parallel.gpus_per_node": p.gpus_per_node,
+        "optimizer.lr": o.lr,
+        "schedule.global_batch_size": s.global_batch_size,
+        "schedule.micro_batch_size": s.micro_batch_size,
+        "schedule.train_tokens": s.train_tokens,
+        "schedule.log_interval": s.log_interval,
+        "schedule.eval_interval": s.eval_interval,
+    }
+    if p.world_size is not None:
+        positive["parallel.world_size"] = p.world_size
+    if s.train_iters is not None:
+        positive["schedule.train_iters"] = s.train_iters
+    if c.checkpoint.save_interval is not None:
+        positive["checkpoint.save_interval"] = c.checkpoint.save_interval
     positive["checkpoint.keep_last"] = c.checkpoint.keep_last
     for name, v in positive.items():
-        if v <= 0: raise ConfigError(f"`{name}` must be > 0, got {v}")
-    for name, v in {"optimizer.min_lr": o.min_lr, "optimizer.weight_decay": o.weight_decay,
-                    "optimizer.clip_grad": o.clip_grad, "optimizer.adam_eps": o.adam_eps,
-                    "schedule.lr_warmup_tokens": s.lr_warmup_tokens,
-                    "schedule.batch_size_rampup_tokens": s.batch_size_rampup_tokens,
-                    "schedule.eval_iters": s.eval_iters, "model.loss_chunk": m.loss_chunk}.items():
-        if v < 0: raise ConfigError(f"`{name}` must be >= 0, got {v}")
-    for name, v in {"model.hidden_dropout": m.hidden_dropout, "model.attention_dropout": m.attention_dropout,
-                    "optimizer.adam_beta1": o.adam_beta1, "optimizer.adam_beta2": o.adam_beta2}.items():
-        if not 0 <= v < 1: raise ConfigError(f"`{name}` must be in [0, 1), got {v}")
+        if v <= 0:
+            raise ConfigError(f"`{name}` must be > 0, got {v}")
+    for name, v in {
+        "optimizer.min_lr": o.min_lr,
+        "optimizer.weight_decay": o.weight_decay,
+        "optimizer.clip_grad": o.clip_grad,
+        "optimizer.adam_eps": o.adam_eps,
+        "schedule.lr_warmup_tokens": s.lr_warmup_tokens,
+        "schedule.batch_size_rampup_tokens": s.batch_size_rampup_tokens,
+        "schedule.eval_iters": s.eval_iters,
+        "model.loss_chunk": m.loss_chunk,
+    }.items():
+        if v < 0:
+            raise ConfigError(f"`{name}` must be >= 0, got {v}")
+    for name, v in {
+        "model.hidden_dropout": m.hidden_dropout,
+        "model.attention_dropout": m.attention_dropout,
+        "optimizer.adam_beta1": o.adam_beta1,
+        "optimizer.adam_beta2": o.adam_beta2,
+    }.items():
+        if not 0 <= v < 1:
+            raise ConfigError(f"`{name}` must be in [0, 1), got {v}")
     if o.min_lr > o.lr:
-        raise ConfigError(f"`optimizer.min_lr`={o.min_lr} is above `optimizer.lr`={o.lr}; the schedule decays *to* min_lr")
+        raise ConfigError(
+            f"`optimizer.min_lr`={o.min_lr} is above `optimizer.lr`={o.lr}; the schedule decays *to* min_lr"
+        )
     if m.tp_layers not in ("megatron", "scratch"):
         raise ConfigError(f"`model.tp_layers` must be megatron or scratch, got {m.tp_layers!r}")
     if m.recompute not in ("none", "selective", "full"):
@@ -243,130 +338,205 @@ def _validate(c: Config):
     if m.kernels not in ("reference", "triton", "compile", "liger"):
         raise ConfigError(f"`model.kernels` must be reference, triton, compile or liger, got {m.kernels!r}")
     if m.kernels == "liger" and importlib.util.find_spec("liger_kernel") is None:
-        raise ConfigError("`model.kernels`=liger needs liger-kernel (pip install liger-kernel: optional, a CUDA package, "
-                          "not in the requirements); choose reference, triton or compile without it")
+        raise ConfigError(
+            "`model.kernels`=liger needs liger-kernel (pip install liger-kernel: optional, a CUDA package, "
+            "not in the requirements); choose reference, triton or compile without it"
+        )
     if m.kernels == "liger" and m.loss_chunk and p.tensor_parallel > 1:
-        raise ConfigError(f"`model.kernels`=liger with `model.loss_chunk`: liger's fused linear cross-entropy has no "
-                          f"tensor-parallel form; use TP 1 (got {p.tensor_parallel}) or kernels=triton")
+        raise ConfigError(
+            f"`model.kernels`=liger with `model.loss_chunk`: liger's fused linear cross-entropy has no "
+            f"tensor-parallel form; use TP 1 (got {p.tensor_parallel}) or kernels=triton"
+        )
     if m.attention_backend not in ATTENTION_BACKENDS:
-        raise ConfigError(f"`model.attention_backend` must be one of {', '.join(ATTENTION_BACKENDS)}, got {m.attention_backend!r}")
+        raise ConfigError(
+            f"`model.attention_backend` must be one of {', '.join(ATTENTION_BACKENDS)}, got {m.attention_backend!r}"
+        )
     if p.partition not in ("uniform", "balanced"):
-        raise ConfigError(f"`parallel.partition` must be uniform (the same number of transformer layers per stage) or "
-                          f"balanced (the same forward FLOPs per stage, embedding and output layer included), got {p.partition!r}")
+        raise ConfigError(
+            f"`parallel.partition` must be uniform (the same number of transformer layers per stage) or "
+            f"balanced (the same forward FLOPs per stage, embedding and output layer included), got {p.partition!r}"
+        )
     if c.precision not in ("fp32", "bf16"):
         raise ConfigError(f"`precision` must be fp32 or bf16, got {c.precision!r}")
     if s.lr_decay_style not in ("cosine", "linear", "constant"):
         raise ConfigError(f"`schedule.lr_decay_style` must be cosine, linear or constant, got {s.lr_decay_style!r}")
     _validate_data(c.data)
     if m.hidden_size % m.num_attention_heads:
-        raise ConfigError(f"`model.hidden_size`={m.hidden_size} is not divisible by `model.num_attention_heads`="
-                          f"{m.num_attention_heads}; choose heads among: {_divisors(m.hidden_size)}")
+        raise ConfigError(
+            f"`model.hidden_size`={m.hidden_size} is not divisible by `model.num_attention_heads`="
+            f"{m.num_attention_heads}; choose heads among: {_divisors(m.hidden_size)}"
+        )
     if m.num_attention_heads % p.tensor_parallel:
-        raise ConfigError(f"`model.num_attention_heads`={m.num_attention_heads} is not divisible by "
-                          f"`parallel.tensor_parallel`={p.tensor_parallel}: each TP rank must hold whole heads; "
-                          f"choose tensor_parallel among: {_divisors(m.num_attention_heads)}")
+        raise ConfigError(
+            f"`model.num_attention_heads`={m.num_attention_heads} is not divisible by "
+            f"`parallel.tensor_parallel`={p.tensor_parallel}: each TP rank must hold whole heads; "
+            f"choose tensor_parallel among: {_divisors(m.num_attention_heads)}"
+        )
     if m.ffn_size % p.tensor_parallel:
-        raise ConfigError(f"`model.ffn_hidden_size`={m.ffn_size} is not divisible by `parallel.tensor_parallel`={p.tensor_parallel}")
+        raise ConfigError(
+            f"`model.ffn_hidden_size`={m.ffn_size} is not divisible by `parallel.tensor_parallel`={p.tensor_parallel}"
+        )
     if p.sequence_parallel and m.seq_length % p.tensor_parallel:
-        raise ConfigError(f"`parallel.sequence_parallel` splits the sequence over TP ranks: `model.seq_length`={m.seq_length} is not "
-                          f"divisible by `parallel.tensor_parallel`={p.tensor_parallel}")
+        raise ConfigError(
+            f"`parallel.sequence_parallel` splits the sequence over TP ranks: `model.seq_length`={m.seq_length} is not "
+            f"divisible by `parallel.tensor_parallel`={p.tensor_parallel}"
+        )
     if m.num_layers % p.pipeline_parallel:
-        raise ConfigError(f"`model.num_layers`={m.num_layers} is not divisible by `parallel.pipeline_parallel`="
-                          f"{p.pipeline_parallel}; choose pipeline_parallel among: {_divisors(m.num_layers)}")
+        raise ConfigError(
+            f"`model.num_layers`={m.num_layers} is not divisible by `parallel.pipeline_parallel`="
+            f"{p.pipeline_parallel}; choose pipeline_parallel among: {_divisors(m.num_layers)}"
+        )
     if p.world_size is not None and p.world_size != p.total_gpus:
-        raise ConfigError(f"`parallel.world_size`={p.world_size} but TP*PP*DP = {p.tensor_parallel}*{p.pipeline_parallel}*"
-                          f"{p.data_parallel} = {p.total_gpus}; set data_parallel = world_size / (TP*PP)"
-                          + (f" = {p.world_size // p.gpus_per_replica}" if p.world_size % p.gpus_per_replica == 0 else
-                             f" (world_size must be a multiple of TP*PP = {p.gpus_per_replica})"))
+        raise ConfigError(
+            f"`parallel.world_size`={p.world_size} but TP*PP*DP = {p.tensor_parallel}*{p.pipeline_parallel}*"
+            f"{p.data_parallel} = {p.total_gpus}; set data_parallel = world_size / (TP*PP)"
+            + (
+                f" = {p.world_size // p.gpus_per_replica}"
+                if p.world_size % p.gpus_per_replica == 0
+                else f" (world_size must be a multiple of TP*PP = {p.gpus_per_replica})"
+            )
+        )
     per_step = s.micro_batch_size * p.data_parallel
     if s.global_batch_size % per_step:
-        raise ConfigError(f"`schedule.global_batch_size`={s.global_batch_size} is not divisible by micro_batch_size * "
-                          f"data_parallel = {s.micro_batch_size}*{p.data_parallel} = {per_step}; use a multiple of {per_step}")
+        raise ConfigError(
+            f"`schedule.global_batch_size`={s.global_batch_size} is not divisible by micro_batch_size * "
+            f"data_parallel = {s.micro_batch_size}*{p.data_parallel} = {per_step}; use a multiple of {per_step}"
+        )
     _validate_rampup(s, per_step)
+
 
 def _validate_rampup(s: ScheduleConfig, per_step: int):
     start, inc = s.batch_size_rampup_start, s.batch_size_rampup_increment
-    if start is None and inc is None: return
+    if start is None and inc is None:
+        return
     if start is None or inc is None:
-        raise ConfigError("set both `schedule.batch_size_rampup_start` and `schedule.batch_size_rampup_increment`, or neither")
-    if start <= 0 or inc <= 0: raise ConfigError(f"batch size ramp-up start and increment must be > 0, got {start} and {inc}")
+        raise ConfigError(
+            "set both `schedule.batch_size_rampup_start` and `schedule.batch_size_rampup_increment`, or neither"
+        )
+    if start <= 0 or inc <= 0:
+        raise ConfigError(f"batch size ramp-up start and increment must be > 0, got {start} and {inc}")
     if start > s.global_batch_size or (s.global_batch_size - start) % inc:
-        raise ConfigError(f"batch size ramp-up must climb from `batch_size_rampup_start`={start} to `global_batch_size`="
-                          f"{s.global_batch_size} in whole steps of `batch_size_rampup_increment`={inc}")
+        raise ConfigError(
+            f"batch size ramp-up must climb from `batch_size_rampup_start`={start} to `global_batch_size`="
+            f"{s.global_batch_size} in whole steps of `batch_size_rampup_increment`={inc}"
+        )
     if start % per_step or inc % per_step:
-        raise ConfigError(f"batch size ramp-up start ({start}) and increment ({inc}) must be multiples of "
-                          f"micro_batch_size * data_parallel = {per_step}")
+        raise ConfigError(
+            f"batch size ramp-up start ({start}) and increment ({inc}) must be multiples of "
+            f"micro_batch_size * data_parallel = {per_step}"
+        )
+
 
 def split_shares(split: str) -> list[float]:
     "Megatron's `--split` string ('969,30,1', '95,5') as normalized train, valid, test shares."
     if not isinstance(split, str) or not re.fullmatch(r"\s*\d+(\.\d*)?(\s*,\s*\d+(\.\d*)?){0,2}\s*", split):
-        raise ConfigError(f"`data.split` must be up to three comma-separated shares train,valid,test like '95,5,0', got {split!r}")
+        raise ConfigError(
+            f"`data.split` must be up to three comma-separated shares train,valid,test like '95,5,0', got {split!r}"
+        )
     v = [float(x) for x in split.split(",")]
     v += [0.0] * (3 - len(v))
-    if sum(v) <= 0: raise ConfigError(f"`data.split` shares must sum to more than 0, got {split!r}")
+    if sum(v) <= 0:
+        raise ConfigError(f"`data.split` shares must sum to more than 0, got {split!r}")
     return [x / sum(v) for x in v]
+
 
 def _validate_data(d: DataConfig):
     if d.train_files and (d.curated or d.blend):
-        raise ConfigError("give the training data one way: `data.curated` / `data.blend` (indexed datasets) or `data.train_files` (JSONL), not both")
+        raise ConfigError(
+            "give the training data one way: `data.curated` / `data.blend` (indexed datasets) or `data.train_files` (JSONL), not both"
+        )
     if d.valid_files and not d.train_files:
-        raise ConfigError("`data.valid_files` goes with `data.train_files`; with indexed datasets `data.split` holds out the validation documents")
+        raise ConfigError(
+            "`data.valid_files` goes with `data.train_files`; with indexed datasets `data.split` holds out the validation documents"
+        )
     shares = split_shares(d.split)
-    if shares[0] <= 0: raise ConfigError(f"`data.split`={d.split!r} gives training no documents; the first share must be > 0")
+    if shares[0] <= 0:
+        raise ConfigError(f"`data.split`={d.split!r} gives training no documents; the first share must be > 0")
     if shares[1] <= 0 and not d.valid_files:
-        raise ConfigError(f"`data.split`={d.split!r} holds out no validation documents; give the second share a value > 0, e.g. '95,5,0'")
+        raise ConfigError(
+            f"`data.split`={d.split!r} holds out no validation documents; give the second share a value > 0, e.g. '95,5,0'"
+        )
     if d.blend is not None:
-        if not d.blend: raise ConfigError("`data.blend` is empty: list datasets as {path: ..., weight: ...}, or leave it out to use all of `data.curated`")
+        if not d.blend:
+            raise ConfigError(
+                "`data.blend` is empty: list datasets as {path: ..., weight: ...}, or leave it out to use all of `data.curated`"
+            )
         for i, e in enumerate(d.blend):
-            if e.weight < 0: raise ConfigError(f"`data.blend[{i}].weight` must be >= 0, got {e.weight}")
-        if sum(e.weight for e in d.blend) <= 0: raise ConfigError("`data.blend` weights must sum to more than 0")
+            if e.weight < 0:
+                raise ConfigError(f"`data.blend[{i}].weight` must be >= 0, got {e.weight}")
+        if sum(e.weight for e in d.blend) <= 0:
+            raise ConfigError("`data.blend` weights must sum to more than 0")
         paths = [e.path for e in d.blend]
-        if len(set(paths)) != len(paths): raise ConfigError(f"`data.blend` names a dataset twice: {sorted(p for p in set(paths) if paths.count(p) > 1)}")
+        if len(set(paths)) != len(paths):
+            raise ConfigError(
+                f"`data.blend` names a dataset twice: {sorted(p for p in set(paths) if paths.count(p) > 1)}"
+            )
     tok = d.tokenizer
     if tok not in ("train-bpe", "gpt2") and not tok.endswith(".json"):
         raise ConfigError(f"`data.tokenizer` must be train-bpe, gpt2 or the path of a tokenizer.json, got {tok!r}")
     if tok == "gpt2" and not (d.vocab_file and d.merges_file):
-        raise ConfigError("`data.tokenizer: gpt2` needs `data.vocab_file` and `data.merges_file` (GPT-2's vocab.json and merges.txt)")
+        raise ConfigError(
+            "`data.tokenizer: gpt2` needs `data.vocab_file` and `data.merges_file` (GPT-2's vocab.json and merges.txt)"
+        )
     if d.curated and tok != "train-bpe":
-        raise ConfigError(f"`data.curated` brings the tokenizer its datasets were written with (<curated>/tokenizer.json); remove `data.tokenizer: {tok}`")
+        raise ConfigError(
+            f"`data.curated` brings the tokenizer its datasets were written with (<curated>/tokenizer.json); remove `data.tokenizer: {tok}`"
+        )
     if d.blend and not d.curated and tok == "train-bpe":
-        raise ConfigError("`data.blend` without `data.curated` needs the tokenizer its datasets were written with: "
-                          "`data.tokenizer: gpt2` (+ vocab_file, merges_file) or the path of a tokenizer.json")
+        raise ConfigError(
+            "`data.blend` without `data.curated` needs the tokenizer its datasets were written with: "
+            "`data.tokenizer: gpt2` (+ vocab_file, merges_file) or the path of a tokenizer.json"
+        )
 
 # %% ../nbs/00_config.ipynb
 def _apply_override(data: dict, dotted: str, value):
     node = data
     keys = dotted.split(".")
-    for k in keys[:-1]: node = node.setdefault(k, {})
-    if not isinstance(node, dict): raise ConfigError(f"cannot set `{dotted}`: `{'.'.join(keys[:-1])}` is not a section")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    if not isinstance(node, dict):
+        raise ConfigError(f"cannot set `{dotted}`: `{'.'.join(keys[:-1])}` is not a section")
     node[keys[-1]] = value
+
 
 def parse_override(text: str) -> tuple[str, object]:
     "Parse `key.path=value` (value read as YAML: numbers, lists, null) as the CLI's `--set` does."
-    if "=" not in text: raise ConfigError(f"override {text!r} must look like section.key=value")
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
     key, value = text.split("=", 1)
     return key.strip(), yaml.load(value, Loader=_Loader)
+
 
 def config_from_dict(data: dict, overrides: dict | None = None) -> Config:
     "Build and validate a `Config` from a plain dict (as read from YAML)."
     data = yaml.load(yaml.dump(data), Loader=_Loader) if data is not None else {}  # deep copy
-    for k, v in (overrides or {}).items(): _apply_override(data, k, v)
+    for k, v in (overrides or {}).items():
+        _apply_override(data, k, v)
     cfg = _build(Config, data)
     _validate(cfg)
     return cfg
+
 
 def load_config(path, overrides: dict | None = None) -> Config:
     "Load a YAML config, apply dotted `overrides`, validate; raise `ConfigError` with a clear message."
     path = Path(path)
     if not path.is_file():
         known = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
-        raise ConfigError(f"config file {str(path)!r} not found" + (f"; configs here: {', '.join(known)}" if known else ""))
-    try: data = yaml.load(path.read_text(), Loader=_Loader)
-    except yaml.YAMLError as e: raise ConfigError(f"{path} is not valid YAML: {e}") from None
+        raise ConfigError(
+            f"config file {str(path)!r} not found" + (f"; configs here: {', '.join(known)}" if known else "")
+        )
+    try:
+        data = yaml.load(path.read_text(), Loader=_Loader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
     if isinstance(data, dict) and "datasets" in data and "model" not in data:
-        raise ConfigError(f"{path} is a data-curation config (it has `datasets`, no `model`): run it with `mtnlg curate --config {path}`")
-    try: cfg = config_from_dict(data, overrides)
-    except ConfigError as e: raise ConfigError(f"{path}: {e}") from None
+        raise ConfigError(
+            f"{path} is a data-curation config (it has `datasets`, no `model`): run it with `mtnlg curate --config {path}`"
+        )
+    try:
+        cfg = config_from_dict(data, overrides)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     cfg.source = str(path)
     return cfg
 
@@ -378,8 +548,9 @@ def count_parameters(model: ModelConfig, tensor_parallel: int = 1) -> int:
     embeddings = model.padded_vocab_size(tensor_parallel) * h + model.seq_length * h
     return embeddings + model.num_layers * per_layer + 2 * h
 
-def layers_per_stage(cfg: Config) -> int: return cfg.model.num_layers // cfg.parallel.pipeline_parallel
 
+def layers_per_stage(cfg: Config) -> int:
+    return cfg.model.num_layers // cfg.parallel.pipeline_parallel
 
 
 def narayanan_flops(B: int, s: int, l: int, h: int, V: int) -> float:
@@ -390,19 +561,23 @@ def narayanan_flops(B: int, s: int, l: int, h: int, V: int) -> float:
 def layer_params_per_rank(model: ModelConfig, tp: int) -> int:
     "Parameters of one transformer layer on one TP rank: QKV and fc1 column-split, proj and fc2 row-split."
     h, f = model.hidden_size, model.ffn_size
-    split = (3 * h * h + 3 * h) + h * h + (h * f + f) + f * h      # weights and column-parallel biases
-    replicated = h + h + 4 * h                                      # row-parallel biases, two LayerNorms
+    split = (3 * h * h + 3 * h) + h * h + (h * f + f) + f * h  # weights and column-parallel biases
+    replicated = h + h + 4 * h  # row-parallel biases, two LayerNorms
     return split // tp + replicated
+
 
 def stage_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> int:
     "Parameters held by one GPU of pipeline stage `stage` (0-based), the tied output-layer copy included."
     h, V = model.hidden_size, model.padded_vocab_size(tp)
     n = model.num_layers // pp * layer_params_per_rank(model, tp)
-    if stage == 0: n += V * h // tp + model.seq_length * h         # word (vocab-parallel) and position embeddings
+    if stage == 0:
+        n += V * h // tp + model.seq_length * h  # word (vocab-parallel) and position embeddings
     if stage == pp - 1:
-        n += 2 * h                                                  # final LayerNorm
-        if pp > 1: n += V * h // tp                                 # tied output-layer copy of the word embedding
+        n += 2 * h  # final LayerNorm
+        if pp > 1:
+            n += V * h // tp  # tied output-layer copy of the word embedding
     return n
+
 
 def reduce_bucket_elements(model: ModelConfig, tp: int, pp: int) -> int:
     """DeepSpeed ZeRO's gradient-reduction bucket, in elements: its 5e8 default, or the largest stage's parameter count

@@ -18,20 +18,26 @@ from .topology import Layout, layout_problems
 # %% ../nbs/50_counting.ipynb
 RECOMPUTE = ("full", "selective", "none")
 
+
 def uniform_layers(num_layers: int, pp: int) -> tuple[int, ...]:
     "Layers per stage of the uniform split (every stage `num_layers // pp`; chapter 10 asks that it divide)."
     return (num_layers // pp,) * pp
+
 
 def embedding_weighted_layers(num_layers: int, pp: int) -> tuple[int, ...]:
     """Layers per stage when the two embeddings count as layers (Megatron-DeepSpeed's
     `--pp-partition-method 'type:transformer|embedding'`): `num_layers + 2` units split as evenly as DeepSpeed's
     `partition_uniform` does (the remainder to the first stages), the first and the last unit being the embeddings."""
-    units, q, r = num_layers + 2, (num_layers + 2) // pp, (num_layers + 2) % pp
-    if q < 1 or (pp == 1 and num_layers < 1): raise ValueError(f"{num_layers} layers + 2 embeddings do not fill {pp} stages")
+    _units, q, r = num_layers + 2, (num_layers + 2) // pp, (num_layers + 2) % pp
+    if q < 1 or (pp == 1 and num_layers < 1):
+        raise ValueError(f"{num_layers} layers + 2 embeddings do not fill {pp} stages")
     sizes = [q + (i < r) for i in range(pp)]
-    sizes[0] -= 1; sizes[-1] -= 1
-    if min(sizes) < 1: raise ValueError(f"{num_layers} layers + 2 embeddings over {pp} stages leave a stage with no layer")
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    if min(sizes) < 1:
+        raise ValueError(f"{num_layers} layers + 2 embeddings over {pp} stages leave a stage with no layer")
     return tuple(sizes)
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -40,9 +46,10 @@ class Setup:
     optionally, an uneven split of the layers over the stages (`layers_per_stage`; None = uniform) and Korthikanti et
     al.'s sequence parallelism (`sequence_parallel`: LayerNorm and dropout on 1/t of the sequence; at TP 1 there is
     nothing to split it over, so it is a no-op there, as the config and megatron-core treat it)."""
+
     layout: Layout
     micro_batch: int = 1
-    recompute: str = "full"            # full | selective | none
+    recompute: str = "full"  # full | selective | none
     virtual_stages: int = 1
     layers_per_stage: tuple[int, ...] | None = None
     sequence_parallel: bool = False
@@ -51,11 +58,16 @@ class Setup:
     pp = property(lambda self: self.layout.pp)
     dp = property(lambda self: self.layout.dp)
     gpus = property(lambda self: self.layout.world_size)
-    sp = property(lambda self: self.sequence_parallel and self.layout.tp > 1)   # what runs: sequence parallel only at TP > 1
+    sp = property(
+        lambda self: self.sequence_parallel and self.layout.tp > 1
+    )  # what runs: sequence parallel only at TP > 1
+
     def __str__(self):
-        extra = (f", {self.virtual_stages} virtual stages" if self.virtual_stages > 1 else "") + \
-                (f", layers {'/'.join(map(str, self.layers_per_stage))}" if self.layers_per_stage else "") + \
-                (", sequence parallel" if self.sp else "")
+        extra = (
+            (f", {self.virtual_stages} virtual stages" if self.virtual_stages > 1 else "")
+            + (f", layers {'/'.join(map(str, self.layers_per_stage))}" if self.layers_per_stage else "")
+            + (", sequence parallel" if self.sp else "")
+        )
         return f"{self.layout}, micro {self.micro_batch}, recompute {self.recompute}{extra}"
 
     def stage_layers(self, model: ModelConfig) -> tuple[int, ...]:
@@ -65,31 +77,48 @@ class Setup:
     @classmethod
     def of(cls, cfg: Config, recompute: str = "full") -> "Setup":
         "The setup a config asks for."
-        return cls(Layout.of(cfg), cfg.schedule.micro_batch_size, recompute, sequence_parallel=cfg.parallel.sequence_parallel)
+        return cls(
+            Layout.of(cfg), cfg.schedule.micro_batch_size, recompute, sequence_parallel=cfg.parallel.sequence_parallel
+        )
 
 # %% ../nbs/50_counting.ipynb
 def setup_problems(model: ModelConfig, L: Setup, global_batch: int, gpus_per_node: int = 8) -> list[str]:
     "Why setup `L` cannot run `model` with `global_batch` (empty list: it can)."
-    if L.recompute not in RECOMPUTE: return [f"recompute must be one of {', '.join(RECOMPUTE)}, got {L.recompute!r}"]
+    if L.recompute not in RECOMPUTE:
+        return [f"recompute must be one of {', '.join(RECOMPUTE)}, got {L.recompute!r}"]
     out = layout_problems(model, L.layout, global_batch, L.micro_batch, gpus_per_node)
     v, split = L.virtual_stages, L.layers_per_stage
-    if split is not None:              # an explicit split replaces chapter 10's "equal stages" rule
+    if split is not None:  # an explicit split replaces chapter 10's "equal stages" rule
         out = [p for p in out if "equal stages" not in p]
-        if len(split) != L.pp: out.append(f"layers_per_stage has {len(split)} entries for PP {L.pp}")
-        elif sum(split) != model.num_layers: out.append(f"layers_per_stage {list(split)} sums to {sum(split)}, not {model.num_layers} layers")
-        elif min(split) < 1: out.append(f"layers_per_stage {list(split)}: every stage needs at least one layer")
+        if len(split) != L.pp:
+            out.append(f"layers_per_stage has {len(split)} entries for PP {L.pp}")
+        elif sum(split) != model.num_layers:
+            out.append(f"layers_per_stage {list(split)} sums to {sum(split)}, not {model.num_layers} layers")
+        elif min(split) < 1:
+            out.append(f"layers_per_stage {list(split)}: every stage needs at least one layer")
     if L.sp and model.seq_length % L.tp:
-        out.append(f"sequence parallelism splits the sequence over TP ranks: seq {model.seq_length} is not divisible by TP {L.tp}")
-    if v < 1: out.append(f"virtual stages must be >= 1, got {v}")
+        out.append(
+            f"sequence parallelism splits the sequence over TP ranks: seq {model.seq_length} is not divisible by TP {L.tp}"
+        )
+    if v < 1:
+        out.append(f"virtual stages must be >= 1, got {v}")
     elif v > 1:
-        if L.pp == 1: out.append("virtual stages need pipeline parallelism (PP > 1)")
+        if L.pp == 1:
+            out.append("virtual stages need pipeline parallelism (PP > 1)")
         elif any(n % v for n in L.stage_layers(model)) and not any("layers" in p for p in out):
             out.append(f"{v} virtual stages do not split every stage's layers {list(L.stage_layers(model))} evenly")
-        if L.pp > 1 and L.micro_batch * L.dp and not global_batch % (L.micro_batch * L.dp) \
-                and (global_batch // (L.micro_batch * L.dp)) % L.pp:
-            out.append(f"the interleaved schedule needs micro-batches ({global_batch // (L.micro_batch * L.dp)}) "
-                       f"divisible by PP {L.pp}")
+        if (
+            L.pp > 1
+            and L.micro_batch * L.dp
+            and not global_batch % (L.micro_batch * L.dp)
+            and (global_batch // (L.micro_batch * L.dp)) % L.pp
+        ):
+            out.append(
+                f"the interleaved schedule needs micro-batches ({global_batch // (L.micro_batch * L.dp)}) "
+                f"divisible by PP {L.pp}"
+            )
     return out
+
 
 def check_setup(model: ModelConfig, L: Setup, global_batch: int, gpus_per_node: int = 8):
     "Raise ValueError naming every problem of setup `L`."
@@ -102,13 +131,16 @@ def layer_forward_flops(model: ModelConfig, tokens: int) -> tuple[float, float]:
     h, f, s = model.hidden_size, model.ffn_size, model.seq_length
     return 2.0 * tokens * (4 * h * h + 2 * h * f), 4.0 * tokens * s * h
 
+
 def logits_forward_flops(model: ModelConfig, tokens: int, tp: int = 1) -> float:
     return 2.0 * tokens * model.hidden_size * model.padded_vocab_size(tp)
+
 
 def recompute_flops(model: ModelConfig, tokens: int, recompute: str) -> float:
     "Extra forward FLOPs per layer that recomputation costs."
     dense, attn = layer_forward_flops(model, tokens)
     return {"full": dense + attn, "selective": attn, "none": 0.0}[recompute]
+
 
 def flops_per_iteration(model: ModelConfig, global_batch: int, recompute: str = "none", tp: int = 1) -> float:
     "FLOPs of one training iteration: forward + 2x backward (+ recomputation), all layers and the logits."
@@ -118,46 +150,79 @@ def flops_per_iteration(model: ModelConfig, global_batch: int, recompute: str = 
 
 # %% ../nbs/50_counting.ipynb
 PAPER_ROWS = [  # (nodes, DP, iteration time s, TFLOP/s per GPU), Megatron-Turing NLG paper (arXiv 2201.11990)
-    (280, 8, 60.1, 126), (350, 10, 50.2, 121), (420, 12, 44.4, 113)]
+    (280, 8, 60.1, 126),
+    (350, 10, 50.2, 121),
+    (420, 12, 44.4, 113),
+]
 
 # %% ../nbs/50_counting.ipynb
 def state_bytes(precision: str, dp: int) -> dict:
     "Bytes per parameter our DeepSpeed ZeRO-1 engine keeps on each GPU: weights, gradients, optimizer (1/dp of it)."
-    if precision == "bf16": return {"weights": 2, "gradients": 2 + 4, "optimizer": 12 / dp}   # BF16_Optimizer
-    return {"weights": 4, "gradients": 4, "optimizer": 12 / dp}                             # DeepSpeedZeroOptimizer
+    if precision == "bf16":
+        return {"weights": 2, "gradients": 2 + 4, "optimizer": 12 / dp}  # BF16_Optimizer
+    return {"weights": 4, "gradients": 4, "optimizer": 12 / dp}  # DeepSpeedZeroOptimizer
 
-def layer_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, act_bytes: int = 2, mask_bytes: int = 1,
-                           attention: str = "flash", sequence_parallel: bool = False) -> dict:
+
+def layer_activation_bytes(
+    model: ModelConfig,
+    micro_batch: int,
+    tp: int,
+    act_bytes: int = 2,
+    mask_bytes: int = 1,
+    attention: str = "flash",
+    sequence_parallel: bool = False,
+) -> dict:
     """Bytes one of our transformer layers keeps for backward per micro-batch, by what keeps them (attention: flash | math).
     With `sequence_parallel` (at TP > 1) what lies outside the tensor-parallel region is kept for 1/t of the sequence:
     the LayerNorms' inputs and statistics, the residual dropout masks, and the inputs of the QKV and fc1 linears (the
     column-parallel layers keep their rank's slice and all-gather it again in backward, Korthikanti et al. §4.2.2)."""
     s, b, h, f, a = model.seq_length, micro_batch, model.hidden_size, model.ffn_size, model.num_attention_heads
     sbh, e, stats = s * b * h, act_bytes, 2 * s * b * 4
-    outside = tp if sequence_parallel else 1                  # the sequence slice of the replicated region
-    if attention == "flash": core = a * s * b * 4 / tp        # a log-sum-exp per row; its output is the proj input
-    elif attention == "math":                                 # softmax (+ dropout mask and output), all s x s
+    outside = tp if sequence_parallel else 1  # the sequence slice of the replicated region
+    if attention == "flash":
+        core = a * s * b * 4 / tp  # a log-sum-exp per row; its output is the proj input
+    elif attention == "math":  # softmax (+ dropout mask and output), all s x s
         core = a * s * s * b * (e + (e + mask_bytes if model.attention_dropout > 0 else 0)) / tp
-        if b == 1 or sequence_parallel:                       # Q and K copies, while V (a view) keeps the QKV output alive:
-            core += 2 * sbh * e / tp                          # measured at micro-batch 1, and at any in the [s, b] layout
-    else: raise ValueError(f"attention must be flash or math, got {attention!r}")
-    return {"layernorm inputs": 2 * (sbh * e + stats) / outside, "qkv and fc1 inputs": 2 * sbh * e / outside,
-            "q, k, v": 3 * sbh * e / tp, "proj and fc2 inputs": (sbh + s * b * f) * e / tp, "gelu input": s * b * f * e / tp,
-            "dropout masks": 2 * sbh * mask_bytes / outside if model.hidden_dropout > 0 else 0, "attention core": core}
+        if b == 1 or sequence_parallel:  # Q and K copies, while V (a view) keeps the QKV output alive:
+            core += 2 * sbh * e / tp  # measured at micro-batch 1, and at any in the [s, b] layout
+    else:
+        raise ValueError(f"attention must be flash or math, got {attention!r}")
+    return {
+        "layernorm inputs": 2 * (sbh * e + stats) / outside,
+        "qkv and fc1 inputs": 2 * sbh * e / outside,
+        "q, k, v": 3 * sbh * e / tp,
+        "proj and fc2 inputs": (sbh + s * b * f) * e / tp,
+        "gelu input": s * b * f * e / tp,
+        "dropout masks": 2 * sbh * mask_bytes / outside if model.hidden_dropout > 0 else 0,
+        "attention core": core,
+    }
 
-def stored_activation_bytes(model: ModelConfig, micro_batch: int, tp: int, recompute: str, act_bytes: int = 2,
-                            mask_bytes: int = 1, attention: str = "flash", sequence_parallel: bool = False) -> float:
+
+def stored_activation_bytes(
+    model: ModelConfig,
+    micro_batch: int,
+    tp: int,
+    recompute: str,
+    act_bytes: int = 2,
+    mask_bytes: int = 1,
+    attention: str = "flash",
+    sequence_parallel: bool = False,
+) -> float:
     """Bytes one layer stores across the forward-backward gap, per micro-batch, for each recomputation mode (full: the
     layer's input, which sequence parallelism keeps as this rank's slice of the sequence)."""
     parts = layer_activation_bytes(model, micro_batch, tp, act_bytes, mask_bytes, attention, sequence_parallel)
-    if recompute == "full": return model.seq_length * micro_batch * model.hidden_size * act_bytes / (tp if sequence_parallel else 1)
+    if recompute == "full":
+        return model.seq_length * micro_batch * model.hidden_size * act_bytes / (tp if sequence_parallel else 1)
     return sum(parts.values()) - (parts["attention core"] if recompute == "selective" else 0)
+
 
 def in_flight(stage: int, pp: int, micro_batches: int, virtual_stages: int = 1) -> int:
     """Micro-batches whose activations stage `stage` holds at the peak of a 1F1B schedule; with `virtual_stages` > 1,
     model chunks of Megatron's interleaved schedule: its warm-up, (pp - stage - 1)·2 + (v - 1)·pp, plus the one running."""
-    if virtual_stages == 1: return min(pp - stage, micro_batches)
+    if virtual_stages == 1:
+        return min(pp - stage, micro_batches)
     return min((pp - stage - 1) * 2 + (virtual_stages - 1) * pp + 1, micro_batches * virtual_stages)
+
 
 def stage_params(model: ModelConfig, L, stage: int) -> int:
     "Parameters on one GPU of `stage` for setup `L`: chapter 00's uniform count, corrected for an uneven split."
@@ -167,17 +232,22 @@ def stage_params(model: ModelConfig, L, stage: int) -> int:
 # %% ../nbs/50_counting.ipynb
 GiB = 2**30
 
+
 @dataclass(frozen=True)
 class GPU:
     "An accelerator and its links, from its datasheet. Bandwidths in GB/s per GPU per direction."
+
     name: str
-    peak_tflops: float      # dense bf16 tensor-core peak
-    tf32_tflops: float      # dense TF32 tensor-core peak: what an fp32 run's matmuls get
+    peak_tflops: float  # dense bf16 tensor-core peak
+    tf32_tflops: float  # dense TF32 tensor-core peak: what an fp32 run's matmuls get
     memory_gib: float
-    hbm_gbps: float         # memory bandwidth
-    nvlink_gbps: float      # inside a node, through NVSwitch
-    ib_gbps: float          # across nodes: one InfiniBand NIC per GPU
-    matmul_efficiency: float | None = None   # FITTED, one per system: achieved fraction of peak over a step's GEMMs (None: not fitted)
+    hbm_gbps: float  # memory bandwidth
+    nvlink_gbps: float  # inside a node, through NVSwitch
+    ib_gbps: float  # across nodes: one InfiniBand NIC per GPU
+    matmul_efficiency: float | None = (
+        None  # FITTED, one per system: achieved fraction of peak over a step's GEMMs (None: not fitted)
+    )
+
 
 GPUS = {
     # A100 80GB SXM: 312 TFLOP/s bf16 dense (156 TF32), 80 GiB HBM2e at 2039 GB/s, NVLink 3 600 GB/s bidirectional through
@@ -195,12 +265,15 @@ GPUS = {
     "h200": GPU("H200 SXM", 989, 495, 140, 4800, 450, 50, matmul_efficiency=0.54),
 }
 
+
 def matmul_efficiency_of(gpu: GPU | str) -> float:
     "The fitted fraction of peak `gpu`'s GEMMs achieve: its record's `matmul_efficiency`, the one home of that number."
     g = GPUS[gpu] if isinstance(gpu, str) else gpu
     if g.matmul_efficiency is None:
-        raise ValueError(f"{g.name} has no fitted matmul_efficiency: fit one with chapter 51's fit_efficiency from runs "
-                         f"timed on it, or give one: dataclasses.replace(gpu, matmul_efficiency=...)")
+        raise ValueError(
+            f"{g.name} has no fitted matmul_efficiency: fit one with chapter 51's fit_efficiency from runs "
+            f"timed on it, or give one: dataclasses.replace(gpu, matmul_efficiency=...)"
+        )
     return g.matmul_efficiency
 
 # %% ../nbs/50_counting.ipynb
@@ -208,14 +281,17 @@ def matmul_efficiency_of(gpu: GPU | str) -> float:
 class Assumptions:
     """Everything the model assumes beyond the datasheet, each in one place: typical measured values, stated with their
     reason, none fitted (the one fitted number is each device's `GPU.matmul_efficiency`)."""
-    nvlink_efficiency: float = 0.80  # NCCL all-reduce bus bandwidth / NVLink rate: nccl-tests reach ~230-240 of 300 GB/s on DGX A100
-    ib_efficiency: float = 0.80      # NCCL bus bandwidth / NIC line rate across nodes (~20 of 25 GB/s per HDR NIC)
-    hbm_efficiency: float = 0.80     # streaming kernels (the Adam update) reach ~80% of HBM bandwidth
-    nvlink_latency_s: float = 5e-6   # per ring step inside a node (NCCL small-message latency, order of magnitude)
-    ib_latency_s: float = 10e-6      # per ring step / point-to-point message across nodes
-    reserved_gib: float = 3.0        # CUDA context, NCCL buffers, allocator fragmentation
-    attention: str = "flash"         # SDPA's FlashAttention kernel on A100/H100 (no s x s tensors kept); "math": they are kept
-    dropout_mask_bytes: int = 1      # bool masks on a GPU (PyTorch's CPU dropout keeps masks as wide as the activations)
+
+    nvlink_efficiency: float = (
+        0.80  # NCCL all-reduce bus bandwidth / NVLink rate: nccl-tests reach ~230-240 of 300 GB/s on DGX A100
+    )
+    ib_efficiency: float = 0.80  # NCCL bus bandwidth / NIC line rate across nodes (~20 of 25 GB/s per HDR NIC)
+    hbm_efficiency: float = 0.80  # streaming kernels (the Adam update) reach ~80% of HBM bandwidth
+    nvlink_latency_s: float = 5e-6  # per ring step inside a node (NCCL small-message latency, order of magnitude)
+    ib_latency_s: float = 10e-6  # per ring step / point-to-point message across nodes
+    reserved_gib: float = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
+    attention: str = "flash"  # SDPA's FlashAttention kernel on A100/H100 (no s x s tensors kept); "math": they are kept
+    dropout_mask_bytes: int = 1  # bool masks on a GPU (PyTorch's CPU dropout keeps masks as wide as the activations)
 
 # %% ../nbs/50_counting.ipynb
 def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict:
@@ -229,13 +305,20 @@ def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict
         # loss's fullest moment is the next forward: new logits (and their fp32 copy) while both pipe buffers still hold
         # older ones (measured on an H200: 4 of 4 peaks within 1%, bench/results/gpu-2026-11-26-nvidia-h200.json)
         return {"buffers": 2 * tokens * V * e, "for the loss": tokens * V * (e + (4 if e != 4 else 0)), "backward": 0}
-    if not model.loss_chunk:          # chapter 11's: a new fp32 softmax kept; backward: the logits' gradient, times the loss's
-        return {"buffers": 2 * tokens * V * e, "for the loss": tokens * V * 4 if e != 4 else 0, "backward": 2 * tokens * V * 4}
-    copy = 4 if e != 4 and model.kernels != "triton" else 0     # the PyTorch twin widens a chunk to fp32
+    if not model.loss_chunk:  # chapter 11's: a new fp32 softmax kept; backward: the logits' gradient, times the loss's
+        return {
+            "buffers": 2 * tokens * V * e,
+            "for the loss": tokens * V * 4 if e != 4 else 0,
+            "backward": 2 * tokens * V * 4,
+        }
+    copy = 4 if e != 4 and model.kernels != "triton" else 0  # the PyTorch twin widens a chunk to fp32
     chunk = min(model.loss_chunk, tokens) * V * (e + copy)
-    weight_grad = V * h * (4 + (e if e != 4 else 0))         # its fp32 accumulator (bf16: + one chunk's product)
-    return {"buffers": 2 * tokens * h * e, "for the loss": tokens * 4,            # a log-sum-exp per token
-            "backward": chunk + tokens * h * e + weight_grad}                     # + the hidden state's gradient
+    weight_grad = V * h * (4 + (e if e != 4 else 0))  # its fp32 accumulator (bf16: + one chunk's product)
+    return {
+        "buffers": 2 * tokens * h * e,
+        "for the loss": tokens * 4,  # a log-sum-exp per token
+        "backward": chunk + tokens * h * e + weight_grad,
+    }  # + the hidden state's gradient
 
 # %% ../nbs/50_counting.ipynb
 def stage_activation_bytes(model: ModelConfig, L: Setup, stage: int, e: int, asm: Assumptions = Assumptions()) -> float:
@@ -243,67 +326,107 @@ def stage_activation_bytes(model: ModelConfig, L: Setup, stage: int, e: int, asm
     activations, the embedding's dropout mask (first stage), the stage's output (kept for its backward) or the final
     LayerNorm (last stage); with sequence parallelism, the tensors outside the layers are 1/t of the sequence."""
     s, b, h = model.seq_length, L.micro_batch, model.hidden_size
-    sbh, outside = s * b * h, (L.tp if L.sp else 1)      # sequence parallelism: the replicated region's tensors are 1/t
+    sbh, outside = s * b * h, (L.tp if L.sp else 1)  # sequence parallelism: the replicated region's tensors are 1/t
     first, last = stage == 0, stage == L.pp - 1
     layer = stored_activation_bytes(model, b, L.tp, L.recompute, e, asm.dropout_mask_bytes, asm.attention, L.sp)
-    return (L.stage_layers(model)[stage] * layer
-            + ((sbh * asm.dropout_mask_bytes if first and model.hidden_dropout > 0 else 0)  # embedding dropout
-               + (sbh * e if not last else 0)                 # the stage's output, kept for its backward
-               + (2 * sbh * e + 2 * s * b * 4 if last else 0)) / outside)  # final LayerNorm
+    return (
+        L.stage_layers(model)[stage] * layer
+        + (
+            (sbh * asm.dropout_mask_bytes if first and model.hidden_dropout > 0 else 0)  # embedding dropout
+            + (sbh * e if not last else 0)  # the stage's output, kept for its backward
+            + (2 * sbh * e + 2 * s * b * 4 if last else 0)
+        )
+        / outside
+    )  # final LayerNorm
 
 # %% ../nbs/50_counting.ipynb
-def stage_memory(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
-                 asm: Assumptions = Assumptions(), zero1: bool = True) -> list[dict]:
+def stage_memory(
+    model: ModelConfig,
+    L: Setup,
+    global_batch: int,
+    precision: str = "bf16",
+    asm: Assumptions = Assumptions(),
+    zero1: bool = True,
+) -> list[dict]:
     """Memory (bytes) of one GPU of every pipeline stage at its peak, by term, as our engine allocates it. The peak is
     the largest of three moments: the first backward of the 1F1B schedule (most micro-batches in flight), the gradient
     reduction after the flush (fp32: ZeRO flattens a bucket of gradients to reduce it) and the optimizer step
     (activations gone, ZeRO's flat gradient partition and Adam's temporaries there). `zero1=False`: a system that keeps
     all of Adam's state on every replica (`System.zero1`: Megatron-LM without its distributed optimizer)."""
-    shards = L.dp if zero1 else 1                          # how many replicas share the fp32 master weights and moments
+    shards = L.dp if zero1 else 1  # how many replicas share the fp32 master weights and moments
     e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, shards)
     s, b, h, reserved = model.seq_length, L.micro_batch, model.hidden_size, asm.reserved_gib * GiB
     m, v = global_batch // (L.micro_batch * L.dp), L.virtual_stages
     layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention, L.sp)
     recomputed = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
-    mlp_grads = 2 * s * b * model.ffn_size // L.tp * e    # GeLU's backward: the gradients of its output and its input
+    mlp_grads = 2 * s * b * model.ffn_size // L.tp * e  # GeLU's backward: the gradients of its output and its input
     # ZeRO's fp32 reduce bucket, flattened; over one data-parallel rank our engine skips that identity (chapter 14)
     bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" and L.dp > 1 else 0
     stages = []
     for i in range(L.pp):
         last = i == L.pp - 1
         n = stage_params(model, L, i)
-        frozen = s * h * per_param["weights"] if last and L.pp > 1 else 0  # the last stage's unused copy of the positions
+        frozen = (
+            s * h * per_param["weights"] if last and L.pp > 1 else 0
+        )  # the last stage's unused copy of the positions
         states = {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
         out = output_layer_bytes(model, s * b, L.tp, e) if last else {"buffers": 0, "for the loss": 0, "backward": 0}
-        kept_logits = out["buffers"]          # DeepSpeed's two pipe buffers keep the last logits (chunked loss: the LN output)
+        kept_logits = out["buffers"]  # DeepSpeed's two pipe buffers keep the last logits (chunked loss: the LN output)
         # on top of what is stored: a layer's backward (its recomputed activations, the MLP's gradients) or, on the last
         # stage, the loss's backward before it (on top of what the loss kept); not both at once, and what the loss kept
         # is gone by the time a layer's backward runs
         working = max(recomputed + mlp_grads - out["for the loss"], out["backward"], 0)
-        backward = states | {"reduce buckets": 0, "activations": in_flight(i, L.pp, m, v) * stage_activation_bytes(model, L, i, e, asm) / v,
-                             "backward working": working,
-                             "logits": kept_logits + out["for the loss"],   # + what the loss keeps (their fp32 copy)
-                             "optimizer step": 0, "reserved": reserved}
+        backward = states | {
+            "reduce buckets": 0,
+            "activations": in_flight(i, L.pp, m, v) * stage_activation_bytes(model, L, i, e, asm) / v,
+            "backward working": working,
+            "logits": kept_logits + out["for the loss"],  # + what the loss keeps (their fp32 copy)
+            "optimizer step": 0,
+            "reserved": reserved,
+        }
         # fp32 ZeRO-1 (no contiguous_gradients, chapter 14): after the flush it flattens the gradients a bucket at a
         # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in place
-        reduce = states | {"reduce buckets": min(bucket, n * 4), "activations": 0, "backward working": 0,
-                           "logits": kept_logits, "optimizer step": 0, "reserved": reserved}
-        partition = n / shards * 4                                      # this rank's fp32 share of the stage
+        reduce = states | {
+            "reduce buckets": min(bucket, n * 4),
+            "activations": 0,
+            "backward working": 0,
+            "logits": kept_logits,
+            "optimizer step": 0,
+            "reserved": reserved,
+        }
+        partition = n / shards * 4  # this rank's fp32 share of the stage
         states_at_step = states | {"gradients": 0} if precision == "fp32" else states
-        step = states_at_step | {"reduce buckets": 0, "activations": 0, "backward working": 0, "logits": kept_logits,
-                         # fp32 ZeRO frees param.grad once it has flattened this rank's partition of it; Adam adds two
-                         # temporaries the size of the partition (bf16: the accumulation buffer stays, one temporary)
-                         "optimizer step": partition * (3 if precision == "fp32" else 1), "reserved": reserved}
-        peak = max((backward, "backward"), (reduce, "gradient reduction"), (step, "optimizer step"),
-                   key=lambda x: sum(x[0].values()))
+        step = states_at_step | {
+            "reduce buckets": 0,
+            "activations": 0,
+            "backward working": 0,
+            "logits": kept_logits,
+            # fp32 ZeRO frees param.grad once it has flattened this rank's partition of it; Adam adds two
+            # temporaries the size of the partition (bf16: the accumulation buffer stays, one temporary)
+            "optimizer step": partition * (3 if precision == "fp32" else 1),
+            "reserved": reserved,
+        }
+        peak = max(
+            (backward, "backward"),
+            (reduce, "gradient reduction"),
+            (step, "optimizer step"),
+            key=lambda x: sum(x[0].values()),
+        )
         stages.append(peak[0] | {"total": sum(peak[0].values()), "stage": i, "peak at": peak[1]})
     return stages
 
 # %% ../nbs/50_counting.ipynb
-def memory_per_gpu(model: ModelConfig, L: Setup, global_batch: int, precision: str = "bf16",
-                   asm: Assumptions = Assumptions(), zero1: bool = True) -> dict:
+def memory_per_gpu(
+    model: ModelConfig,
+    L: Setup,
+    global_batch: int,
+    precision: str = "bf16",
+    asm: Assumptions = Assumptions(),
+    zero1: bool = True,
+) -> dict:
     "Memory (bytes) of the fullest GPU: the stage of `stage_memory` with the largest total."
     return max(stage_memory(model, L, global_batch, precision, asm, zero1), key=lambda m: m["total"])
+
 
 def largest_term(mem: dict) -> str:
     "The name of the biggest term of a stage's memory."
@@ -312,47 +435,90 @@ def largest_term(mem: dict) -> str:
 # %% ../nbs/50_counting.ipynb
 def memory_table(rows: dict[str, dict]) -> str:
     "A text table of memory breakdowns (GiB), one column per named layout."
-    keys, w = [k for k in next(iter(rows.values())) if k not in ("stage", "peak at")], max(12, *(len(n) + 2 for n in rows))
+    keys, w = (
+        [k for k in next(iter(rows.values())) if k not in ("stage", "peak at")],
+        max(12, *(len(n) + 2 for n in rows)),
+    )
     out = [f"{'':18s}" + "".join(f"{name:>{w}s}" for name in rows)]
-    for k in keys: out.append(f"{k:18s}" + "".join(f"{r[k]/GiB:{w}.1f}" for r in rows.values()))
-    if all("stage" in r for r in rows.values()): out.append(f"{'(stage)':18s}" + "".join(f"{r['stage']:{w}d}" for r in rows.values()))
+    for k in keys:
+        out.append(f"{k:18s}" + "".join(f"{r[k] / GiB:{w}.1f}" for r in rows.values()))
+    if all("stage" in r for r in rows.values()):
+        out.append(f"{'(stage)':18s}" + "".join(f"{r['stage']:{w}d}" for r in rows.values()))
     return "\n".join(out)
 
 # %% ../nbs/50_counting.ipynb
-def format_stages(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a100-80gb", precision: str = "bf16",
-                  asm: Assumptions = Assumptions()) -> str:
+def format_stages(
+    model: ModelConfig,
+    L: Setup,
+    global_batch: int,
+    gpu: GPU | str = "a100-80gb",
+    precision: str = "bf16",
+    asm: Assumptions = Assumptions(),
+) -> str:
     "Every pipeline stage's predicted peak per GPU (GiB) by term, its largest term, and whether it fits the device."
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     stages = stage_memory(model, L, global_batch, precision, asm)
     terms = [k for k in stages[0] if k not in ("total", "stage", "peak at")]
-    short = {"weights": "weights", "gradients": "grads", "optimizer": "optim", "reduce buckets": "buckets",
-             "activations": "activ", "backward working": "work", "logits": "logits", "optimizer step": "step",
-             "reserved": "reserve"}
-    lines = [f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU of each stage",
-             f"{'stage':>5s} " + " ".join(f"{short[k]:>7s}" for k in terms) + f" {'total':>7s}  peak at         largest term"]
+    short = {
+        "weights": "weights",
+        "gradients": "grads",
+        "optimizer": "optim",
+        "reduce buckets": "buckets",
+        "activations": "activ",
+        "backward working": "work",
+        "logits": "logits",
+        "optimizer step": "step",
+        "reserved": "reserve",
+    }
+    lines = [
+        f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU of each stage",
+        f"{'stage':>5s} "
+        + " ".join(f"{short[k]:>7s}" for k in terms)
+        + f" {'total':>7s}  peak at         largest term",
+    ]
     for m in stages:
         over = m["total"] - gpu.memory_gib * GiB
-        lines.append(f"{m['stage']:5d} " + " ".join(f"{m[k] / GiB:7.2f}" for k in terms) + f" {m['total'] / GiB:7.2f}  "
-                     f"{m['peak at']:15s} {largest_term(m)}" + (f"  OVER by {over / GiB:.1f} GiB" if over > 0 else ""))
+        lines.append(
+            f"{m['stage']:5d} " + " ".join(f"{m[k] / GiB:7.2f}" for k in terms) + f" {m['total'] / GiB:7.2f}  "
+            f"{m['peak at']:15s} {largest_term(m)}" + (f"  OVER by {over / GiB:.1f} GiB" if over > 0 else "")
+        )
     worst = max(stages, key=lambda m: m["total"])
-    lines.append(f"fullest: stage {worst['stage']}, {worst['total'] / GiB:.1f} GiB of {gpu.memory_gib:g}"
-                 + ("" if worst["total"] <= gpu.memory_gib * GiB else " -- does not fit"))
+    lines.append(
+        f"fullest: stage {worst['stage']}, {worst['total'] / GiB:.1f} GiB of {gpu.memory_gib:g}"
+        + ("" if worst["total"] <= gpu.memory_gib * GiB else " -- does not fit")
+    )
     return "\n".join(lines)
+
 
 def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float = 80):
     "Fullest-stage memory against the FLOPs recomputation adds, per mode, with FlashAttention and with the paper's kernels."
     import matplotlib.pyplot as plt
+
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     base = flops_per_iteration(model, global_batch, "none")
     for att, marker in (("flash", "o"), ("math", "s")):
         xs, ys = [], []
         for r in ("none", "selective", "full"):
             xs.append(flops_per_iteration(model, global_batch, r) / base - 1)
-            ys.append(memory_per_gpu(model, replace(L, recompute=r), global_batch, asm=Assumptions(attention=att))["total"] / GiB)
-        ax.plot([100 * x for x in xs], ys, marker + "-", label="FlashAttention" if att == "flash" else "paper's kernels (s x s kept)")
-        for x, y, r in zip(xs, ys, ("none", "selective", "full")): ax.annotate(r, (100 * x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    ax.axhline(capacity_gib, color="k", ls="--", lw=1); ax.text(1, capacity_gib + 1, f"{capacity_gib:g} GiB", fontsize=8)
-    ax.set(xlabel="extra FLOPs per iteration (%)", ylabel="GiB on the fullest GPU", title=f"{model.num_layers} layers, {L.layout}")
+            ys.append(
+                memory_per_gpu(model, replace(L, recompute=r), global_batch, asm=Assumptions(attention=att))["total"]
+                / GiB
+            )
+        ax.plot(
+            [100 * x for x in xs],
+            ys,
+            marker + "-",
+            label="FlashAttention" if att == "flash" else "paper's kernels (s x s kept)",
+        )
+        for x, y, r in zip(xs, ys, ("none", "selective", "full")):
+            ax.annotate(r, (100 * x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.axhline(capacity_gib, color="k", ls="--", lw=1)
+    ax.text(1, capacity_gib + 1, f"{capacity_gib:g} GiB", fontsize=8)
+    ax.set(
+        xlabel="extra FLOPs per iteration (%)",
+        ylabel="GiB on the fullest GPU",
+        title=f"{model.num_layers} layers, {L.layout}",
+    )
     ax.legend(fontsize=8)
     stages = stage_memory(model, L, global_batch)
     bottom = [0.0] * len(stages)
@@ -363,7 +529,8 @@ def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, cap
     bx.axhline(capacity_gib, color="k", ls="--", lw=1)
     bx.set(xlabel="pipeline stage", ylabel="GiB per GPU", title=f"every stage, recompute {L.recompute}")
     bx.legend(fontsize=7, ncol=2)
-    fig.tight_layout(); plt.close(fig)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/50_counting.ipynb
@@ -372,10 +539,22 @@ def gpu_for(name: str) -> GPU | None:
     n = name.lower()
     return next((GPUS[k] for k, tag in (("h200", "h200"), ("h100", "h100"), ("a100-80gb", "a100")) if tag in n), None)
 
-def utilization(model: ModelConfig, sequences: int, seconds: float, devices: int, gpu: GPU | None,
-                recompute: str = "none", tp: int = 1) -> tuple[float | None, float | None]:
+
+def utilization(
+    model: ModelConfig,
+    sequences: int,
+    seconds: float,
+    devices: int,
+    gpu: GPU | None,
+    recompute: str = "none",
+    tp: int = 1,
+) -> tuple[float | None, float | None]:
     """(MFU, HFU) of `devices` devices that trained `sequences` sequences in `seconds`: model FLOPs (no recomputation)
     and hardware FLOPs (with `recompute`'s extra forward) over their dense bf16 peak; (None, None) without a peak."""
-    if gpu is None or seconds <= 0: return None, None
+    if gpu is None or seconds <= 0:
+        return None, None
     peak = gpu.peak_tflops * 1e12 * devices * seconds
-    return (flops_per_iteration(model, sequences, "none", tp) / peak, flops_per_iteration(model, sequences, recompute, tp) / peak)
+    return (
+        flops_per_iteration(model, sequences, "none", tp) / peak,
+        flops_per_iteration(model, sequences, recompute, tp) / peak,
+    )

@@ -16,14 +16,28 @@ __all__ = ['SAMPLE_FACTOR', 'STAGES', 'MOST', 'CC_PAGES_SOURCE', 'WARC_FILE_SOUR
            'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
-import itertools, json, os, sys, time
+import itertools
+import json
+import os
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
-import numpy as np, yaml
+import numpy as np
+import yaml
 from tqdm.auto import tqdm
 from .config import ConfigError, _build, _Loader, _apply_override
-from .extract import Manifest, extract_shard, iter_batches, iter_docs, write_jsonl, iter_documents, shard_stem, READERS
+from mtnlg.extract import (
+    Manifest,
+    extract_shard,
+    iter_batches,
+    iter_docs,
+    write_jsonl,
+    iter_documents,
+    shard_stem,
+    READERS,
+)
 from .data import ReadReport
 from .catalog import data_path
 
@@ -31,26 +45,33 @@ from .catalog import data_path
 @dataclass
 class DatasetSpec:
     name: str
-    format: str = "text"              # text: records hold text; html: records hold HTML pages (extracted with jusText)
-    reader: str = "auto"              # auto (by extension) | jsonl (.jsonl/.gz/.zst) | warc (.warc/.warc.gz) | parquet
-    text_column: str | None = None    # the JSON key / parquet column holding the text or HTML (default: the format's name)
-    weight: float = 1.0               # blend weight (normalized over datasets)
-    quality_filter: bool = False      # apply the Pareto rule (the paper: Common Crawl only)
+    format: str = "text"  # text: records hold text; html: records hold HTML pages (extracted with jusText)
+    reader: str = "auto"  # auto (by extension) | jsonl (.jsonl/.gz/.zst) | warc (.warc/.warc.gz) | parquet
+    text_column: str | None = (
+        None  # the JSON key / parquet column holding the text or HTML (default: the format's name)
+    )
+    weight: float = 1.0  # blend weight (normalized over datasets)
+    quality_filter: bool = False  # apply the Pareto rule (the paper: Common Crawl only)
+
 
 @dataclass
 class ExtractSpec:
     languages: list[str] = field(default_factory=lambda: ["en"])
     min_words: int = 20
     max_line_bytes: int = 4_000_000
-    keep_truncated: bool = True       # WARC pages the crawler marked WARC-Truncated: kept (and counted) or dropped
+    keep_truncated: bool = True  # WARC pages the crawler marked WARC-Truncated: kept (and counted) or dropped
+
 
 @dataclass
 class QualitySpec:
-    positive_datasets: list[str] = field(default_factory=list)   # curated text: extracted documents are positives
-    negative_datasets: list[str] = field(default_factory=list)   # raw input (whole page text) of these is negative
+    positive_datasets: list[str] = field(default_factory=list)  # curated text: extracted documents are positives
+    negative_datasets: list[str] = field(default_factory=list)  # raw input (whole page text) of these is negative
     alpha: float = 9.0
     max_train_chunks: int = 5000
-    folds: int = 5                    # cross-fitting (chapter 31): a document is scored by the model trained without its fold; 1: in-sample
+    folds: int = (
+        5  # cross-fitting (chapter 31): a document is scored by the model trained without its fold; 1: in-sample
+    )
+
 
 @dataclass
 class DedupSpec:
@@ -59,14 +80,17 @@ class DedupSpec:
     rows: int = 8
     threshold: float = 0.8
     ngram: int = 5
-    engine: str = "compiled"          # compiled | numpy: chapter 32's kernels or their numpy twin (the same decisions)
-    partitions: int = 0               # edge partitions of the partitioned plan (chapter 32); 0: one per 16 shards
-    band_splits: int = 1              # LSH tasks per band (each a key range): more tasks, each holding a share of the documents
+    engine: str = "compiled"  # compiled | numpy: chapter 32's kernels or their numpy twin (the same decisions)
+    partitions: int = 0  # edge partitions of the partitioned plan (chapter 32); 0: one per 16 shards
+    band_splits: int = 1  # LSH tasks per band (each a key range): more tasks, each holding a share of the documents
+
 
 @dataclass
 class DecontaminateSpec:
-    eval_dir: str | None = None       # None: the evaluation sets the data setting finds (chapter 03: $MTNLG_DATA/eval, else the slices)
-    tasks: list[str] | None = None    # default: all of mtnlg.decontaminate.EVAL_TASKS
+    eval_dir: str | None = (
+        None  # None: the evaluation sets the data setting finds (chapter 03: $MTNLG_DATA/eval, else the slices)
+    )
+    tasks: list[str] | None = None  # default: all of mtnlg.decontaminate.EVAL_TASKS
     ngram: int = 13
     min_ngram: int = 8
     remove_chars: int = 200
@@ -74,20 +98,23 @@ class DecontaminateSpec:
     max_splits: int = 10
     max_doc_freq: int = 10
 
+
 @dataclass
 class TokenizeSpec:
-    tokenizer: str = "train-bpe"      # train-bpe | gpt2
+    tokenizer: str = "train-bpe"  # train-bpe | gpt2
     vocab_size: int = 2048
     vocab_file: str | None = None
     merges_file: str | None = None
 
+
 @dataclass
 class BlendSpec:
-    train_tokens: int | None = None   # tokens the blend supplies (default: as many as curated)
-    valid_fraction: float = 0.05      # documents per dataset held out for validation
+    train_tokens: int | None = None  # tokens the blend supplies (default: as many as curated)
+    valid_fraction: float = 0.05  # documents per dataset held out for validation
     seq_length: int = 128
-    num_samples: int = 1000           # blended GPT samples built as a check of the indexed datasets
-    write_text: bool = True           # blend/train.jsonl + valid.jsonl, text to read (training reads the indexed datasets)
+    num_samples: int = 1000  # blended GPT samples built as a check of the indexed datasets
+    write_text: bool = True  # blend/train.jsonl + valid.jsonl, text to read (training reads the indexed datasets)
+
 
 @dataclass
 class SlurmSpec:
@@ -96,7 +123,10 @@ class SlurmSpec:
     cores: int = 8
     memory: str = "32GB"
     walltime: str = "04:00:00"
-    skip_directives: list[str] = field(default_factory=list)   # #SBATCH lines to leave out, e.g. ["--mem"] where Slurm tracks no memory
+    skip_directives: list[str] = field(
+        default_factory=list
+    )  # #SBATCH lines to leave out, e.g. ["--mem"] where Slurm tracks no memory
+
 
 @dataclass
 class CurateConfig:
@@ -105,7 +135,7 @@ class CurateConfig:
     datasets: list[DatasetSpec]
     output_dir: str = "runs/{name}"
     seed: int = 1234
-    executor: str = "local"           # local | dask | slurm
+    executor: str = "local"  # local | dask | slurm
     workers: int = 2
     extract: ExtractSpec = field(default_factory=ExtractSpec)
     quality: QualitySpec = field(default_factory=QualitySpec)
@@ -119,169 +149,287 @@ class CurateConfig:
     def path(self, p: str) -> Path:
         "`p` as given if absolute or existing, else relative to the project holding the config (parent of scaled_configs/)."
         q = Path(os.path.expandvars(os.path.expanduser(p.format(name=self.name))))
-        if q.is_absolute() or q.exists() or self.source is None: return q
+        if q.is_absolute() or q.exists() or self.source is None:
+            return q
         return Path(self.source).resolve().parent.parent / q
+
 
 def _validate_curate(c: CurateConfig):
     names = [d.name for d in c.datasets]
-    if not names: raise ConfigError("`datasets` must list at least one dataset")
-    if len(set(names)) != len(names): raise ConfigError(f"`datasets` has duplicate names: {names}")
+    if not names:
+        raise ConfigError("`datasets` must list at least one dataset")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"`datasets` has duplicate names: {names}")
     for i, d in enumerate(c.datasets):
-        if d.format not in ("text", "html"): raise ConfigError(f"`datasets[{i}].format` must be text or html, got {d.format!r}")
-        if d.reader not in ("auto", *READERS): raise ConfigError(f"`datasets[{i}].reader` must be auto, {', '.join(READERS)}, got {d.reader!r}")
-        if d.reader == "warc" and d.format != "html": raise ConfigError(f"`datasets[{i}].reader: warc` reads HTML responses: set `format: html`")
-        if d.weight < 0: raise ConfigError(f"`datasets[{i}].weight` must be >= 0, got {d.weight}")
-    if not any(d.weight > 0 for d in c.datasets): raise ConfigError("at least one dataset needs a blend `weight` > 0")
+        if d.format not in ("text", "html"):
+            raise ConfigError(f"`datasets[{i}].format` must be text or html, got {d.format!r}")
+        if d.reader not in ("auto", *READERS):
+            raise ConfigError(f"`datasets[{i}].reader` must be auto, {', '.join(READERS)}, got {d.reader!r}")
+        if d.reader == "warc" and d.format != "html":
+            raise ConfigError(f"`datasets[{i}].reader: warc` reads HTML responses: set `format: html`")
+        if d.weight < 0:
+            raise ConfigError(f"`datasets[{i}].weight` must be >= 0, got {d.weight}")
+    if not any(d.weight > 0 for d in c.datasets):
+        raise ConfigError("at least one dataset needs a blend `weight` > 0")
     for key in ("positive_datasets", "negative_datasets"):
         bad = sorted(set(getattr(c.quality, key)) - set(names))
-        if bad: raise ConfigError(f"`quality.{key}` names unknown datasets {bad}; datasets are {names}")
+        if bad:
+            raise ConfigError(f"`quality.{key}` names unknown datasets {bad}; datasets are {names}")
     if any(d.quality_filter for d in c.datasets) and not (c.quality.positive_datasets and c.quality.negative_datasets):
-        raise ConfigError("a dataset has `quality_filter: true` but `quality.positive_datasets` / `quality.negative_datasets` are not both set")
-    if c.quality.folds < 1: raise ConfigError(f"`quality.folds` must be >= 1 (1: in-sample, the paper's recipe), got {c.quality.folds}")
-    if not c.quality.alpha > 0: raise ConfigError(f"`quality.alpha` (the Pareto shape) must be > 0, got {c.quality.alpha}")
-    if c.executor not in ("local", "dask", "slurm"): raise ConfigError(f"`executor` must be local, dask or slurm, got {c.executor!r}")
-    if c.workers < 1: raise ConfigError(f"`workers` must be >= 1, got {c.workers}")
+        raise ConfigError(
+            "a dataset has `quality_filter: true` but `quality.positive_datasets` / `quality.negative_datasets` are not both set"
+        )
+    if c.quality.folds < 1:
+        raise ConfigError(f"`quality.folds` must be >= 1 (1: in-sample, the paper's recipe), got {c.quality.folds}")
+    if not c.quality.alpha > 0:
+        raise ConfigError(f"`quality.alpha` (the Pareto shape) must be > 0, got {c.quality.alpha}")
+    if c.executor not in ("local", "dask", "slurm"):
+        raise ConfigError(f"`executor` must be local, dask or slurm, got {c.executor!r}")
+    if c.workers < 1:
+        raise ConfigError(f"`workers` must be >= 1, got {c.workers}")
     d = c.dedup
-    if d.bands * d.rows > d.num_perm: raise ConfigError(f"`dedup.bands * dedup.rows` = {d.bands * d.rows} exceeds `dedup.num_perm` = {d.num_perm}")
-    if d.num_perm & (d.num_perm - 1): raise ConfigError(f"`dedup.num_perm` must be a power of two, got {d.num_perm}")
-    if not 0 < d.threshold <= 1: raise ConfigError(f"`dedup.threshold` must be in (0, 1], got {d.threshold}")
-    if d.band_splits < 1: raise ConfigError(f"`dedup.band_splits` must be >= 1, got {d.band_splits}")
-    if d.partitions < 0: raise ConfigError(f"`dedup.partitions` must be >= 0 (0: one per 16 shards), got {d.partitions}")
-    if d.engine not in ("compiled", "numpy"): raise ConfigError(f"`dedup.engine` must be compiled or numpy, got {d.engine!r}")
-    if c.tokenize.tokenizer not in ("train-bpe", "gpt2"): raise ConfigError(f"`tokenize.tokenizer` must be train-bpe or gpt2, got {c.tokenize.tokenizer!r}")
+    if d.bands * d.rows > d.num_perm:
+        raise ConfigError(f"`dedup.bands * dedup.rows` = {d.bands * d.rows} exceeds `dedup.num_perm` = {d.num_perm}")
+    if d.num_perm & (d.num_perm - 1):
+        raise ConfigError(f"`dedup.num_perm` must be a power of two, got {d.num_perm}")
+    if not 0 < d.threshold <= 1:
+        raise ConfigError(f"`dedup.threshold` must be in (0, 1], got {d.threshold}")
+    if d.band_splits < 1:
+        raise ConfigError(f"`dedup.band_splits` must be >= 1, got {d.band_splits}")
+    if d.partitions < 0:
+        raise ConfigError(f"`dedup.partitions` must be >= 0 (0: one per 16 shards), got {d.partitions}")
+    if d.engine not in ("compiled", "numpy"):
+        raise ConfigError(f"`dedup.engine` must be compiled or numpy, got {d.engine!r}")
+    if c.tokenize.tokenizer not in ("train-bpe", "gpt2"):
+        raise ConfigError(f"`tokenize.tokenizer` must be train-bpe or gpt2, got {c.tokenize.tokenizer!r}")
     if c.tokenize.tokenizer == "gpt2" and not (c.tokenize.vocab_file and c.tokenize.merges_file):
         raise ConfigError("`tokenize.tokenizer: gpt2` needs `tokenize.vocab_file` and `tokenize.merges_file`")
-    if not 0 < c.blend.valid_fraction < 1: raise ConfigError(f"`blend.valid_fraction` must be in (0, 1), got {c.blend.valid_fraction}")
+    if not 0 < c.blend.valid_fraction < 1:
+        raise ConfigError(f"`blend.valid_fraction` must be in (0, 1), got {c.blend.valid_fraction}")
+
 
 def load_curate_config(path, overrides: dict | None = None) -> CurateConfig:
     "Load and validate a curation YAML config; `overrides` are dotted keys as `--set` gives them."
     path = Path(path)
-    if not path.is_file(): raise ConfigError(f"config file {str(path)!r} not found")
-    try: data = yaml.load(path.read_text(), Loader=_Loader) or {}
-    except yaml.YAMLError as e: raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} not found")
     try:
-        for k, v in (overrides or {}).items(): _apply_override(data, k, v)
-        cfg = _build(CurateConfig, data); _validate_curate(cfg)
-    except ConfigError as e: raise ConfigError(f"{path}: {e}") from None
+        data = yaml.load(path.read_text(), Loader=_Loader) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    try:
+        for k, v in (overrides or {}).items():
+            _apply_override(data, k, v)
+        cfg = _build(CurateConfig, data)
+        _validate_curate(cfg)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     cfg.source = str(path)
     return cfg
 
 # %% ../nbs/36_curate.ipynb
 class LocalExecutor:
     "A spawn-based process pool (or inline execution for one worker)."
+
     def __init__(self, workers: int):
         from concurrent.futures import ProcessPoolExecutor
         import multiprocessing as mp
+
         self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 1 else None
+
     def map(self, fn, args_list, desc: str, progress: bool = True) -> list:
         from concurrent.futures import as_completed
+
         bar = tqdm(total=len(args_list), desc=desc, disable=not progress, mininterval=0.5)
         if self.pool is None:
             out = []
-            for a in args_list: out.append(fn(*a)); bar.update()
+            for a in args_list:
+                out.append(fn(*a))
+                bar.update()
         else:
             futs = {self.pool.submit(fn, *a): i for i, a in enumerate(args_list)}
             out = [None] * len(args_list)
-            for f in as_completed(futs): out[futs[f]] = f.result(); bar.update()
-        bar.close(); return out
+            for f in as_completed(futs):
+                out[futs[f]] = f.result()
+                bar.update()
+        bar.close()
+        return out
+
     def close(self):
-        if self.pool is not None: self.pool.shutdown()
+        if self.pool is not None:
+            self.pool.shutdown()
+
 
 class DaskExecutor:
     """The same interface on a dask.distributed cluster: a LocalCluster, a dask-jobqueue SLURMCluster, or one already
     running whose scheduler wrote `scheduler_file` (`dask scheduler --scheduler-file`: cluster/curate.sbatch starts it
     inside an allocation); we wait for its `workers` workers and leave it running."""
+
     def __init__(self, workers: int, kind: str = "dask", slurm: SlurmSpec | None = None, scheduler_file=None):
         from dask.distributed import Client, LocalCluster
+
         if scheduler_file:
             self.cluster, self.client = None, Client(scheduler_file=str(scheduler_file), timeout=120)
             self.client.wait_for_workers(workers, timeout=300)
             return
         if kind == "slurm":
             from dask_jobqueue import SLURMCluster
+
             s = slurm or SlurmSpec()
-            self.cluster = SLURMCluster(queue=s.queue, account=s.account, cores=s.cores, processes=s.cores,
-                                        memory=s.memory, walltime=s.walltime, job_directives_skip=s.skip_directives)
+            self.cluster = SLURMCluster(
+                queue=s.queue,
+                account=s.account,
+                cores=s.cores,
+                processes=s.cores,
+                memory=s.memory,
+                walltime=s.walltime,
+                job_directives_skip=s.skip_directives,
+            )
             self.cluster.scale(jobs=workers)
-        else: self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        else:
+            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
         self.client = Client(self.cluster)
+
     def map(self, fn, args_list, desc: str, progress: bool = True) -> list:
         from dask.distributed import as_completed
+
         futs = [self.client.submit(fn, *a, pure=False) for a in args_list]
         index = {f.key: i for i, f in enumerate(futs)}
         out = [None] * len(futs)
         bar = tqdm(total=len(futs), desc=desc, disable=not progress, mininterval=0.5)
-        for f in as_completed(futs): out[index[f.key]] = f.result(); bar.update()
-        bar.close(); return out
+        for f in as_completed(futs):
+            out[index[f.key]] = f.result()
+            bar.update()
+        bar.close()
+        return out
+
     def close(self):
         self.client.close()
-        if self.cluster is not None: self.cluster.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
 
 def make_executor(kind: str, workers: int, slurm: SlurmSpec | None = None, scheduler_file=None):
-    if scheduler_file and kind != "dask": raise ValueError(f"a scheduler file is for the dask executor, not {kind!r}")
+    if scheduler_file and kind != "dask":
+        raise ValueError(f"a scheduler file is for the dask executor, not {kind!r}")
     return LocalExecutor(workers) if kind == "local" else DaskExecutor(workers, kind, slurm, scheduler_file)
 
 # %% ../nbs/36_curate.ipynb
 _CACHE = {}
+
+
 def _cached(key, load):
-    if key not in _CACHE: _CACHE[key] = load()
+    if key not in _CACHE:
+        _CACHE[key] = load()
     return _CACHE[key]
+
 
 def _run_stage(manifest_path, fn, *args) -> dict:
     "Run `fn(*args) -> Manifest` unless `manifest_path` exists; write the manifest last. Returns it as a dict."
     mp = Path(manifest_path)
-    if mp.is_file(): return {**json.loads(mp.read_text()), "resumed": True}
+    if mp.is_file():
+        return {**json.loads(mp.read_text()), "resumed": True}
     man = fn(*args)
     mp.parent.mkdir(parents=True, exist_ok=True)
-    tmp = mp.with_name(mp.name + ".tmp"); tmp.write_text(json.dumps(man.to_dict(), indent=1)); os.replace(tmp, mp)
+    tmp = mp.with_name(mp.name + ".tmp")
+    tmp.write_text(json.dumps(man.to_dict(), indent=1))
+    os.replace(tmp, mp)
     return man.to_dict()
 
-def task_extract(man_path, src, dst, dataset, fmt, languages, min_words, max_line_bytes, reader="auto", text_column=None, keep_truncated=True):
-    return _run_stage(man_path, extract_shard, src, dst, dataset, fmt, tuple(languages), min_words, max_line_bytes, reader, text_column, keep_truncated)
+
+def task_extract(
+    man_path,
+    src,
+    dst,
+    dataset,
+    fmt,
+    languages,
+    min_words,
+    max_line_bytes,
+    reader="auto",
+    text_column=None,
+    keep_truncated=True,
+):
+    return _run_stage(
+        man_path,
+        extract_shard,
+        src,
+        dst,
+        dataset,
+        fmt,
+        tuple(languages),
+        min_words,
+        max_line_bytes,
+        reader,
+        text_column,
+        keep_truncated,
+    )
+
 
 def task_quality(man_path, src, dst, model_paths, filter, alpha, seed):
     from mtnlg.quality import QualityClassifier, CrossFitted, quality_shard
+
     load = lambda: CrossFitted([QualityClassifier.load(p) for p in model_paths])
     clf = _cached(("quality", *map(str, model_paths)), load) if model_paths else None
-    if clf is None:      # nothing to filter anywhere: pass documents through, scored by nobody
+    if clf is None:  # nothing to filter anywhere: pass documents through, scored by nobody
+
         def passthrough(src, dst):
             t0, man = time.time(), Manifest("quality", Path(src).name)
-            man.docs_in = man.kept = write_jsonl(dst, iter_docs(src)); man.seconds = time.time() - t0
+            man.docs_in = man.kept = write_jsonl(dst, iter_docs(src))
+            man.seconds = time.time() - t0
             return man
+
         return _run_stage(man_path, passthrough, src, dst)
     return _run_stage(man_path, quality_shard, src, dst, clf, filter, alpha, seed)
 
+
 def task_signatures(sig_path, src, num_perm, ngram, seed, engine="compiled"):
     from mtnlg.dedup import signature_shard
-    if not Path(sig_path).is_file(): signature_shard(src, sig_path, num_perm, ngram, seed, engine)
+
+    if not Path(sig_path).is_file():
+        signature_shard(src, sig_path, num_perm, ngram, seed, engine)
     return str(sig_path)
+
 
 def task_dedup(man_path, src, dst, sig_path, offset, priority, fate_path, drops_path):
     "Stage C of the partitioned plan (this shard's drops, from its slice of the fates), then pass 3 with only those."
     from mtnlg.dedup import dedup_shard, shard_drops
-    if Path(man_path).is_file(): return _run_stage(man_path, None)
+
+    if Path(man_path).is_file():
+        return _run_stage(man_path, None)
     return _run_stage(man_path, dedup_shard, src, dst, shard_drops(sig_path, offset, priority, fate_path, drops_path))
 
+
 def _task_ngrams(path):
-    z = np.load(path); return {int(k): z[k] for k in z.files}
+    z = np.load(path)
+    return {int(k): z[k] for k in z.files}
+
 
 def task_count_ngrams(count_path, src, ngrams_path):
     from mtnlg.decontaminate import count_shard
+
     p = Path(count_path)
     if not p.is_file():
         counts = count_shard(src, _cached(("ngrams", str(ngrams_path)), lambda: _task_ngrams(ngrams_path)))
-        p.parent.mkdir(parents=True, exist_ok=True); p.write_text(json.dumps({str(k): v for k, v in counts.items()}))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({str(k): v for k, v in counts.items()}))
     return str(p)
+
 
 def task_decontaminate(man_path, src, dst, ngrams_path, ignore_path, remove_chars, min_piece_chars, max_splits):
     from mtnlg.decontaminate import decontaminate_shard
+
     ngrams = _cached(("ngrams", str(ngrams_path)), lambda: _task_ngrams(ngrams_path))
     ignore = _cached(("ignore", str(ignore_path)), lambda: np.load(ignore_path))
-    return _run_stage(man_path, decontaminate_shard, src, dst, ngrams, ignore, remove_chars, min_piece_chars, max_splits)
+    return _run_stage(
+        man_path, decontaminate_shard, src, dst, ngrams, ignore, remove_chars, min_piece_chars, max_splits
+    )
+
 
 def task_tokenize(man_path, src, prefix, tokenizer_path):
     from tokenizers import Tokenizer
     from mtnlg.indexed import tokenize_shard
+
     tok = _cached(("tok", str(tokenizer_path)), lambda: Tokenizer.from_file(str(tokenizer_path)))
     return _run_stage(man_path, tokenize_shard, src, prefix, tok)
 
@@ -290,10 +438,14 @@ def _texts_of(paths, limit_chars: int | None = None):
     n = 0
     for p in paths:
         for d in iter_docs(p):
-            yield d["text"]; n += len(d["text"])
-            if limit_chars and n >= limit_chars: return
+            yield d["text"]
+            n += len(d["text"])
+            if limit_chars and n >= limit_chars:
+                return
 
-SAMPLE_FACTOR = 4    # a training task reads at most 4 x quality.max_train_chunks chunks of each class, then samples
+
+SAMPLE_FACTOR = 4  # a training task reads at most 4 x quality.max_train_chunks chunks of each class, then samples
+
 
 def _sample_chunks(shard_items: list, cap: int, word_chunks) -> list[tuple[str, str]]:
     """`(document id, chunk)` word chunks from each shard's (lazy) `(id, text)` items, at most `cap / shards` from each: the
@@ -303,78 +455,128 @@ def _sample_chunks(shard_items: list, cap: int, word_chunks) -> list[tuple[str, 
         got = []
         for i, t in items:
             got += [(i, c) for c in word_chunks(t)]
-            if len(got) >= quota: break
-        if hasattr(items, "close"): items.close()        # its file now, not when collected: thousands of shards, one open at a time
+            if len(got) >= quota:
+                break
+        if hasattr(items, "close"):
+            items.close()  # its file now, not when collected: thousands of shards, one open at a time
         out += got[:quota]
     return out
+
 
 def _extracted_items(path, fold: int, folds: int):
     "`(fold key, text)` of an extract-stage shard's documents outside fold `fold`."
     from mtnlg.quality import outside_fold, fold_key
+
     yield from outside_fold(((fold_key(d), d["text"]) for d in iter_docs(path)), fold, folds)
+
 
 def _raw_items(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: int, folds: int):
     """`(fold key, raw text)` of an input shard's records outside fold `fold` — whole page text for HTML — keyed as the
     extract stage's documents are (URL, else id), so a page's raw text and its extracted text fall in the same fold."""
     from mtnlg.quality import raw_page_text, outside_fold, fold_key
-    records = ((fold_key({"id": f"{dataset}/{shard_stem(src)}:{loc}", "url": obj.get("url")}), obj.get(key))
-               for loc, obj in iter_documents(src, ReadReport(), reader, key, max_bytes, keep_truncated))
-    for i, raw in outside_fold(records, fold, folds):     # by id first: a page of the held-out fold is never parsed
-        if isinstance(raw, str): yield i, raw_page_text(raw) if fmt == "html" else raw
+
+    records = (
+        (fold_key({"id": f"{dataset}/{shard_stem(src)}:{loc}", "url": obj.get("url")}), obj.get(key))
+        for loc, obj in iter_documents(src, ReadReport(), reader, key, max_bytes, keep_truncated)
+    )
+    for i, raw in outside_fold(records, fold, folds):  # by id first: a page of the held-out fold is never parsed
+        if isinstance(raw, str):
+            yield i, raw_page_text(raw) if fmt == "html" else raw
+
 
 def task_train_quality(path, fold, folds, positives, negatives, max_chunks, seed):
     """One fold's quality classifier, on a worker: chunks of the positive datasets' extracted documents against the negative
     datasets' raw input, sampled as `_sample_chunks` says, none from fold `fold`'s documents. Writes the model and, beside it
     (`.json`), the fold keys (URLs, else ids) of the documents it trained on. `positives`: extract-stage files; `negatives`: `_raw_items` arguments."""
     from mtnlg.quality import QualityClassifier, word_chunks
+
     path, ids_path = Path(path), Path(path).with_suffix(".json")
-    if path.is_file() and ids_path.is_file(): return json.loads(ids_path.read_text())["chunks"]
+    if path.is_file() and ids_path.is_file():
+        return json.loads(ids_path.read_text())["chunks"]
     rng = np.random.default_rng([seed, fold])
     pos = _sample_chunks([_extracted_items(p, fold, folds) for p in positives], SAMPLE_FACTOR * max_chunks, word_chunks)
     neg = _sample_chunks([_raw_items(*n, fold, folds) for n in negatives], SAMPLE_FACTOR * max_chunks, word_chunks)
-    pos = [pos[i] for i in rng.permutation(len(pos))[:max_chunks]]; neg = [neg[i] for i in rng.permutation(len(neg))[:max_chunks]]
-    if not pos or not neg: raise ValueError(f"quality classifier (fold {fold} of {folds}): {len(pos)} positive and {len(neg)} negative "
-                                            "chunks; check quality.positive_datasets / negative_datasets have text (each fold's model "
-                                            "leaves its fold out: with a handful of documents, use fewer quality.folds)")
+    pos = [pos[i] for i in rng.permutation(len(pos))[:max_chunks]]
+    neg = [neg[i] for i in rng.permutation(len(neg))[:max_chunks]]
+    if not pos or not neg:
+        raise ValueError(
+            f"quality classifier (fold {fold} of {folds}): {len(pos)} positive and {len(neg)} negative "
+            "chunks; check quality.positive_datasets / negative_datasets have text (each fold's model "
+            "leaves its fold out: with a handful of documents, use fewer quality.folds)"
+        )
     QualityClassifier.train([c for _, c in pos], [c for _, c in neg], seed=seed).save(path)
     chunks = {"positive": len(pos), "negative": len(neg)}
     tmp = ids_path.with_name(ids_path.name + ".tmp")
-    tmp.write_text(json.dumps({"fold": fold, "folds": folds, "chunks": chunks, "trained_on": sorted({i for i, _ in pos + neg})}))
+    tmp.write_text(
+        json.dumps({"fold": fold, "folds": folds, "chunks": chunks, "trained_on": sorted({i for i, _ in pos + neg})})
+    )
     os.replace(tmp, ids_path)
     return chunks
 
+
 def quality_model_paths(out: Path, folds: int) -> list[Path]:
     return [out / "quality_models" / f"fold{k}-of-{folds}.bin" for k in range(folds)]
+
 
 def train_quality_models(c) -> list[Path] | None:
     """The quality classifiers (chapter 31), one per fold, trained as tasks on the executor: extracted text of the positive
     datasets vs raw input of the negative ones, each without its fold's documents. None when no dataset is filtered."""
     cfg, q = c.cfg, c.cfg.quality
-    if not any(d.quality_filter for d in cfg.datasets): return None
+    if not any(d.quality_filter for d in cfg.datasets):
+        return None
     e, paths = cfg.extract, quality_model_paths(c.out, q.folds)
     paths[0].parent.mkdir(parents=True, exist_ok=True)
     positives = [c.file("extract", n, s) for n in q.positive_datasets for s in c.shards[n]]
-    negatives = [(s, n, c.spec[n].format, c.spec[n].reader, c.spec[n].text_column or c.spec[n].format, e.max_line_bytes, e.keep_truncated)
-                 for n in q.negative_datasets for s in c.shards[n]]
-    chunks = c.map(task_train_quality, [(p, k, q.folds, positives, negatives, q.max_train_chunks, cfg.seed) for k, p in enumerate(paths)],
-                   "train quality models")
-    how = "in-sample: documents are scored by the model that trained on them" if q.folds == 1 else \
-          "cross-fitted: each document scored by the model trained without its fold"
-    span = lambda k: f"{min(n[k] for n in chunks)}" + (f"-{max(n[k] for n in chunks)}" if len({n[k] for n in chunks}) > 1 else "")
-    c.log(f"quality classifier: {q.folds} model(s) of {span('positive')} curated / {span('negative')} raw-crawl chunks ({how})")
+    negatives = [
+        (
+            s,
+            n,
+            c.spec[n].format,
+            c.spec[n].reader,
+            c.spec[n].text_column or c.spec[n].format,
+            e.max_line_bytes,
+            e.keep_truncated,
+        )
+        for n in q.negative_datasets
+        for s in c.shards[n]
+    ]
+    chunks = c.map(
+        task_train_quality,
+        [(p, k, q.folds, positives, negatives, q.max_train_chunks, cfg.seed) for k, p in enumerate(paths)],
+        "train quality models",
+    )
+    how = (
+        "in-sample: documents are scored by the model that trained on them"
+        if q.folds == 1
+        else "cross-fitted: each document scored by the model trained without its fold"
+    )
+    span = lambda k: (
+        f"{min(n[k] for n in chunks)}" + (f"-{max(n[k] for n in chunks)}" if len({n[k] for n in chunks}) > 1 else "")
+    )
+    c.log(
+        f"quality classifier: {q.folds} model(s) of {span('positive')} curated / {span('negative')} raw-crawl chunks ({how})"
+    )
     return paths
+
 
 def train_tokenizer(cfg: CurateConfig, files, out: Path) -> Path:
     from mtnlg.data import train_bpe, load_gpt2_tokenizer
+
     path = out / "tokenizer.json"
-    if path.is_file(): return path
+    if path.is_file():
+        return path
     t = cfg.tokenize
-    tok = (load_gpt2_tokenizer(cfg.path(t.vocab_file), cfg.path(t.merges_file)) if t.tokenizer == "gpt2"
-           else train_bpe(list(_texts_of(files, limit_chars=50_000_000)), t.vocab_size))
-    tok.save(str(path)); return path
+    tok = (
+        load_gpt2_tokenizer(cfg.path(t.vocab_file), cfg.path(t.merges_file))
+        if t.tokenizer == "gpt2"
+        else train_bpe(list(_texts_of(files, limit_chars=50_000_000)), t.vocab_size)
+    )
+    tok.save(str(path))
+    return path
 
 # %% ../nbs/36_curate.ipynb
 STAGES = ("extract", "quality", "dedup", "decontaminate", "tokenize")
+
 
 def _shard_files(folder: Path, d: DatasetSpec) -> list[Path]:
     "A dataset's shards: the files its reader reads (auto: every extension any reader reads), one per shard name."
@@ -385,130 +587,283 @@ def _shard_files(folder: Path, d: DatasetSpec) -> list[Path]:
         raise ValueError(f"{folder}: shards {dup} come in more than one format (e.g. x.jsonl and x.warc.gz); keep one")
     if d.reader in ("auto", "parquet") and (pqs := [p for p in files if p.name.endswith(".parquet")]):
         import pyarrow.parquet as pq
+
         col = d.text_column or d.format
         for p in pqs:
-            try: names = pq.read_schema(p).names
-            except Exception: continue                  # unreadable: the extract stage counts it
-            if col not in names: raise ValueError(f"{p}: no column {col!r} (columns: {', '.join(names)}); set `text_column` of dataset {d.name!r}")
+            try:
+                names = pq.read_schema(p).names
+            except Exception:
+                continue  # unreadable: the extract stage counts it
+            if col not in names:
+                raise ValueError(
+                    f"{p}: no column {col!r} (columns: {', '.join(names)}); set `text_column` of dataset {d.name!r}"
+                )
     return files
+
 
 def discover_shards(cfg: CurateConfig) -> dict[str, list[Path]]:
     "`{dataset: [shard paths]}` from `<input_dir>/<dataset>/`: *.jsonl(.gz|.zst), *.warc(.gz), *.parquet (as `reader` says)."
     root = cfg.path(cfg.input_dir)
-    if not root.is_dir(): raise FileNotFoundError(f"input_dir {str(root)!r} not found")
+    if not root.is_dir():
+        raise FileNotFoundError(f"input_dir {str(root)!r} not found")
     shards = {d.name: _shard_files(root / d.name, d) for d in cfg.datasets}
     empty = [n for n, s in shards.items() if not s]
-    if empty: raise FileNotFoundError(f"no shards for datasets {empty} under {root} (expected {root}/<dataset>/*.jsonl, "
-                                      "*.jsonl.gz, *.jsonl.zst, *.warc.gz, *.warc or *.parquet)")
+    if empty:
+        raise FileNotFoundError(
+            f"no shards for datasets {empty} under {root} (expected {root}/<dataset>/*.jsonl, "
+            "*.jsonl.gz, *.jsonl.zst, *.warc.gz, *.warc or *.parquet)"
+        )
     return shards
+
 
 def summarize(manifests: list[dict]) -> dict:
     "Totals of one stage's manifests; raises if any document is unaccounted for."
     tot = {"shards": len(manifests), "docs_in": 0, "kept": 0, "dropped": Counter(), "seconds": 0.0, "examples": []}
-    noted = Counter()                              # beside the documents (extract: a WARC's other records, truncated pages kept)
+    noted = Counter()  # beside the documents (extract: a WARC's other records, truncated pages kept)
     for m in manifests:
         Manifest.from_dict({k: v for k, v in m.items() if k != "resumed"}).check()
-        tot["docs_in"] += m["docs_in"]; tot["kept"] += m["kept"]; tot["seconds"] += m["seconds"]
-        tot["dropped"].update(m["dropped"]); tot["examples"] += m["examples"][:3]; noted.update(m.get("extra", {}).get("noted", {}))
-    tot["dropped"] = dict(tot["dropped"].most_common()); tot["examples"] = tot["examples"][:12]
-    if noted: tot["noted"] = dict(noted.most_common())
+        tot["docs_in"] += m["docs_in"]
+        tot["kept"] += m["kept"]
+        tot["seconds"] += m["seconds"]
+        tot["dropped"].update(m["dropped"])
+        tot["examples"] += m["examples"][:3]
+        noted.update(m.get("extra", {}).get("noted", {}))
+    tot["dropped"] = dict(tot["dropped"].most_common())
+    tot["examples"] = tot["examples"][:12]
+    if noted:
+        tot["noted"] = dict(noted.most_common())
     tot["documents_written"] = sum(m.get("extra", {}).get("documents_written", m["kept"]) for m in manifests)
     return tot
+
 
 @dataclass
 class Curation:
     "One curation as its stages share it."
+
     cfg: CurateConfig
     out: Path
-    shards: dict                   # dataset -> its shard paths
-    ex: object                     # the executor (local pool or Dask)
+    shards: dict  # dataset -> its shard paths
+    ex: object  # the executor (local pool or Dask)
     progress: bool = True
     log: object = print
 
     @property
-    def spec(self) -> dict: return {d.name: d for d in self.cfg.datasets}
+    def spec(self) -> dict:
+        return {d.name: d for d in self.cfg.datasets}
+
     @property
-    def jobs(self) -> list: return [(d, s) for d in self.spec for s in self.shards[d]]
-    def file(self, stage: str, d: str, s: Path, ext: str = ".jsonl") -> Path: return self.out / stage / d / f"{shard_stem(s)}{ext}"
-    def manifest(self, stage: str, d: str, s: Path) -> Path: return self.out / "manifests" / stage / d / f"{shard_stem(s)}.json"
-    def map(self, task, args: list, what: str) -> list: return self.ex.map(task, args, what, self.progress)
+    def jobs(self) -> list:
+        return [(d, s) for d in self.spec for s in self.shards[d]]
+
+    def file(self, stage: str, d: str, s: Path, ext: str = ".jsonl") -> Path:
+        return self.out / stage / d / f"{shard_stem(s)}{ext}"
+
+    def manifest(self, stage: str, d: str, s: Path) -> Path:
+        return self.out / "manifests" / stage / d / f"{shard_stem(s)}.json"
+
+    def map(self, task, args: list, what: str) -> list:
+        return self.ex.map(task, args, what, self.progress)
 
 # %% ../nbs/36_curate.ipynb
 def extract_stage(c: Curation) -> dict:
     e = c.cfg.extract
-    return summarize(c.map(task_extract, [(c.manifest("extract", d, s), s, c.file("extract", d, s), d, c.spec[d].format,
-                                           e.languages, e.min_words, e.max_line_bytes, c.spec[d].reader, c.spec[d].text_column, e.keep_truncated)
-                                          for d, s in c.jobs], "extract"))
+    return summarize(
+        c.map(
+            task_extract,
+            [
+                (
+                    c.manifest("extract", d, s),
+                    s,
+                    c.file("extract", d, s),
+                    d,
+                    c.spec[d].format,
+                    e.languages,
+                    e.min_words,
+                    e.max_line_bytes,
+                    c.spec[d].reader,
+                    c.spec[d].text_column,
+                    e.keep_truncated,
+                )
+                for d, s in c.jobs
+            ],
+            "extract",
+        )
+    )
+
 
 def quality_stage(c: Curation) -> dict:
     models, q = train_quality_models(c), c.cfg.quality
-    return summarize(c.map(task_quality, [(c.manifest("quality", d, s), c.file("extract", d, s), c.file("quality", d, s),
-                                           models, c.spec[d].quality_filter, q.alpha, c.cfg.seed) for d, s in c.jobs], "quality"))
+    return summarize(
+        c.map(
+            task_quality,
+            [
+                (
+                    c.manifest("quality", d, s),
+                    c.file("extract", d, s),
+                    c.file("quality", d, s),
+                    models,
+                    c.spec[d].quality_filter,
+                    q.alpha,
+                    c.cfg.seed,
+                )
+                for d, s in c.jobs
+            ],
+            "quality",
+        )
+    )
 
 # %% ../nbs/36_curate.ipynb
 def dedup_stage(c: Curation) -> dict:
     from mtnlg.dedup import partitioned_plan
+
     dd, priority = c.cfg.dedup, list(c.spec)
-    sigs = c.map(task_signatures, [(c.file("dedup_signatures", d, s, ".npz"), c.file("quality", d, s), dd.num_perm,
-                                    dd.ngram, c.cfg.seed, dd.engine) for d, s in c.jobs], "dedup signatures")
-    info, offsets = partitioned_plan(sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map, dd.band_splits)
+    sigs = c.map(
+        task_signatures,
+        [
+            (
+                c.file("dedup_signatures", d, s, ".npz"),
+                c.file("quality", d, s),
+                dd.num_perm,
+                dd.ngram,
+                c.cfg.seed,
+                dd.engine,
+            )
+            for d, s in c.jobs
+        ],
+        "dedup signatures",
+    )
+    info, offsets = partitioned_plan(
+        sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map, dd.band_splits
+    )
     (c.out / "dedup_plan.json").write_text(json.dumps({"summary": info}))
-    ms = c.map(task_dedup, [(c.manifest("dedup", d, s), c.file("quality", d, s), c.file("dedup", d, s), sig, int(o), priority,
-                             c.out / "dedup_lsh/fate.npy", c.file("dedup_drops", d, s, ".json"))
-                            for (d, s), sig, o in zip(c.jobs, sigs, offsets)], "dedup")
+    ms = c.map(
+        task_dedup,
+        [
+            (
+                c.manifest("dedup", d, s),
+                c.file("quality", d, s),
+                c.file("dedup", d, s),
+                sig,
+                int(o),
+                priority,
+                c.out / "dedup_lsh/fate.npy",
+                c.file("dedup_drops", d, s, ".json"),
+            )
+            for (d, s), sig, o in zip(c.jobs, sigs, offsets)
+        ],
+        "dedup",
+    )
     return {**summarize(ms), "plan": info}
 
 # %% ../nbs/36_curate.ipynb
 def decontaminate_stage(c: Curation) -> dict:
     from mtnlg.decontaminate import eval_task_texts, build_task_ngrams, frequent_ngrams
+
     dc, out = c.cfg.decontaminate, c.out
     ngrams_path = out / "task_ngrams.npz"
     if not ngrams_path.is_file():
         tasks = eval_task_texts(c.cfg.path(dc.eval_dir) if dc.eval_dir else data_path("eval"), dc.tasks)
         table = build_task_ngrams([t for ts in tasks.values() for t in ts], dc.ngram, dc.min_ngram)
-        np.savez(out / "task_ngrams.tmp.npz", **{str(k): v for k, v in table.items()}); os.replace(out / "task_ngrams.tmp.npz", ngrams_path)
-    counts = c.map(task_count_ngrams, [(c.file("ngram_counts", d, s, ".json"), c.file("dedup", d, s), ngrams_path)
-                                       for d, s in c.jobs], "count task n-grams")
+        np.savez(out / "task_ngrams.tmp.npz", **{str(k): v for k, v in table.items()})
+        os.replace(out / "task_ngrams.tmp.npz", ngrams_path)
+    counts = c.map(
+        task_count_ngrams,
+        [(c.file("ngram_counts", d, s, ".json"), c.file("dedup", d, s), ngrams_path) for d, s in c.jobs],
+        "count task n-grams",
+    )
     ignore_path = out / "frequent_ngrams.npy"
     if not ignore_path.is_file():
-        ignore = frequent_ngrams(({int(k): v for k, v in json.loads(Path(f).read_text()).items()} for f in counts), dc.max_doc_freq)
+        ignore = frequent_ngrams(
+            ({int(k): v for k, v in json.loads(Path(f).read_text()).items()} for f in counts), dc.max_doc_freq
+        )
         np.save(ignore_path, ignore)
-    return summarize(c.map(task_decontaminate, [(c.manifest("decontaminate", d, s), c.file("dedup", d, s),
-                                                 c.file("decontaminate", d, s), ngrams_path, ignore_path, dc.remove_chars,
-                                                 dc.min_piece_chars, dc.max_splits) for d, s in c.jobs], "decontaminate"))
+    return summarize(
+        c.map(
+            task_decontaminate,
+            [
+                (
+                    c.manifest("decontaminate", d, s),
+                    c.file("dedup", d, s),
+                    c.file("decontaminate", d, s),
+                    ngrams_path,
+                    ignore_path,
+                    dc.remove_chars,
+                    dc.min_piece_chars,
+                    dc.max_splits,
+                )
+                for d, s in c.jobs
+            ],
+            "decontaminate",
+        )
+    )
 
 # %% ../nbs/36_curate.ipynb
 def tokenize_stage(c: Curation) -> dict:
     tok_path = train_tokenizer(c.cfg, [c.file("decontaminate", d, s) for d, s in c.jobs], c.out)
-    return summarize(c.map(task_tokenize, [(c.manifest("tokenize", d, s), c.file("decontaminate", d, s),
-                                            c.out / "tokenize" / d / shard_stem(s), tok_path) for d, s in c.jobs], "tokenize"))
+    return summarize(
+        c.map(
+            task_tokenize,
+            [
+                (
+                    c.manifest("tokenize", d, s),
+                    c.file("decontaminate", d, s),
+                    c.out / "tokenize" / d / shard_stem(s),
+                    tok_path,
+                )
+                for d, s in c.jobs
+            ],
+            "tokenize",
+        )
+    )
 
 # %% ../nbs/36_curate.ipynb
 def _cpu_seconds(ex) -> float | None:
     "CPU seconds used so far by this process and the local pool's workers (None on Dask: its workers are elsewhere)."
-    if not isinstance(ex, LocalExecutor): return None
+    if not isinstance(ex, LocalExecutor):
+        return None
     import psutil
+
     me, total = psutil.Process(), 0.0
-    t = me.cpu_times(); total += t.user + t.system + t.children_user + t.children_system
+    t = me.cpu_times()
+    total += t.user + t.system + t.children_user + t.children_system
     for p in me.children(recursive=True):
-        try: t = p.cpu_times(); total += t.user + t.system
-        except psutil.NoSuchProcess: pass
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
     return total
+
 
 def _timed(ex, run, *args) -> dict:
     "`run(*args)`, a dict, with the stage's wall-clock and CPU seconds (driver and workers) added."
     t, cpu = time.time(), _cpu_seconds(ex)
     out = run(*args)
-    return {**out, "started": t, "wall_seconds": time.time() - t, "cpu_seconds": None if cpu is None else _cpu_seconds(ex) - cpu}
+    return {
+        **out,
+        "started": t,
+        "wall_seconds": time.time() - t,
+        "cpu_seconds": None if cpu is None else _cpu_seconds(ex) - cpu,
+    }
 
-def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, workers: int | None = None,
-           progress: bool = True, log=print, scheduler_file=None) -> dict:
+
+def curate(
+    cfg: CurateConfig,
+    output_dir=None,
+    executor: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    log=print,
+    scheduler_file=None,
+) -> dict:
     "Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write) the summary."
     t_start = time.time()
     out = Path(output_dir) if output_dir else cfg.path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     shards = discover_shards(cfg)
-    ex = make_executor(executor or ("dask" if scheduler_file else cfg.executor), workers or cfg.workers, cfg.slurm, scheduler_file)
+    ex = make_executor(
+        executor or ("dask" if scheduler_file else cfg.executor), workers or cfg.workers, cfg.slurm, scheduler_file
+    )
     c = Curation(cfg, out, shards, ex, progress, log)
     summary = {"config": cfg.source, "output_dir": str(out), "stages": {}}
     try:
@@ -516,16 +871,21 @@ def curate(cfg: CurateConfig, output_dir=None, executor: str | None = None, work
         for stage, run in zip(STAGES, (extract_stage, quality_stage, dedup_stage, decontaminate_stage, tokenize_stage)):
             summary["stages"][stage] = _timed(ex, run, c)
         summary["datasets"] = dataset_flow(c)
-        for w in (warnings := flow_warnings(summary["datasets"])): log(w)
+        for w in (warnings := flow_warnings(summary["datasets"])):
+            log(w)
         prefixes = {d: out / "indexed" / d for d in c.spec}
         summary["blend"] = _timed(ex, lambda: blend_outputs(cfg, out, c.spec, shards, prefixes, c.file, c.map))
-        if moved := summary["blend"].get("weights_moved"): log(moved); warnings.append(moved)
+        if moved := summary["blend"].get("weights_moved"):
+            log(moved)
+            warnings.append(moved)
         summary["warnings"] = warnings
-    finally: ex.close()
+    finally:
+        ex.close()
     summary["seconds"] = time.time() - t_start
     check_flow(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
+
 
 def check_flow(summary: dict):
     "Documents written by each stage are the documents read by the next (chapter 36's end-to-end invariant)."
@@ -537,123 +897,197 @@ def check_flow(summary: dict):
 # %% ../nbs/36_curate.ipynb
 def _line_offsets(path) -> np.ndarray:
     "The byte offset where each line of `path` starts."
-    with open(path, "rb") as f: return np.fromiter(itertools.accumulate(map(len, f), initial=0), np.int64)[:-1]
+    with open(path, "rb") as f:
+        return np.fromiter(itertools.accumulate(map(len, f), initial=0), np.int64)[:-1]
+
 
 class _Documents:
     """One dataset's curated documents (its shards' lines, in order) by number: their byte offsets in memory, each text
     read from disk when asked, through at most `max_open` open files (the most recently used)."""
+
     def __init__(self, files, max_open: int = 8):
         from collections import OrderedDict
+
         self.files, self.handles, self.max_open = list(files), OrderedDict(), max_open
         offsets = [_line_offsets(f) for f in self.files]
         self.per_file, self.offset = [len(o) for o in offsets], np.concatenate([np.zeros(0, np.int64), *offsets])
         self.start = np.cumsum([0] + self.per_file)
-    def __len__(self): return int(self.start[-1])
+
+    def __len__(self):
+        return int(self.start[-1])
+
     def text(self, i) -> str:
         k = int(np.searchsorted(self.start, i, side="right")) - 1
-        if k in self.handles: self.handles.move_to_end(k)
+        if k in self.handles:
+            self.handles.move_to_end(k)
         else:
-            if len(self.handles) >= self.max_open: self.handles.popitem(last=False)[1].close()
+            if len(self.handles) >= self.max_open:
+                self.handles.popitem(last=False)[1].close()
             self.handles[k] = open(self.files[k], "rb")
-        f = self.handles[k]; f.seek(self.offset[i]); return json.loads(f.readline())["text"]
+        f = self.handles[k]
+        f.seek(self.offset[i])
+        return json.loads(f.readline())["text"]
+
     def close(self):
-        for f in self.handles.values(): f.close()
+        for f in self.handles.values():
+            f.close()
         self.handles.clear()
+
 
 def _token_counts(docs: _Documents, prefixes, tok):
     """Each document's `len(tok.encode(text).ids)`: its length in the tokenize stage's shard `prefixes[k]` less the
     end-of-text token, or, in a shard that dropped documents without tokens (its lengths no longer line up), counted again."""
-    for f, n, p in zip(docs.files, docs.per_file, prefixes): yield from _shard_token_counts(f, n, p, tok)
+    for f, n, p in zip(docs.files, docs.per_file, prefixes):
+        yield from _shard_token_counts(f, n, p, tok)
+
 
 def _shard_token_counts(f, n: int, prefix, tok):
     from mtnlg.indexed import read_index
+
     lengths = read_index(prefix)[1]
-    if len(lengths) == n: yield from (lengths.astype(np.int64) - 1).tolist()
-    else: yield from (len(e.ids) for b in iter_batches(f) for e in tok.encode_batch([d["text"] for d in b]))
+    if len(lengths) == n:
+        yield from (lengths.astype(np.int64) - 1).tolist()
+    else:
+        yield from (len(e.ids) for b in iter_batches(f) for e in tok.encode_batch([d["text"] for d in b]))
+
 
 def task_shard_tokens(src, prefix, tokenizer_path, limit: int | None = None) -> tuple[int, int]:
     "One curated shard's (documents, tokens of its first `limit` documents, all if None): the blend's per-shard bookkeeping, as a task."
     from tokenizers import Tokenizer
-    with open(src, "rb") as f: n = sum(1 for _ in f)
+
+    with open(src, "rb") as f:
+        n = sum(1 for _ in f)
     tok = _cached(("tok", str(tokenizer_path)), lambda: Tokenizer.from_file(str(tokenizer_path)))
     return n, sum(itertools.islice(_shard_token_counts(src, n, prefix, tok), n if limit is None else limit))
 
+
 def task_merge_indexed(prefixes, out_prefix) -> int:
     from mtnlg.indexed import merge_indexed, read_index
-    return len(read_index(out_prefix)[1]) if Path(f"{out_prefix}.idx").is_file() else merge_indexed(prefixes, out_prefix)
 
-def task_blend_text(files: dict, sizes: dict, weights: dict, total: float, seed: int, train: dict, out) -> tuple[int, int]:
+    return (
+        len(read_index(out_prefix)[1]) if Path(f"{out_prefix}.idx").is_file() else merge_indexed(prefixes, out_prefix)
+    )
+
+
+def task_blend_text(
+    files: dict, sizes: dict, weights: dict, total: float, seed: int, train: dict, out
+) -> tuple[int, int]:
     "`blend/train.jsonl` (the blend order's documents) and `blend/valid.jsonl`, text to read: a task, and the only one that reads every document again."
     from mtnlg.blend import blend_order
+
     docs = {d: _Documents(fs) for d, fs in files.items()}
     names, order, index, _ = blend_order(sizes, weights, total, seed)
     try:
-        n_train = write_jsonl(Path(out) / "blend/train.jsonl", ({"text": docs[names[k]].text(i)} for k, i in zip(order, index)))
-        n_valid = write_jsonl(Path(out) / "blend/valid.jsonl", ({"text": docs[d].text(i)} for d in train for i in range(train[d], len(docs[d]))))
+        n_train = write_jsonl(
+            Path(out) / "blend/train.jsonl", ({"text": docs[names[k]].text(i)} for k, i in zip(order, index))
+        )
+        n_valid = write_jsonl(
+            Path(out) / "blend/valid.jsonl",
+            ({"text": docs[d].text(i)} for d in train for i in range(train[d], len(docs[d]))),
+        )
     finally:
-        for x in docs.values(): x.close()
+        for x in docs.values():
+            x.close()
     return n_train, n_valid
+
 
 def task_gpt_samples(prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int) -> tuple[int, list]:
     "The blended GPT samples megatron-core would draw (a check of the indexed datasets): how many, and each dataset's share."
     from mtnlg.indexed import blended_gpt_samples
+
     bs = blended_gpt_samples(prefixes, weights, seq_length, num_samples, seed)
     return len(bs), (np.bincount(bs.dataset_index, minlength=len(prefixes)) / max(1, len(bs))).round(4).tolist()
 
+
 def blend_report(sizes: dict, weights: dict, total: float) -> dict:
     "`blend_order`'s report without its per-document order: each dataset's documents, tokens, weight, epochs and documents out."
-    w = np.array([weights[n] for n in sizes], float); w /= w.sum()
+    w = np.array([weights[n] for n in sizes], float)
+    w /= w.sum()
     report = {}
     for (n, (docs, size)), wd in zip(sizes.items(), w):
-        if size == 0: raise ValueError(f"dataset {n!r} has no tokens to blend")
+        if size == 0:
+            raise ValueError(f"dataset {n!r} has no tokens to blend")
         epochs = wd * total / size
-        report[n] = {"documents": docs, "tokens": size, "weight": float(wd), "epochs": float(epochs),
-                     "documents_out": int(epochs) * docs + round((epochs - int(epochs)) * docs)}
+        report[n] = {
+            "documents": docs,
+            "tokens": size,
+            "weight": float(wd),
+            "epochs": float(epochs),
+            "documents_out": int(epochs) * docs + round((epochs - int(epochs)) * docs),
+        }
     return report
+
 
 def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file, map=None) -> dict:
     """The blend from per-shard numbers that tasks count (`map(fn, args_list, what)`: the executor): the driver adds up
     a few numbers a shard and opens no shard. Writes `blend/megatron_data_path.txt` and, if `blend.write_text`, the text JSONL."""
     from mtnlg.blend import blendable_weights
+
     map = map or (lambda fn, args, what="": [fn(*a) for a in args])
     files = {d: [stage_file("decontaminate", d, s) for s in shards[d]] for d in spec}
     toks = {d: [out / "tokenize" / d / shard_stem(s) for s in shards[d]] for d in spec}
     tok_path, jobs = out / "tokenizer.json", [(d, k) for d in spec for k in range(len(shards[d]))]
-    per_shard = dict(zip(jobs, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path) for d, k in jobs], "blend: count tokens")))
+    per_shard = dict(
+        zip(jobs, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path) for d, k in jobs], "blend: count tokens"))
+    )
     n_docs = {d: sum(per_shard[d, k][0] for k in range(len(shards[d]))) for d in spec}
-    train = {}                                      # dataset -> how many train documents: the first ones; the rest are valid
+    train = {}  # dataset -> how many train documents: the first ones; the rest are valid
     for d in spec:
-        if n := n_docs[d]: train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
-    weights, moved = blendable_weights({d: spec[d].weight for d in spec}, train)   # moved: where an empty dataset's weight went
+        if n := n_docs[d]:
+            train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
+    weights, moved = blendable_weights(
+        {d: spec[d].weight for d in spec}, train
+    )  # moved: where an empty dataset's weight went
     tokens, partial = {d: 0 for d in weights}, []
-    for d in weights:                               # whole shards before the train/valid boundary; the boundary shard counted by a task
+    for d in weights:  # whole shards before the train/valid boundary; the boundary shard counted by a task
         seen = 0
         for k in range(len(shards[d])):
             n, t = per_shard[d, k]
-            if seen + n <= train[d]: tokens[d] += t
-            elif seen < train[d]: partial.append((d, k, train[d] - seen))
+            if seen + n <= train[d]:
+                tokens[d] += t
+            elif seen < train[d]:
+                partial.append((d, k, train[d] - seen))
             seen += n
-    for (d, _, _), (_, t) in zip(partial, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path, lim) for d, k, lim in partial], "blend: boundary")):
+    for (d, _, _), (_, t) in zip(
+        partial,
+        map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path, lim) for d, k, lim in partial], "blend: boundary"),
+    ):
         tokens[d] += t
     sizes = {d: (train[d], tokens[d]) for d in weights}
     total = cfg.blend.train_tokens or sum(tokens.values())
     report = blend_report(sizes, weights, total)
     (out / "blend").mkdir(exist_ok=True)
     if cfg.blend.write_text:
-        n_train, n_valid = map(task_blend_text, [({d: files[d] for d in spec}, sizes, weights, total, cfg.seed, train, out)], "blend: text")[0]
-    else: n_train, n_valid = sum(r["documents_out"] for r in report.values()), sum(n_docs[d] - train[d] for d in train)
+        n_train, n_valid = map(
+            task_blend_text, [({d: files[d] for d in spec}, sizes, weights, total, cfg.seed, train, out)], "blend: text"
+        )[0]
+    else:
+        n_train, n_valid = sum(r["documents_out"] for r in report.values()), sum(n_docs[d] - train[d] for d in train)
     n_indexed = dict(zip(spec, map(task_merge_indexed, [(toks[d], prefixes[d]) for d in spec], "blend: merge indexed")))
     w = {d: weights[d] / sum(weights.values()) for d in weights if n_indexed[d]}
     (out / "blend/megatron_data_path.txt").write_text(" ".join(f"{w[d]:.6g} {prefixes[d]}" for d in w) + "\n")
-    n_samples, shares = map(task_gpt_samples, [([prefixes[d] for d in w], list(w.values()), cfg.blend.seq_length, cfg.blend.num_samples, cfg.seed)], "blend: samples")[0]
-    return {"datasets": report, "train_documents": n_train, "valid_documents": n_valid,
-            "gpt_samples": n_samples, "gpt_sample_shares": dict(zip(w, shares)), "weights_moved": moved}
+    n_samples, shares = map(
+        task_gpt_samples,
+        [([prefixes[d] for d in w], list(w.values()), cfg.blend.seq_length, cfg.blend.num_samples, cfg.seed)],
+        "blend: samples",
+    )[0]
+    return {
+        "datasets": report,
+        "train_documents": n_train,
+        "valid_documents": n_valid,
+        "gpt_samples": n_samples,
+        "gpt_sample_shares": dict(zip(w, shares)),
+        "weights_moved": moved,
+    }
 
 # %% ../nbs/36_curate.ipynb
-MOST = 0.9     # a stage that drops this share of a dataset's documents, or more, is reported
+MOST = 0.9  # a stage that drops this share of a dataset's documents, or more, is reported
 
-_HINTS = {"quality": "chapter 31: name more positive datasets (quality.positive_datasets), keep quality.folds >= 2, or lower quality.alpha",
-          "extract": "chapter 30: check extract.languages and extract.min_words against the input"}
+_HINTS = {
+    "quality": "chapter 31: name more positive datasets (quality.positive_datasets), keep quality.folds >= 2, or lower quality.alpha",
+    "extract": "chapter 30: check extract.languages and extract.min_words against the input",
+}
+
 
 def dataset_flow(c) -> dict:
     "Per dataset and stage, the documents in, kept and dropped by reason: the shards' manifests added up."
@@ -662,38 +1096,61 @@ def dataset_flow(c) -> dict:
         flow[d] = {}
         for stage in STAGES:
             ms = [json.loads(p.read_text()) for s in c.shards[d] if (p := c.manifest(stage, d, s)).is_file()]
-            if ms: flow[d][stage] = {"docs_in": sum(m["docs_in"] for m in ms), "kept": sum(m["kept"] for m in ms),
-                                     "dropped": dict(sum((Counter(m["dropped"]) for m in ms), Counter()).most_common())}
+            if ms:
+                flow[d][stage] = {
+                    "docs_in": sum(m["docs_in"] for m in ms),
+                    "kept": sum(m["kept"] for m in ms),
+                    "dropped": dict(sum((Counter(m["dropped"]) for m in ms), Counter()).most_common()),
+                }
     return flow
+
 
 def flow_warnings(flow: dict, most: float = MOST) -> list[str]:
     "Loud lines for each dataset that ends empty, and each stage that takes `most` of a dataset's documents or more."
     out = []
     for d, stages in flow.items():
-        if not stages: continue
+        if not stages:
+            continue
         takes = {s: f for s, f in stages.items() if f["docs_in"] and (f["docs_in"] - f["kept"]) / f["docs_in"] >= most}
-        said = lambda s, f: (f"{s} dropped {f['docs_in'] - f['kept']:,} of {f['docs_in']:,} ("
-                             + ", ".join(f"{n:,} {r}" for r, n in list(f["dropped"].items())[:2]) + ")"
-                             + (f" [{_HINTS[s]}]" if s in _HINTS else ""))
+        said = lambda s, f: (
+            f"{s} dropped {f['docs_in'] - f['kept']:,} of {f['docs_in']:,} ("
+            + ", ".join(f"{n:,} {r}" for r, n in list(f["dropped"].items())[:2])
+            + ")"
+            + (f" [{_HINTS[s]}]" if s in _HINTS else "")
+        )
         first, last = next(iter(stages.values())), list(stages.values())[-1]
         if last["kept"] == 0:
-            out.append(f"WARNING: dataset {d!r} ends empty: " + ("; ".join(said(s, f) for s, f in takes.items())
-                                                                if first["docs_in"] else "its input holds no documents"))
-        else: out += [f"WARNING: dataset {d!r}: {said(s, f)}; {last['kept']:,} documents left" for s, f in takes.items()]
+            out.append(
+                f"WARNING: dataset {d!r} ends empty: "
+                + (
+                    "; ".join(said(s, f) for s, f in takes.items())
+                    if first["docs_in"]
+                    else "its input holds no documents"
+                )
+            )
+        else:
+            out += [f"WARNING: dataset {d!r}: {said(s, f)}; {last['kept']:,} documents left" for s, f in takes.items()]
     return out
 
 # %% ../nbs/36_curate.ipynb
 def format_summary(summary: dict) -> str:
     sec = lambda s, k: f"{s[k]:7.1f}" if s.get(k) is not None else f"{'-':>7s}"
-    lines = [f"{'stage':14s} {'shards':>6s} {'docs in':>8s} {'kept':>7s} {'wall s':>7s} {'CPU s':>7s}  dropped by reason"]
+    lines = [
+        f"{'stage':14s} {'shards':>6s} {'docs in':>8s} {'kept':>7s} {'wall s':>7s} {'CPU s':>7s}  dropped by reason"
+    ]
     for stage, s in summary["stages"].items():
         drops = "; ".join(f"{n} {r}" for r, n in s["dropped"].items()) or "-"
-        lines.append(f"{stage:14s} {s['shards']:6d} {s['docs_in']:8d} {s['kept']:7d} {sec(s, 'wall_seconds')} {sec(s, 'cpu_seconds')}  {drops}")
-        if s.get("noted"): lines.append(f"{'':14s} beside the documents: " + "; ".join(f"{n:,} {r}" for r, n in s["noted"].items()))
+        lines.append(
+            f"{stage:14s} {s['shards']:6d} {s['docs_in']:8d} {s['kept']:7d} {sec(s, 'wall_seconds')} {sec(s, 'cpu_seconds')}  {drops}"
+        )
+        if s.get("noted"):
+            lines.append(f"{'':14s} beside the documents: " + "; ".join(f"{n:,} {r}" for r, n in s["noted"].items()))
     b = summary.get("blend")
     if b:
-        lines.append(f"blend: {b['train_documents']} train / {b['valid_documents']} valid documents; "
-                     + ", ".join(f"{d} weight {r['weight']:.2f} x{r['epochs']:.2f} epochs" for d, r in b["datasets"].items()))
+        lines.append(
+            f"blend: {b['train_documents']} train / {b['valid_documents']} valid documents; "
+            + ", ".join(f"{d} weight {r['weight']:.2f} x{r['epochs']:.2f} epochs" for d, r in b["datasets"].items())
+        )
     lines += summary.get("warnings", [])
     lines.append(f"every stage: docs in = kept + dropped (checked); {summary.get('seconds', 0):.1f}s")
     return "\n".join(lines)
@@ -702,37 +1159,59 @@ def format_summary(summary: dict) -> str:
 @dataclass(frozen=True)
 class Snapshot:
     "A Common Crawl snapshot as the plan needs it: its page captures and compressed WARC bytes, and how each was obtained."
-    name: str           # the paper's name for it (chapter 34's FIGURE_2)
-    crawl: str          # Common Crawl's: s3://commoncrawl/crawl-data/<crawl>/
-    pages: int          # page captures
-    warc_bytes: float   # its .warc.gz files, compressed
-    warc_how: str       # where `warc_bytes` comes from
 
-CC_PAGES_SOURCE = ("https://github.com/commoncrawl/cc-crawl-statistics/blob/011ff43f50c8c744ff891f027fec7a44677b2545/"
-                   "plots/crawlsize/monthly.csv")           # column `page`; plotted at commoncrawl.github.io/cc-crawl-statistics/plots/crawlsize
+    name: str  # the paper's name for it (chapter 34's FIGURE_2)
+    crawl: str  # Common Crawl's: s3://commoncrawl/crawl-data/<crawl>/
+    pages: int  # page captures
+    warc_bytes: float  # its .warc.gz files, compressed
+    warc_how: str  # where `warc_bytes` comes from
+
+
+CC_PAGES_SOURCE = (
+    "https://github.com/commoncrawl/cc-crawl-statistics/blob/011ff43f50c8c744ff891f027fec7a44677b2545/"
+    "plots/crawlsize/monthly.csv"
+)  # column `page`; plotted at commoncrawl.github.io/cc-crawl-statistics/plots/crawlsize
 WARC_FILE_SOURCE = "https://commoncrawl.org/blog/february-2019-crawl-archive-now-available"
-WARC_FILE_BYTES = 59.86 * 2**40 / 64_000                 # its table: 64,000 WARC files, 59.86 TiB compressed -> 1.03 GB a file
-WARC_COUNT_SOURCE = ("https://github.com/NVIDIA/NeMo-Curator/blob/c78ad21c64b02ca8df668e7daf499a2907e4ec62/tests/test_download.py"
-                     " (the crawl's last WARC file is -00799 of segment 1610704847953.98; 143,840 files in CC-MAIN-2021-04 and -2021-10)")
-WARC_FILES_2021_04 = 100 * 800                           # 100 segments of 800 WARC files (-00000 ... -00799)
+WARC_FILE_BYTES = 59.86 * 2**40 / 64_000  # its table: 64,000 WARC files, 59.86 TiB compressed -> 1.03 GB a file
+WARC_COUNT_SOURCE = (
+    "https://github.com/NVIDIA/NeMo-Curator/blob/c78ad21c64b02ca8df668e7daf499a2907e4ec62/tests/test_download.py"
+    " (the crawl's last WARC file is -00799 of segment 1610704847953.98; 143,840 files in CC-MAIN-2021-04 and -2021-10)"
+)
+WARC_FILES_2021_04 = 100 * 800  # 100 segments of 800 WARC files (-00000 ... -00799)
 
-_pages = {"CC-MAIN-2020-50": 2_642_471_501, "CC-MAIN-2021-04": 3_401_286_407}    # CC_PAGES_SOURCE
+_pages = {"CC-MAIN-2020-50": 2_642_471_501, "CC-MAIN-2021-04": 3_401_286_407}  # CC_PAGES_SOURCE
 _bytes_2021_04 = WARC_FILES_2021_04 * WARC_FILE_BYTES
 _bytes_per_page = _bytes_2021_04 / _pages["CC-MAIN-2021-04"]
 CC_SNAPSHOTS = [
-    Snapshot("CC-2020-50", "CC-MAIN-2020-50", _pages["CC-MAIN-2020-50"], _pages["CC-MAIN-2020-50"] * _bytes_per_page,
-             f"its pages x CC-2021-04's {_bytes_per_page / 1e3:.1f} kB of .warc.gz a page (no published size found here)"),
-    Snapshot("CC-2021-04", "CC-MAIN-2021-04", _pages["CC-MAIN-2021-04"], _bytes_2021_04,
-             f"{WARC_FILES_2021_04:,} WARC files x {WARC_FILE_BYTES / 1e9:.3f} GB a file")]
+    Snapshot(
+        "CC-2020-50",
+        "CC-MAIN-2020-50",
+        _pages["CC-MAIN-2020-50"],
+        _pages["CC-MAIN-2020-50"] * _bytes_per_page,
+        f"its pages x CC-2021-04's {_bytes_per_page / 1e3:.1f} kB of .warc.gz a page (no published size found here)",
+    ),
+    Snapshot(
+        "CC-2021-04",
+        "CC-MAIN-2021-04",
+        _pages["CC-MAIN-2021-04"],
+        _bytes_2021_04,
+        f"{WARC_FILES_2021_04:,} WARC files x {WARC_FILE_BYTES / 1e9:.3f} GB a file",
+    ),
+]
 
 # %% ../nbs/36_curate.ipynb
 from .catalog import REPO, shown_path
-RATES_FIXTURE = REPO / "tests/fixtures/curate-rates.json"   # made-up round numbers for tests: never a measurement
+
+RATES_FIXTURE = REPO / "tests/fixtures/curate-rates.json"  # made-up round numbers for tests: never a measurement
+
 
 def newest_rates_file(root=None, bench: str = "curate") -> Path | None:
     "The newest benchmark result, bench/results/<bench>-<date>-<device>.json under `root` (default: this repository; the date sorts), or None."
-    found = sorted(p for p in Path(root or REPO, "bench/results").glob(f"{bench}-*.json") if p.name[len(bench) + 1].isdigit())
+    found = sorted(
+        p for p in Path(root or REPO, "bench/results").glob(f"{bench}-*.json") if p.name[len(bench) + 1].isdigit()
+    )
     return found[-1] if found else None
+
 
 def _bad_rates(r: dict) -> list[str]:
     "The keys of `plan_rates` that do not hold what the plan needs."
@@ -740,48 +1219,87 @@ def _bad_rates(r: dict) -> list[str]:
     per_stage = lambda d: isinstance(d, dict) and d and all(positive(v) or v == 0 for v in d.values())
     bad = [k for k in ("pages_per_gb", "kept_docs_per_page", "peak_rss_per_worker_bytes") if not positive(r.get(k))]
     bad += [k for k in ("cpu_seconds_per_gb",) if not per_stage(r.get(k))]
-    if r.get("dedup_index_bytes_per_doc") is not None and not positive(r["dedup_index_bytes_per_doc"]): bad.append("dedup_index_bytes_per_doc")
+    if r.get("dedup_index_bytes_per_doc") is not None and not positive(r["dedup_index_bytes_per_doc"]):
+        bad.append("dedup_index_bytes_per_doc")
     return bad
+
 
 def load_plan_rates(path, dedup_rates=None) -> dict:
     """The per-GB-of-.warc.gz rates (`plan_rates`) of a bench/curate.py result, checked, with `source` and `fixture`
     (true for the test fixture) added. A missing file or a malformed one raises an error of one line that names it."""
     p = Path(path)
-    if not p.is_file(): raise FileNotFoundError(f"rates file {str(p)!r} not found")
-    try: data = json.loads(p.read_text())
-    except (ValueError, UnicodeDecodeError) as e: raise ValueError(f"rates file {p}: not JSON ({e})") from None
+    if not p.is_file():
+        raise FileNotFoundError(f"rates file {str(p)!r} not found")
+    try:
+        data = json.loads(p.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"rates file {p}: not JSON ({e})") from None
     r = data.get("plan_rates") if isinstance(data, dict) else None
-    if not isinstance(r, dict): raise ValueError(f"rates file {p}: no `plan_rates` object (bench/curate.py writes one when it runs its large size)")
-    if bad := _bad_rates(r): raise ValueError(f"rates file {p}: `plan_rates` needs positive numbers for {', '.join(bad)}")
-    dedup = r.get("partitioned_dedup") or load_dedup_rates(dedup_rates or newest_rates_file(p.parent.parent.parent if p.parent.name == "results" else None, "dedup-scale"))
+    if not isinstance(r, dict):
+        raise ValueError(
+            f"rates file {p}: no `plan_rates` object (bench/curate.py writes one when it runs its large size)"
+        )
+    if bad := _bad_rates(r):
+        raise ValueError(f"rates file {p}: `plan_rates` needs positive numbers for {', '.join(bad)}")
+    dedup = r.get("partitioned_dedup") or load_dedup_rates(
+        dedup_rates or newest_rates_file(p.parent.parent.parent if p.parent.name == "results" else None, "dedup-scale")
+    )
     return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
 
-DEDUP_RATE_KEYS = ("band_seconds_per_doc", "verify_seconds_per_doc", "components_seconds_per_doc", "band_bytes_per_doc",
-                   "components_bytes_per_doc", "driver_cpu_seconds_per_shard")
+
+DEDUP_RATE_KEYS = (
+    "band_seconds_per_doc",
+    "verify_seconds_per_doc",
+    "components_seconds_per_doc",
+    "band_bytes_per_doc",
+    "components_bytes_per_doc",
+    "driver_cpu_seconds_per_shard",
+)
+
 
 def load_dedup_rates(path) -> dict:
     """The partitioned dedup's rates from a bench/dedup_scale.py result: each stage's marginal seconds a document and a
     shard and traced bytes a document (stage A0's shards, A's one band split, A', B), and the curation driver's CPU seconds a shard."""
     if path is None or not Path(path).is_file():
-        raise FileNotFoundError(f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run python bench/dedup_scale.py --save")
-    data = json.loads(Path(path).read_text()); m = data["marginal"]
-    r = {"band_seconds_per_doc": m["seconds_per_doc"]["band"], "verify_seconds_per_doc": m["seconds_per_doc"]["verify"],
-         "components_seconds_per_doc": m["seconds_per_doc"]["components"], "band_bytes_per_doc": m["traced_bytes_per_doc"]["band"],
-         "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"], "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"],
-         "band_keys_seconds_per_doc": m["seconds_per_doc"].get("band_keys", 0.0),
-         **{f"{s}_seconds_per_shard": m.get("seconds_per_shard", {}).get(s, 0.0) for s in ("band_keys", "band", "verify", "components")}}
-    return ({k: max(0.0, float(v)) for k, v in r.items()} | {"band_splits": int(data.get("band_splits", 1)), "source": str(path),
-                                                              "device": data.get("device"), "date": data.get("date")})
+        raise FileNotFoundError(
+            f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run python bench/dedup_scale.py --save"
+        )
+    data = json.loads(Path(path).read_text())
+    m = data["marginal"]
+    r = {
+        "band_seconds_per_doc": m["seconds_per_doc"]["band"],
+        "verify_seconds_per_doc": m["seconds_per_doc"]["verify"],
+        "components_seconds_per_doc": m["seconds_per_doc"]["components"],
+        "band_bytes_per_doc": m["traced_bytes_per_doc"]["band"],
+        "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"],
+        "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"],
+        "band_keys_seconds_per_doc": m["seconds_per_doc"].get("band_keys", 0.0),
+        **{
+            f"{s}_seconds_per_shard": m.get("seconds_per_shard", {}).get(s, 0.0)
+            for s in ("band_keys", "band", "verify", "components")
+        },
+    }
+    return {k: max(0.0, float(v)) for k, v in r.items()} | {
+        "band_splits": int(data.get("band_splits", 1)),
+        "source": str(path),
+        "device": data.get("device"),
+        "date": data.get("date"),
+    }
+
 
 def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tuple[float, str]:
     "The dedup index's bytes per document: measured, if the rates say; else chapter 32's signatures alone (uint32 x num_perm), a floor."
-    if rates.get("dedup_index_bytes_per_doc"): return float(rates["dedup_index_bytes_per_doc"]), "the rates' figure"
-    return float(num_perm * np.dtype(np.uint32).itemsize), f"signatures only ({num_perm} x 4 bytes, chapter 32): a floor"
+    if rates.get("dedup_index_bytes_per_doc"):
+        return float(rates["dedup_index_bytes_per_doc"]), "the rates' figure"
+    return float(
+        num_perm * np.dtype(np.uint32).itemsize
+    ), f"signatures only ({num_perm} x 4 bytes, chapter 32): a floor"
 
 # %% ../nbs/36_curate.ipynb
 def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float) -> int:
     "One single-threaded worker per core (cluster/curate.sbatch: one per Slurm task), as many as the node's memory holds at the measured peak."
     return max(1, min(cores_per_node, int(node_memory_bytes // rates["peak_rss_per_worker_bytes"])))
+
 
 def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
     """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
@@ -790,105 +1308,195 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
     kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
-    task = lambda s: (kept * d[f"{s}_seconds_per_doc"] + shards * d.get(f"{s}_seconds_per_shard", 0.0)) / 3600   # a task over the corpus
-    core_hours["dedup"] = core_hours.get("dedup", 0.0) + task("verify") + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)   # A0, A': every worker
+    task = lambda s: (
+        (kept * d[f"{s}_seconds_per_doc"] + shards * d.get(f"{s}_seconds_per_shard", 0.0)) / 3600
+    )  # a task over the corpus
+    core_hours["dedup"] = (
+        core_hours.get("dedup", 0.0) + task("verify") + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)
+    )  # A0, A': every worker
     fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
-    serial = {"driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600, "dedup LSH band": task("band"),
-              "dedup components": task("components")}
-    return {"snapshot": snap.name, "crawl": snap.crawl, "pages": snap.pages, "warc_gb": gb, "shards": shards, "core_hours": core_hours,
-            "parallel_core_hours": sum(core_hours.values()), "serial_hours": serial, "driver_hours": sum(serial.values()),
-            "bands": bands * d.get("band_splits", 1),
-            "kept_docs": kept, "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
-            "dedup_task_bytes": {"LSH band": kept * d["band_bytes_per_doc"], "components": kept * d["components_bytes_per_doc"]}}
+    serial = {
+        "driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600,
+        "dedup LSH band": task("band"),
+        "dedup components": task("components"),
+    }
+    return {
+        "snapshot": snap.name,
+        "crawl": snap.crawl,
+        "pages": snap.pages,
+        "warc_gb": gb,
+        "shards": shards,
+        "core_hours": core_hours,
+        "parallel_core_hours": sum(core_hours.values()),
+        "serial_hours": serial,
+        "driver_hours": sum(serial.values()),
+        "bands": bands * d.get("band_splits", 1),
+        "kept_docs": kept,
+        "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
+        "dedup_task_bytes": {
+            "LSH band": kept * d["band_bytes_per_doc"],
+            "components": kept * d["components_bytes_per_doc"],
+        },
+    }
+
 
 def wall_hours(cost: dict, workers: int) -> float:
     """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
     shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers than
     tasks) and the components task."""
     extra_waves = -(-cost["bands"] // workers) - 1
-    return cost["parallel_core_hours"] / workers + cost["driver_hours"] + extra_waves * cost["serial_hours"]["dedup LSH band"]
+    return (
+        cost["parallel_core_hours"] / workers
+        + cost["driver_hours"]
+        + extra_waves * cost["serial_hours"]["dedup LSH band"]
+    )
 
-def curation_plan(rates: dict, snapshots=CC_SNAPSHOTS, nodes=(1, 8, 64), cores_per_node: int = 64, node_memory_bytes: float = 512e9) -> dict:
+
+def curation_plan(
+    rates: dict, snapshots=CC_SNAPSHOTS, nodes=(1, 8, 64), cores_per_node: int = 64, node_memory_bytes: float = 512e9
+) -> dict:
     "The cost of each snapshot, and its wall-clock hours on each node count of `nodes`."
     w = workers_per_node(rates, cores_per_node, node_memory_bytes)
     costs = [snapshot_cost(rates, s) for s in snapshots]
-    for c in costs: c["wall_hours"] = {n: wall_hours(c, n * w) for n in nodes}
-    return {"rates": rates, "nodes": list(nodes), "cores_per_node": cores_per_node, "node_memory_bytes": node_memory_bytes,
-            "workers_per_node": w, "snapshots": costs}
+    for c in costs:
+        c["wall_hours"] = {n: wall_hours(c, n * w) for n in nodes}
+    return {
+        "rates": rates,
+        "nodes": list(nodes),
+        "cores_per_node": cores_per_node,
+        "node_memory_bytes": node_memory_bytes,
+        "workers_per_node": w,
+        "snapshots": costs,
+    }
 
 # %% ../nbs/36_curate.ipynb
 def both_snapshots(costs: list[dict]) -> dict:
     "The snapshots' costs added up: MT-NLG deduplicated across all its datasets, so one dedup index holds them together."
     add = lambda key: sum(c[key] for c in costs)
     add_each = lambda key: {k: sum(c[key][k] for c in costs) for k in costs[0][key]}
-    return {"snapshot": "both", "crawl": "", **{k: add(k) for k in ("pages", "warc_gb", "shards", "parallel_core_hours", "driver_hours",
-                                                                     "kept_docs", "dedup_index_bytes")},
-            "core_hours": add_each("core_hours"), "wall_hours": add_each("wall_hours"), "serial_hours": add_each("serial_hours"),
-            "dedup_task_bytes": add_each("dedup_task_bytes"), "bands": costs[0]["bands"]}
+    return {
+        "snapshot": "both",
+        "crawl": "",
+        **{
+            k: add(k)
+            for k in (
+                "pages",
+                "warc_gb",
+                "shards",
+                "parallel_core_hours",
+                "driver_hours",
+                "kept_docs",
+                "dedup_index_bytes",
+            )
+        },
+        "core_hours": add_each("core_hours"),
+        "wall_hours": add_each("wall_hours"),
+        "serial_hours": add_each("serial_hours"),
+        "dedup_task_bytes": add_each("dedup_task_bytes"),
+        "bands": costs[0]["bands"],
+    }
+
 
 def _rates_line(r: dict) -> str:
-    if r["fixture"]: return f"rates: {shown_path(r['source'])}: THE TEST FIXTURE'S MADE-UP NUMBERS, NOT A MEASUREMENT"
+    if r["fixture"]:
+        return f"rates: {shown_path(r['source'])}: THE TEST FIXTURE'S MADE-UP NUMBERS, NOT A MEASUREMENT"
     d = r["partitioned_dedup"]
-    return (f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')}); partitioned dedup and the "
-            f"driver a shard: {shown_path(d['source'])}, measured on {d.get('device', '?')} ({d.get('date', '?')})")
+    return (
+        f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')}); partitioned dedup and the "
+        f"driver a shard: {shown_path(d['source'])}, measured on {d.get('device', '?')} ({d.get('date', '?')})"
+    )
+
 
 def _sizes_table(rows: list[dict], pages_per_gb: float) -> list[str]:
     from mtnlg.blend import FIGURE_2
+
     paper = {name: tokens for name, tokens, *_ in FIGURE_2}
     paper["both"] = sum(paper[c["snapshot"]] for c in rows if c["snapshot"] in paper)
     bn = lambda x: f"{x / 1e9:.2f}B"
-    out = [f"{'snapshot':10s} {'crawl':15s} {'pages':>6s} {'WARC TB':>7s} {'pages/GB':>8s} {'kept docs':>9s} {'dedup index':>11s}  paper: tokens kept"]
+    out = [
+        f"{'snapshot':10s} {'crawl':15s} {'pages':>6s} {'WARC TB':>7s} {'pages/GB':>8s} {'kept docs':>9s} {'dedup index':>11s}  paper: tokens kept"
+    ]
     for c in rows:
-        out.append(f"{c['snapshot']:10s} {c['crawl']:15s} {bn(c['pages']):>6s} {c['warc_gb'] / 1e3:7.1f} {c['pages'] / c['warc_gb']:8,.0f} "
-                   f"{bn(c['kept_docs']):>9s} {c['dedup_index_bytes'] / 1e12:8.2f} TB  {paper.get(c['snapshot'], float('nan')):.1f}B")
+        out.append(
+            f"{c['snapshot']:10s} {c['crawl']:15s} {bn(c['pages']):>6s} {c['warc_gb'] / 1e3:7.1f} {c['pages'] / c['warc_gb']:8,.0f} "
+            f"{bn(c['kept_docs']):>9s} {c['dedup_index_bytes'] / 1e12:8.2f} TB  {paper.get(c['snapshot'], float('nan')):.1f}B"
+        )
     out.append(f"(the rates' own input: {pages_per_gb:,.0f} pages/GB; costs scale with GB, kept documents with pages)")
     return out
+
 
 def _core_hours_table(rows: list[dict]) -> list[str]:
     stages = list(rows[0]["core_hours"])
     out = [f"{'core-hours':10s} " + " ".join(f"{s:>13s}" for s in stages) + f" {'serial (h)':>10s} {'total':>10s}"]
     for c in rows:
-        out.append(f"{c['snapshot']:10s} " + " ".join(f"{c['core_hours'][s]:13,.0f}" for s in stages)
-                   + f" {c['driver_hours']:10,.1f} {c['parallel_core_hours'] + c['driver_hours']:10,.0f}")
+        out.append(
+            f"{c['snapshot']:10s} "
+            + " ".join(f"{c['core_hours'][s]:13,.0f}" for s in stages)
+            + f" {c['driver_hours']:10,.1f} {c['parallel_core_hours'] + c['driver_hours']:10,.0f}"
+        )
     return out
+
 
 def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     nodes, w = plan["nodes"], plan["workers_per_node"]
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
-    out = [f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
-           f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do not shrink with N",
-           f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes)]
+    out = [
+        f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
+        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do not shrink with N",
+        f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes),
+    ]
     out += [f"{c['snapshot']:10s} " + " ".join(f"{c['wall_hours'][n]:9,.1f}" for n in nodes) for c in rows]
     return out
+
 
 def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
     d, (per_doc, how) = plan["rates"]["partitioned_dedup"], dedup_bytes_per_doc(plan["rates"])
     workers_rss = (plan["workers_per_node"] - 1) * plan["rates"]["peak_rss_per_worker_bytes"]
     free = plan["node_memory_bytes"] - workers_rss
-    out = [f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band's "
-           f"key split (1/{d.get('band_splits', 1)} of a band: "
-           f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
-           f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"]
+    out = [
+        f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band's "
+        f"key split (1/{d.get('band_splits', 1)} of a band: "
+        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
+        f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"
+    ]
     for c in rows:
         need = max(c["dedup_task_bytes"].values())
-        out.append(f"  {c['snapshot']:10s} {c['dedup_task_bytes']['LSH band'] / 1e9:7,.0f} GB a band task, "
-                   f"{c['dedup_task_bytes']['components'] / 1e9:5,.0f} GB the components: " + ("fits" if need <= free else
-                   f"does not fit; a node of >= {(need + workers_rss) / 1e12:.1f} TB would hold it")
-                   + f" (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, {per_doc:,.0f} bytes a document, {how})")
+        out.append(
+            f"  {c['snapshot']:10s} {c['dedup_task_bytes']['LSH band'] / 1e9:7,.0f} GB a band task, "
+            f"{c['dedup_task_bytes']['components'] / 1e9:5,.0f} GB the components: "
+            + (
+                "fits"
+                if need <= free
+                else f"does not fit; a node of >= {(need + workers_rss) / 1e12:.1f} TB would hold it"
+            )
+            + f" (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, {per_doc:,.0f} bytes a document, {how})"
+        )
     return out
+
 
 def _commands(plan: dict, config: str) -> list[str]:
     n, w = plan["nodes"][-1], plan["workers_per_node"]
-    return [f"run it on {n} nodes (INPUT/cc/: the snapshot's .warc.gz files; INPUT/wikipedia/: the quality classifier's positives):",
-            f"  sbatch --nodes={n} --ntasks-per-node={w} cluster/curate.sbatch {config} --set input_dir=INPUT",
-            f"  mtnlg curate --config {config} --executor slurm --workers {n} --set slurm.cores={w} "
-            f"--set slurm.memory={plan['node_memory_bytes'] / 1e9:g}GB --set input_dir=INPUT   # or: dask-jobqueue jobs"]
+    return [
+        f"run it on {n} nodes (INPUT/cc/: the snapshot's .warc.gz files; INPUT/wikipedia/: the quality classifier's positives):",
+        f"  sbatch --nodes={n} --ntasks-per-node={w} cluster/curate.sbatch {config} --set input_dir=INPUT",
+        f"  mtnlg curate --config {config} --executor slurm --workers {n} --set slurm.cores={w} "
+        f"--set slurm.memory={plan['node_memory_bytes'] / 1e9:g}GB --set input_dir=INPUT   # or: dask-jobqueue jobs",
+    ]
+
 
 def format_curation_plan(plan: dict, config: str = "scaled_configs/curate-cc.yaml") -> str:
     "The plan as `mtnlg curate --plan` prints it: sizes, core-hours by stage, wall-clock hours by node count, the dedup index, the commands."
     costs = plan["snapshots"]
     rows = costs + ([both_snapshots(costs)] if len(costs) > 1 else [])
-    blocks = [[_rates_line(plan["rates"]), "sizes: Common Crawl's page counts; compressed WARC sizes derived (chapter 36 says how)"],
-              _sizes_table(rows, plan["rates"]["pages_per_gb"]), _core_hours_table(rows), _wall_table(rows, plan),
-              _dedup_memory_lines(rows, plan), _commands(plan, config)]
+    blocks = [
+        [
+            _rates_line(plan["rates"]),
+            "sizes: Common Crawl's page counts; compressed WARC sizes derived (chapter 36 says how)",
+        ],
+        _sizes_table(rows, plan["rates"]["pages_per_gb"]),
+        _core_hours_table(rows),
+        _wall_table(rows, plan),
+        _dedup_memory_lines(rows, plan),
+        _commands(plan, config),
+    ]
     return "\n\n".join("\n".join(b) for b in blocks)

@@ -7,7 +7,8 @@ __all__ = ['EOT', 'ReadReport', 'read_jsonl_texts', 'train_bpe', 'load_gpt2_toke
            'unigram_entropy', 'TokenSampler']
 
 # %% ../nbs/02_data.ipynb
-import json, math
+import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,45 +19,67 @@ from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, pr
 @dataclass
 class ReadReport:
     "What happened to every line read: kept, or dropped with a reason (and where)."
+
     kept: int = 0
     dropped: Counter = field(default_factory=Counter)
-    examples: list = field(default_factory=list)       # (file, line, reason), first few only
-    noted: Counter = field(default_factory=Counter)    # beside the documents: records that are none (a WARC's requests), bytes skipped
+    examples: list = field(default_factory=list)  # (file, line, reason), first few only
+    noted: Counter = field(
+        default_factory=Counter
+    )  # beside the documents: records that are none (a WARC's requests), bytes skipped
 
-    def note(self, what, n=1): self.noted[what] += n
+    def note(self, what, n=1):
+        self.noted[what] += n
 
     @property
-    def lines(self) -> int: return self.kept + sum(self.dropped.values())
+    def lines(self) -> int:
+        return self.kept + sum(self.dropped.values())
 
     def drop(self, path, lineno, reason, max_examples=20):
         self.dropped[reason] += 1
-        if len(self.examples) < max_examples: self.examples.append((str(path), lineno, reason))
+        if len(self.examples) < max_examples:
+            self.examples.append((str(path), lineno, reason))
 
     def __str__(self):
         parts = [f"{self.lines} lines: {self.kept} kept"] + [f"{n} {r}" for r, n in sorted(self.dropped.items())]
         return ", ".join(parts)
+
 
 def read_jsonl_texts(paths, text_key: str = "text", report: ReadReport | None = None) -> tuple[list[str], ReadReport]:
     "Texts from JSONL files; bad lines are skipped and counted in the returned `ReadReport`."
     report = report or ReadReport()
     texts = []
     for path in map(Path, paths):
-        if not path.is_file(): raise FileNotFoundError(f"data file {str(path)!r} not found (check data.train_files / data.valid_files)")
+        if not path.is_file():
+            raise FileNotFoundError(f"data file {str(path)!r} not found (check data.train_files / data.valid_files)")
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
-                if not raw.strip(): report.drop(path, lineno, "blank line"); continue
-                try: obj = json.loads(raw.decode("utf-8"))
-                except UnicodeDecodeError: report.drop(path, lineno, "invalid UTF-8"); continue
-                except json.JSONDecodeError: report.drop(path, lineno, "malformed JSON"); continue
+                if not raw.strip():
+                    report.drop(path, lineno, "blank line")
+                    continue
+                try:
+                    obj = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    report.drop(path, lineno, "invalid UTF-8")
+                    continue
+                except json.JSONDecodeError:
+                    report.drop(path, lineno, "malformed JSON")
+                    continue
                 text = obj.get(text_key) if isinstance(obj, dict) else None
-                if not isinstance(text, str): report.drop(path, lineno, f"no string field {text_key!r}"); continue
-                if not text.strip(): report.drop(path, lineno, "empty text"); continue
-                texts.append(text); report.kept += 1
-    if not texts: raise ValueError(f"no usable documents in {[str(p) for p in paths]}: {report}")
+                if not isinstance(text, str):
+                    report.drop(path, lineno, f"no string field {text_key!r}")
+                    continue
+                if not text.strip():
+                    report.drop(path, lineno, "empty text")
+                    continue
+                texts.append(text)
+                report.kept += 1
+    if not texts:
+        raise ValueError(f"no usable documents in {[str(p) for p in paths]}: {report}")
     return texts, report
 
 # %% ../nbs/02_data.ipynb
 EOT = "<|endoftext|>"
+
 
 def _byte_level(tok: Tokenizer) -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -64,23 +87,32 @@ def _byte_level(tok: Tokenizer) -> Tokenizer:
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return tok
 
+
 def train_bpe(texts, vocab_size: int) -> Tokenizer:
     "Train a GPT-2-style byte-level BPE tokenizer with `vocab_size` tokens (including `<|endoftext|>`)."
     tok = _byte_level(Tokenizer(models.BPE()))
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     return tok
+
 
 def load_gpt2_tokenizer(vocab_file, merges_file) -> Tokenizer:
     "GPT-2's own tokenizer from its `vocab.json` and `merges.txt` (the real run's tokenizer)."
     for f in (vocab_file, merges_file):
-        if not Path(f).is_file(): raise FileNotFoundError(f"GPT-2 tokenizer file {str(f)!r} not found")
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"GPT-2 tokenizer file {str(f)!r} not found")
     return _byte_level(Tokenizer(models.BPE.from_file(str(vocab_file), str(merges_file))))
+
 
 def eot_id(tok: Tokenizer) -> int:
     i = tok.token_to_id(EOT)
-    if i is None: raise ValueError(f"tokenizer has no {EOT} token")
+    if i is None:
+        raise ValueError(f"tokenizer has no {EOT} token")
     return i
 
 # %% ../nbs/02_data.ipynb
@@ -88,8 +120,10 @@ def tokenize_documents(tok: Tokenizer, texts, dtype=np.int32) -> np.ndarray:
     "One token stream: each document's tokens followed by `<|endoftext|>`."
     eot, ids = eot_id(tok), []
     for enc in tok.encode_batch(list(texts)):
-        ids.extend(enc.ids); ids.append(eot)
+        ids.extend(enc.ids)
+        ids.append(eot)
     return np.asarray(ids, dtype=dtype)
+
 
 def unigram_entropy(tokens: np.ndarray) -> float:
     "Entropy (nats/token) of the token frequency distribution: the loss of the best context-free model."
@@ -100,6 +134,7 @@ def unigram_entropy(tokens: np.ndarray) -> float:
 # %% ../nbs/02_data.ipynb
 class TokenSampler:
     "Random (training) or fixed (evaluation) windows of `seq_length + 1` tokens from a token stream."
+
     def __init__(self, tokens: np.ndarray, seq_length: int, seed: int = 0):
         if len(tokens) < seq_length + 2:
             raise ValueError(f"only {len(tokens)} tokens: need more than seq_length + 1 = {seq_length + 1}")
@@ -114,4 +149,5 @@ class TokenSampler:
         "Non-overlapping windows from the start of the stream (fewer batches if the stream is short)."
         n = min(batch_size * num_batches, (len(self.tokens) - 1) // self.seq)
         windows = [self.tokens[i * self.seq : i * self.seq + self.seq + 1] for i in range(n)]
-        for i in range(0, n - batch_size + 1, batch_size): yield np.stack(windows[i : i + batch_size])
+        for i in range(0, n - batch_size + 1, batch_size):
+            yield np.stack(windows[i : i + batch_size])

@@ -7,7 +7,15 @@ __all__ = ['megatron_helpers', 'check_indexed', 'jsonl_to_indexed', 'MegatronSam
            'training_data', 'check_data']
 
 # %% ../nbs/42_data_loading.ipynb
-import contextlib, hashlib, json, logging, os, subprocess, sys, sysconfig, warnings
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import sysconfig
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -20,6 +28,7 @@ from .indexed import IndexedTokens, write_indexed_dataset, encode_documents, tok
 # %% ../nbs/42_data_loading.ipynb
 _PARTS = ("train", "valid", "test")
 
+
 @contextlib.contextmanager
 def _quiet_megatron():
     "megatron-core's dataset INFO logs and its CPU warnings off, for the duration only."
@@ -29,31 +38,51 @@ def _quiet_megatron():
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex.*")
             yield
-    finally: logger.setLevel(level)
+    finally:
+        logger.setLevel(level)
+
 
 def megatron_helpers(build_dir=None):
     "megatron-core's C++ dataset helpers: the wheel's own module, else the one compiled into `build_dir` (compiled first if absent)."
     name = "megatron.core.datasets.helpers_cpp"
     with _quiet_megatron():
-        try: return __import__(name, fromlist=["*"])
+        try:
+            return __import__(name, fromlist=["*"])
         except ImportError:
-            if build_dir is None: raise
-        import importlib.util, megatron.core.datasets as mcd
+            if build_dir is None:
+                raise
+        import importlib.util
+        import megatron.core.datasets as mcd
     so = Path(build_dir) / ("helpers_cpp" + sysconfig.get_config_var("EXT_SUFFIX"))
     if not so.is_file():
         try:
             import pybind11
+
             so.parent.mkdir(parents=True, exist_ok=True)
-            cmd = ["g++", "-O3", "-shared", "-std=c++11", "-fPIC", f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}",
-                   str(Path(mcd.__file__).parent / "helpers.cpp"), "-o", f"{so}.tmp"]
+            cmd = [
+                "g++",
+                "-O3",
+                "-shared",
+                "-std=c++11",
+                "-fPIC",
+                f"-I{pybind11.get_include()}",
+                f"-I{sysconfig.get_paths()['include']}",
+                str(Path(mcd.__file__).parent / "helpers.cpp"),
+                "-o",
+                f"{so}.tmp",
+            ]
             r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode: raise RuntimeError((r.stderr.strip().splitlines() or ["g++ failed"])[-1])
+            if r.returncode:
+                raise RuntimeError((r.stderr.strip().splitlines() or ["g++ failed"])[-1])
             os.replace(f"{so}.tmp", so)
         except (ImportError, OSError, RuntimeError) as e:
-            raise RuntimeError(f"megatron-core's C++ dataset helpers are missing and could not be built ({e}): install g++ and "
-                               "`pip install pybind11`, or reinstall megatron-core==0.16.1, whose wheel ships them") from None
+            raise RuntimeError(
+                f"megatron-core's C++ dataset helpers are missing and could not be built ({e}): install g++ and "
+                "`pip install pybind11`, or reinstall megatron-core==0.16.1, whose wheel ships them"
+            ) from None
     spec = importlib.util.spec_from_file_location(name, so)
-    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     sys.modules[name] = module
     return module
 
@@ -62,66 +91,111 @@ def check_indexed(prefix, where: str) -> IndexedTokens:
     "The indexed dataset at `prefix`, or a one-line error naming `where` it was configured and the missing file."
     for ext in (".idx", ".bin"):
         if not Path(f"{prefix}{ext}").is_file():
-            raise FileNotFoundError(f"{where}: {prefix}{ext} not found (an indexed dataset is a .bin + .idx pair, as `mtnlg curate` writes them)")
+            raise FileNotFoundError(
+                f"{where}: {prefix}{ext} not found (an indexed dataset is a .bin + .idx pair, as `mtnlg curate` writes them)"
+            )
     ds = IndexedTokens(prefix)
     size, want = Path(f"{prefix}.bin").stat().st_size, int(ds.lengths.sum()) * np.dtype(ds.dtype).itemsize
-    if size != want: raise ValueError(f"{where}: {prefix}.bin has {size:,} bytes but {prefix}.idx describes {want:,}; rewrite the dataset")
+    if size != want:
+        raise ValueError(
+            f"{where}: {prefix}.bin has {size:,} bytes but {prefix}.idx describes {want:,}; rewrite the dataset"
+        )
     return ds
+
 
 def _curated_datasets(cfg: Config) -> tuple[list, Path]:
     "`[(name, prefix, weight)]` and the tokenizer.json of `data.curated`, weighted by `data.blend` or by curation."
     d, root = cfg.data, cfg.path(cfg.data.curated)
     if not root.is_dir():
-        raise FileNotFoundError(f"data.curated: {d.curated!r} not found; write it with `mtnlg curate --config scaled_configs/curate-demo.yaml` "
-                                "or point data.curated at a curation's output_dir")
+        raise FileNotFoundError(
+            f"data.curated: {d.curated!r} not found; write it with `mtnlg curate --config scaled_configs/curate-demo.yaml` "
+            "or point data.curated at a curation's output_dir"
+        )
     names = sorted(p.name[:-4] for p in (root / "indexed").glob("*.idx"))
     if not names or not (root / "tokenizer.json").is_file():
-        raise ValueError(f"data.curated: {root} is not a `mtnlg curate` output (it needs indexed/<dataset>.bin/.idx and tokenizer.json); "
-                         "point data.curated at a curation's output_dir")
+        raise ValueError(
+            f"data.curated: {root} is not a `mtnlg curate` output (it needs indexed/<dataset>.bin/.idx and tokenizer.json); "
+            "point data.curated at a curation's output_dir"
+        )
     if d.blend is None:
         f = root / "blend" / "megatron_data_path.txt"
-        if not f.is_file(): raise FileNotFoundError(f"data.curated: {f} not found; list the datasets and weights in data.blend instead")
+        if not f.is_file():
+            raise FileNotFoundError(f"data.curated: {f} not found; list the datasets and weights in data.blend instead")
         words = f.read_text().split()
-        try: pairs = [(float(w), Path(p).name) for w, p in zip(words[::2], words[1::2])]
-        except ValueError: pairs = []
-        if not pairs or len(words) % 2: raise ValueError(f"{f}: expected 'weight prefix' pairs, got {f.read_text()[:80]!r}")
+        try:
+            pairs = [(float(w), Path(p).name) for w, p in zip(words[::2], words[1::2])]
+        except ValueError:
+            pairs = []
+        if not pairs or len(words) % 2:
+            raise ValueError(f"{f}: expected 'weight prefix' pairs, got {f.read_text()[:80]!r}")
         for _, n in pairs:
-            if n not in names: raise FileNotFoundError(f"{f} names dataset {n!r} but {root}/indexed/{n}.idx is missing (datasets there: {', '.join(names)})")
-        if sum(w for w, _ in pairs) <= 0: raise ValueError(f"{f}: the weights must sum to more than 0")
+            if n not in names:
+                raise FileNotFoundError(
+                    f"{f} names dataset {n!r} but {root}/indexed/{n}.idx is missing (datasets there: {', '.join(names)})"
+                )
+        if sum(w for w, _ in pairs) <= 0:
+            raise ValueError(f"{f}: the weights must sum to more than 0")
         return [(n, root / "indexed" / n, w) for w, n in pairs], root / "tokenizer.json"
     out = []
     for i, e in enumerate(d.blend):
         prefix = root / "indexed" / e.path if e.path in names else cfg.path(e.path)
         if not (Path(f"{prefix}.idx").is_file() or Path(f"{prefix}.bin").is_file()):
-            raise FileNotFoundError(f"data.blend[{i}].path {e.path!r}: no such dataset (datasets in {root}/indexed: {', '.join(names)})")
+            raise FileNotFoundError(
+                f"data.blend[{i}].path {e.path!r}: no such dataset (datasets in {root}/indexed: {', '.join(names)})"
+            )
         out.append((Path(e.path).name, prefix, e.weight))
     return out, root / "tokenizer.json"
+
 
 def _jsonl_recipe(cfg: Config) -> dict:
     "What the JSONL conversion depends on: input contents, text key, tokenizer choice."
     d = cfg.data
     digest = lambda p: hashlib.sha256(Path(p).read_bytes()).hexdigest()
-    files = {part: [str(cfg.path(f)) for f in fs] for part, fs in (("train", d.train_files), ("valid", d.valid_files)) if fs}
+    files = {
+        part: [str(cfg.path(f)) for f in fs] for part, fs in (("train", d.train_files), ("valid", d.valid_files)) if fs
+    }
     for part, fs in files.items():
         for f, given in zip(fs, d.train_files if part == "train" else d.valid_files):
-            if not Path(f).is_file(): raise FileNotFoundError(f"data file {given!r} not found (check data.train_files / data.valid_files)")
-    tok = {"tokenizer": d.tokenizer, "vocab_size": cfg.model.vocab_size} if d.tokenizer == "train-bpe" else \
-          {"tokenizer": d.tokenizer, "files": [digest(_tokenizer_inputs(cfg)[k]) for k in sorted(_tokenizer_inputs(cfg))]}
-    return {"format": 1, "text_key": d.text_key, **tok, "files": {part: [[f, digest(f)] for f in fs] for part, fs in files.items()}}
+            if not Path(f).is_file():
+                raise FileNotFoundError(f"data file {given!r} not found (check data.train_files / data.valid_files)")
+    tok = (
+        {"tokenizer": d.tokenizer, "vocab_size": cfg.model.vocab_size}
+        if d.tokenizer == "train-bpe"
+        else {
+            "tokenizer": d.tokenizer,
+            "files": [digest(_tokenizer_inputs(cfg)[k]) for k in sorted(_tokenizer_inputs(cfg))],
+        }
+    )
+    return {
+        "format": 1,
+        "text_key": d.text_key,
+        **tok,
+        "files": {part: [[f, digest(f)] for f in fs] for part, fs in files.items()},
+    }
+
 
 def _tokenizer_inputs(cfg: Config) -> dict:
     "The files `data.tokenizer` names (GPT-2's vocab and merges, or a tokenizer.json), checked to exist."
     d = cfg.data
-    files = {"vocab_file": d.vocab_file, "merges_file": d.merges_file} if d.tokenizer == "gpt2" else {"tokenizer": d.tokenizer}
+    files = (
+        {"vocab_file": d.vocab_file, "merges_file": d.merges_file}
+        if d.tokenizer == "gpt2"
+        else {"tokenizer": d.tokenizer}
+    )
     out = {k: cfg.path(v) for k, v in files.items()}
     for k, p in out.items():
-        if not p.is_file(): raise FileNotFoundError(f"data.{k}: {files[k]!r} not found")
+        if not p.is_file():
+            raise FileNotFoundError(f"data.{k}: {files[k]!r} not found")
     return out
+
 
 def _load_tokenizer(cfg: Config, train_texts=None) -> Tokenizer:
     d = cfg.data
-    if d.tokenizer == "gpt2": f = _tokenizer_inputs(cfg); return load_gpt2_tokenizer(f["vocab_file"], f["merges_file"])
-    if d.tokenizer == "train-bpe": return train_bpe(train_texts, cfg.model.vocab_size)
+    if d.tokenizer == "gpt2":
+        f = _tokenizer_inputs(cfg)
+        return load_gpt2_tokenizer(f["vocab_file"], f["merges_file"])
+    if d.tokenizer == "train-bpe":
+        return train_bpe(train_texts, cfg.model.vocab_size)
     return Tokenizer.from_file(str(_tokenizer_inputs(cfg)["tokenizer"]))
 
 # %% ../nbs/42_data_loading.ipynb
@@ -130,7 +204,10 @@ def jsonl_to_indexed(cfg: Config, out: Path, log=print) -> dict:
     out, recipe = Path(out), _jsonl_recipe(cfg)
     stamp = out / "inputs.json"
     prefixes = {part: out / part for part in recipe["files"]}
-    have = all(Path(f"{p}{e}").is_file() for p in prefixes.values() for e in (".bin", ".idx")) and (out / "tokenizer.json").is_file()
+    have = (
+        all(Path(f"{p}{e}").is_file() for p in prefixes.values() for e in (".bin", ".idx"))
+        and (out / "tokenizer.json").is_file()
+    )
     if have and stamp.is_file() and json.loads(stamp.read_text()) == recipe:
         log(f"data: reusing {', '.join(f'{p}.bin' for p in prefixes.values())} (inputs unchanged)")
         return prefixes
@@ -141,7 +218,9 @@ def jsonl_to_indexed(cfg: Config, out: Path, log=print) -> dict:
     tok = _load_tokenizer(cfg, texts["train"])
     out.mkdir(parents=True, exist_ok=True)
     for part, p in prefixes.items():
-        write_indexed_dataset(p, [a for a in encode_documents(tok, texts[part]) if a.size], token_dtype(tok.get_vocab_size()))
+        write_indexed_dataset(
+            p, [a for a in encode_documents(tok, texts[part]) if a.size], token_dtype(tok.get_vocab_size())
+        )
     tok.save(str(out / "tokenizer.json"))
     stamp.write_text(json.dumps(recipe, indent=1))
     return prefixes
@@ -149,32 +228,63 @@ def jsonl_to_indexed(cfg: Config, out: Path, log=print) -> dict:
 # %% ../nbs/42_data_loading.ipynb
 class _MegatronTokenizer:
     "What megatron-core's GPTDataset asks of a tokenizer: vocabulary size, end-of-document id, a cache identity."
+
     def __init__(self, path):
         tok = Tokenizer.from_file(str(path))
         self.vocab_size, self.eod = tok.get_vocab_size(), eot_id(tok)
-        self.unique_identifiers = {"class": "tokenizers.Tokenizer", "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+        self.unique_identifiers = {
+            "class": "tokenizers.Tokenizer",
+            "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        }
+
 
 class MegatronSamples:
     "`s[i]`: sample i of a megatron-core GPT/blended dataset as `seq_length + 1` int64 tokens (a slice gives a stacked batch)."
+
     def __init__(self, dataset, prefixes: list, weights: list, split: str, part: str):
         self.dataset, self.prefixes, self.weights, self.split, self.part = dataset, prefixes, weights, split, part
-    def __len__(self) -> int: return len(self.dataset)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
     def __getitem__(self, i) -> np.ndarray:
-        if isinstance(i, slice): return np.stack([self[j] for j in range(*i.indices(len(self)))])
-        if not -len(self) <= i < len(self): raise IndexError(f"sample {i} of a {self.part} set of {len(self)}")
+        if isinstance(i, slice):
+            return np.stack([self[j] for j in range(*i.indices(len(self)))])
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sample {i} of a {self.part} set of {len(self)}")
         s = self.dataset[int(i) % len(self)]
         return np.concatenate([s["tokens"].numpy(), s["labels"][-1:].numpy()]).astype(np.int64)
 
-def megatron_blend(prefixes: list, weights: list, seq_length: int, size: int, seed: int, split: str, part: str,
-                   cache_dir, tokenizer_file) -> MegatronSamples:
+
+def megatron_blend(
+    prefixes: list,
+    weights: list,
+    seq_length: int,
+    size: int,
+    seed: int,
+    split: str,
+    part: str,
+    cache_dir,
+    tokenizer_file,
+) -> MegatronSamples:
     "megatron-core's BlendedDataset of `size` samples from the `part` split of `prefixes`: rank 0 builds and caches the indices, the others load them."
     with _quiet_megatron():
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-        config = GPTDatasetConfig(random_seed=seed, sequence_length=seq_length, split=split, path_to_cache=str(cache_dir),
-                                  blend=([str(Path(p).resolve()) for p in prefixes], [float(w) for w in weights]),
-                                  tokenizer=_MegatronTokenizer(tokenizer_file), reset_position_ids=False, reset_attention_mask=False,
-                                  eod_mask_loss=False, create_attention_mask=False, add_extra_token_to_sequence=True)
+
+        config = GPTDatasetConfig(
+            random_seed=seed,
+            sequence_length=seq_length,
+            split=split,
+            path_to_cache=str(cache_dir),
+            blend=([str(Path(p).resolve()) for p in prefixes], [float(w) for w in weights]),
+            tokenizer=_MegatronTokenizer(tokenizer_file),
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+            create_attention_mask=False,
+            add_extra_token_to_sequence=True,
+        )
         k = _PARTS.index(part)
         config.split_matrix = [m if i == k else None for i, m in enumerate(config.split_matrix)]
         sizes = [size if i == k else 0 for i in range(len(_PARTS))]
@@ -184,46 +294,68 @@ def megatron_blend(prefixes: list, weights: list, seq_length: int, size: int, se
 # %% ../nbs/42_data_loading.ipynb
 @dataclass
 class TrainingData:
-    train: object           # train[i] -> np.ndarray (int64) of seq_length + 1 tokens: global sample i of the blended training order
-    valid: object           # the same for the validation split
-    tokenizer_file: Path    # the tokenizer.json curation wrote (training copies it byte for byte into checkpoints)
+    train: (
+        object  # train[i] -> np.ndarray (int64) of seq_length + 1 tokens: global sample i of the blended training order
+    )
+    valid: object  # the same for the validation split
+    tokenizer_file: Path  # the tokenizer.json curation wrote (training copies it byte for byte into checkpoints)
     unigram_entropy: float  # nats/token of the training tokens (the context-free loss baseline the trainer prints)
-    description: str        # one log line: datasets, weights, samples, tokens
+    description: str  # one log line: datasets, weights, samples, tokens
+
 
 def _on_rank_zero(fn):
     "Run `fn` on rank 0 while the other ranks wait; if it fails there, every rank raises."
     error = None
     if dist.get_rank() == 0:
-        try: fn()
-        except Exception as e: error = e
+        try:
+            fn()
+        except Exception as e:
+            error = e
     if dist.get_world_size() > 1:
         box = [None if error is None else f"{type(error).__name__}: {error}"]
         dist.broadcast_object_list(box, src=0)
-        if dist.get_rank() != 0 and box[0]: raise RuntimeError(f"rank 0 could not prepare the training data: {box[0]}")
-    if error is not None: raise error
+        if dist.get_rank() != 0 and box[0]:
+            raise RuntimeError(f"rank 0 could not prepare the training data: {box[0]}")
+    if error is not None:
+        raise error
+
 
 def _sources(cfg: Config, work_dir: Path):
     "Per part, `(split, [(name, prefix, weight)])`, the tokenizer.json, and what rank 0 must write first."
     d = cfg.data
     if d.train_files:
-        _jsonl_recipe(cfg)                                       # every input checked on every rank
+        _jsonl_recipe(cfg)  # every input checked on every rank
         out = work_dir / "data"
         prefixes = {part: out / part for part in ("train", "valid") if part == "train" or d.valid_files}
-        if d.valid_files: parts = {"train": ("100,0,0", [("train", prefixes["train"], 1.0)]), "valid": ("0,100,0", [("valid", prefixes["valid"], 1.0)])}
-        else: parts = {p: (d.split, [("train", prefixes["train"], 1.0)]) for p in ("train", "valid")}
+        if d.valid_files:
+            parts = {
+                "train": ("100,0,0", [("train", prefixes["train"], 1.0)]),
+                "valid": ("0,100,0", [("valid", prefixes["valid"], 1.0)]),
+            }
+        else:
+            parts = {p: (d.split, [("train", prefixes["train"], 1.0)]) for p in ("train", "valid")}
         return parts, out / "tokenizer.json", lambda log: jsonl_to_indexed(cfg, out, log)
-    if d.curated: datasets, tok_file = _curated_datasets(cfg)
+    if d.curated:
+        datasets, tok_file = _curated_datasets(cfg)
     elif d.blend:
         datasets = [(Path(e.path).name, cfg.path(e.path), e.weight) for e in d.blend]
         tok_file = work_dir / "data" / "tokenizer.json" if d.tokenizer == "gpt2" else cfg.path(d.tokenizer)
         _tokenizer_inputs(cfg)
-    else: raise ValueError("no training data configured: set data.curated (a `mtnlg curate` output), data.blend, or data.train_files")
-    for i, (name, prefix, _) in enumerate(datasets): check_indexed(prefix, f"data.blend[{i}]" if d.blend else f"data.curated ({name})")
+    else:
+        raise ValueError(
+            "no training data configured: set data.curated (a `mtnlg curate` output), data.blend, or data.train_files"
+        )
+    for i, (name, prefix, _) in enumerate(datasets):
+        check_indexed(prefix, f"data.blend[{i}]" if d.blend else f"data.curated ({name})")
     datasets = [x for x in datasets if x[2] > 0]
+
     def prepare(log):
         if d.tokenizer == "gpt2" and not d.curated:
-            tok_file.parent.mkdir(parents=True, exist_ok=True); _load_tokenizer(cfg).save(str(tok_file))
+            tok_file.parent.mkdir(parents=True, exist_ok=True)
+            _load_tokenizer(cfg).save(str(tok_file))
+
     return {p: (d.split, datasets) for p in ("train", "valid")}, tok_file, prepare
+
 
 def _split_sizes(datasets: list, split: str, part: str) -> list:
     "`(name, prefix, weight, tokens, (begin, end), documents)` of each dataset's `part` split."
@@ -231,14 +363,20 @@ def _split_sizes(datasets: list, split: str, part: str) -> list:
     for name, prefix, w in datasets:
         ds = IndexedTokens(prefix)
         docs = split_documents(split, len(ds))[_PARTS.index(part)] or (0, 0)
-        out.append((name, prefix, w, int(ds.lengths[docs[0]:docs[1]].sum()), docs, len(ds)))
+        out.append((name, prefix, w, int(ds.lengths[docs[0] : docs[1]].sum()), docs, len(ds)))
     return out
 
-def training_data(cfg: Config, num_train_samples: int, num_valid_samples: int, work_dir: Path, log=print) -> TrainingData:
+
+def training_data(
+    cfg: Config, num_train_samples: int, num_valid_samples: int, work_dir: Path, log=print
+) -> TrainingData:
     "The blended train and valid samples of `cfg.data` through megatron-core, on every rank (call after torch.distributed is initialised)."
     if not dist.is_initialized():
-        raise RuntimeError("training_data runs on every rank after torch.distributed is initialised: call mtnlg.topology.init_distributed() first")
-    if num_train_samples <= 0: raise ValueError(f"num_train_samples must be > 0, got {num_train_samples}")
+        raise RuntimeError(
+            "training_data runs on every rank after torch.distributed is initialised: call mtnlg.topology.init_distributed() first"
+        )
+    if num_train_samples <= 0:
+        raise ValueError(f"num_train_samples must be > 0, got {num_train_samples}")
     work_dir, seq = Path(work_dir), cfg.model.seq_length
     parts, tok_file, prepare = _sources(cfg, work_dir)
     helpers_dir = work_dir / "megatron_helpers"
@@ -246,36 +384,58 @@ def training_data(cfg: Config, num_train_samples: int, num_valid_samples: int, w
     megatron_helpers(helpers_dir)
     vocab = Tokenizer.from_file(str(tok_file)).get_vocab_size()
     if vocab > cfg.model.vocab_size:
-        raise ValueError(f"the tokenizer {tok_file} has {vocab:,} tokens but model.vocab_size is {cfg.model.vocab_size:,}; set model.vocab_size >= {vocab}")
+        raise ValueError(
+            f"the tokenizer {tok_file} has {vocab:,} tokens but model.vocab_size is {cfg.model.vocab_size:,}; set model.vocab_size >= {vocab}"
+        )
     chosen, notes = {}, []
     for part, (split, datasets) in parts.items():
         fits = _split_sizes(datasets, split, part)
         small = [f for f in fits if f[3] < seq + 1]
         if part == "train" or len(small) == len(fits):
             for name, prefix, _, tokens, docs, n in small[:1]:
-                raise ValueError(f"dataset {name!r} ({prefix}): its {part} split, documents [{docs[0]}, {docs[1]}) of {n} under data.split "
-                                 f"{split!r}, holds {tokens} tokens, fewer than one sample of seq_length + 1 = {seq + 1}; "
-                                 "give it more documents or change data.split" + ("" if cfg.data.train_files else ", or leave it out of data.blend"))
+                raise ValueError(
+                    f"dataset {name!r} ({prefix}): its {part} split, documents [{docs[0]}, {docs[1]}) of {n} under data.split "
+                    f"{split!r}, holds {tokens} tokens, fewer than one sample of seq_length + 1 = {seq + 1}; "
+                    "give it more documents or change data.split"
+                    + ("" if cfg.data.train_files else ", or leave it out of data.blend")
+                )
         notes += [f"{f[0]} has too few {part} documents for a sample" for f in small]
         chosen[part] = (split, [f for f in fits if f[3] >= seq + 1])
-    key = hashlib.sha256(json.dumps([[str(Path(p).resolve()), *(os.stat(f"{p}{e}").st_size for e in (".bin", ".idx")),
-                                      *(os.stat(f"{p}{e}").st_mtime_ns for e in (".bin", ".idx"))]
-                                     for _, ds in chosen.values() for _, p, *_ in ds] + [hashlib.sha256(tok_file.read_bytes()).hexdigest()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                [
+                    str(Path(p).resolve()),
+                    *(os.stat(f"{p}{e}").st_size for e in (".bin", ".idx")),
+                    *(os.stat(f"{p}{e}").st_mtime_ns for e in (".bin", ".idx")),
+                ]
+                for _, ds in chosen.values()
+                for _, p, *_ in ds
+            ]
+            + [hashlib.sha256(tok_file.read_bytes()).hexdigest()]
+        ).encode()
+    ).hexdigest()[:16]
     cache = work_dir / "megatron_index" / key
-    sets = {part: megatron_blend([f[1] for f in ds], [f[2] for f in ds], seq, n, cfg.seed, split, part, cache, tok_file)
-            for (part, (split, ds)), n in zip(chosen.items(), (num_train_samples, num_valid_samples))}
+    sets = {
+        part: megatron_blend([f[1] for f in ds], [f[2] for f in ds], seq, n, cfg.seed, split, part, cache, tok_file)
+        for (part, (split, ds)), n in zip(chosen.items(), (num_train_samples, num_valid_samples))
+    }
     train = sets["train"]
-    k = min(len(train), max(1, 2**21 // (seq + 1)))                  # up to ~2M tokens of the training order
+    k = min(len(train), max(1, 2**21 // (seq + 1)))  # up to ~2M tokens of the training order
     H = unigram_entropy(np.concatenate([train[i] for i in range(k)]))
+
     def desc(part):
         ds = chosen[part][1]
         names = ", ".join(f"{f[0]} {f[2] / sum(g[2] for g in ds):.3g}" for f in ds) if len(ds) > 1 else ds[0][0]
         return f"{part} {len(sets[part]):,} samples from {names} ({sum(f[3] for f in ds):,} tokens)"
+
     d = cfg.data
     source = d.curated or (f"{len(d.blend)} datasets" if d.blend else ", ".join(d.train_files))
     held_out = "valid from data.valid_files" if d.valid_files else f"split {d.split!r}"
-    description = (f"data {source}: {desc('train')}; {desc('valid')}; samples of {seq} + 1 tokens, {held_out}, seed {cfg.seed}; "
-                   f"tokenizer {tok_file} ({vocab:,} tokens)" + "".join(f"; {n}" for n in notes))
+    description = (
+        f"data {source}: {desc('train')}; {desc('valid')}; samples of {seq} + 1 tokens, {held_out}, seed {cfg.seed}; "
+        f"tokenizer {tok_file} ({vocab:,} tokens)" + "".join(f"; {n}" for n in notes)
+    )
     return TrainingData(train, sets["valid"], tok_file, H, description)
 
 # %% ../nbs/42_data_loading.ipynb

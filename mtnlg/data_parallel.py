@@ -13,13 +13,17 @@ import torch.distributed as dist
 from .config import Config
 
 # %% ../nbs/13_data_parallel_zero.ipynb
-def flatten(tensors) -> torch.Tensor: return torch.cat([t.reshape(-1) for t in tensors])
+def flatten(tensors) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors])
+
 
 def unflatten_into(flat: torch.Tensor, tensors):
     "Copy consecutive pieces of `flat` into `tensors`."
     offset = 0
     for t in tensors:
-        t.copy_(flat[offset:offset + t.numel()].view_as(t)); offset += t.numel()
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+
 
 def allreduce_gradients(params, group=None):
     "∇L ← (1/D) Σ_r ∇L_r over the data-parallel group, in one bucket."
@@ -31,8 +35,16 @@ def allreduce_gradients(params, group=None):
 # %% ../nbs/13_data_parallel_zero.ipynb
 class ZeroOneAdamW:
     "AdamW whose fp32 master weights and moments are sharded over the data-parallel group: ZeRO stage 1."
-    def __init__(self, param_groups: list[dict], lr: float, betas=(0.9, 0.999), eps: float = 1e-8,
-                 clip_grad: float | None = None, group=None):
+
+    def __init__(
+        self,
+        param_groups: list[dict],
+        lr: float,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        clip_grad: float | None = None,
+        group=None,
+    ):
         self.lr, (self.beta1, self.beta2), self.eps, self.clip_grad, self.group = lr, betas, eps, clip_grad, group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self.groups, self.step_count = [], 0
@@ -42,13 +54,24 @@ class ZeroOneAdamW:
             shard = math.ceil(n / self.world)
             lo, hi = self.rank * shard, min((self.rank + 1) * shard, n)
             master = flatten([p.detach().float() for p in params])[lo:hi].clone()
-            self.groups.append({"params": params, "numel": n, "shard": shard, "lo": lo, "hi": hi,
-                                "weight_decay": g.get("weight_decay", 0.0), "master": master,
-                                "exp_avg": torch.zeros_like(master), "exp_avg_sq": torch.zeros_like(master)})
+            self.groups.append(
+                {
+                    "params": params,
+                    "numel": n,
+                    "shard": shard,
+                    "lo": lo,
+                    "hi": hi,
+                    "weight_decay": g.get("weight_decay", 0.0),
+                    "master": master,
+                    "exp_avg": torch.zeros_like(master),
+                    "exp_avg_sq": torch.zeros_like(master),
+                }
+            )
 
     def zero_grad(self):
         for g in self.groups:
-            for p in g["params"]: p.grad = None
+            for p in g["params"]:
+                p.grad = None
 
     def state_numel(self) -> int:
         "Numbers of optimizer state this rank holds (master + two moments)."
@@ -59,39 +82,46 @@ class ZeroOneAdamW:
         "Average gradients, clip, update this rank's shard, all-gather. Returns the global gradient norm."
         all_params = [p for g in self.groups for p in g["params"]]
         allreduce_gradients(all_params, self.group)
-        norm = torch.nn.utils.get_total_norm([p.grad for p in all_params])      # ‖∇L‖ = sqrt(Σ_tensors ‖g‖²)
-        scale = (self.clip_grad / (norm + 1e-6)).clamp(max=1.0) if self.clip_grad else 1.0   # as clip_grad_norm_
+        norm = torch.nn.utils.get_total_norm([p.grad for p in all_params])  # ‖∇L‖ = sqrt(Σ_tensors ‖g‖²)
+        scale = (self.clip_grad / (norm + 1e-6)).clamp(max=1.0) if self.clip_grad else 1.0  # as clip_grad_norm_
         self.step_count += 1
-        bc1, bc2 = 1 - self.beta1 ** self.step_count, 1 - self.beta2 ** self.step_count
+        bc1, bc2 = 1 - self.beta1**self.step_count, 1 - self.beta2**self.step_count
         for g in self.groups:
-            grad = flatten([p.grad.float() for p in g["params"]])[g["lo"]:g["hi"]] * scale
+            grad = flatten([p.grad.float() for p in g["params"]])[g["lo"] : g["hi"]] * scale
             theta, m, v = g["master"], g["exp_avg"], g["exp_avg_sq"]
-            theta.mul_(1 - self.lr * g["weight_decay"])                  # the same operations as torch's AdamW
+            theta.mul_(1 - self.lr * g["weight_decay"])  # the same operations as torch's AdamW
             m.lerp_(grad, 1 - self.beta1)
             v.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-            theta.addcdiv_(m, (v.sqrt() / bc2 ** 0.5).add_(self.eps), value=-self.lr / bc1)
-            padded = torch.zeros(g["shard"]); padded[:theta.numel()] = theta
+            theta.addcdiv_(m, (v.sqrt() / bc2**0.5).add_(self.eps), value=-self.lr / bc1)
+            padded = torch.zeros(g["shard"])
+            padded[: theta.numel()] = theta
             pieces = [torch.empty(g["shard"]) for _ in range(self.world)]
             dist.all_gather(pieces, padded, group=self.group)
-            unflatten_into(torch.cat(pieces)[:g["numel"]], [p.data for p in g["params"]])
+            unflatten_into(torch.cat(pieces)[: g["numel"]], [p.data for p in g["params"]])
         return norm.item()
 
 # %% ../nbs/13_data_parallel_zero.ipynb
 def param_groups(model, weight_decay: float) -> list[dict]:
     "Weight decay on matrices and embeddings (ndim >= 2) only; frozen parameters left out."
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+
 
 def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:
     """The paper's AdamW (β = (0.9, 0.95), ε, weight decay 0.1 from the config) over `model`'s trainable parameters;
     `optimizer.fused`: torch's fused implementation of the same update (a speed lever, bench/gpu.py's `fused_adamw` row)."""
     o = cfg.optimizer
-    fused = {"fused": True} if o.fused else {}        # unset, torch picks its default (foreach on a GPU): unchanged runs
-    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
-                             **fused)
+    fused = {"fused": True} if o.fused else {}  # unset, torch picks its default (foreach on a GPU): unchanged runs
+    return torch.optim.AdamW(
+        param_groups(model, o.weight_decay), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, **fused
+    )
 
 # %% ../nbs/13_data_parallel_zero.ipynb
-def optimizer_bytes(num_params: int, data_parallel: int = 1, zero_stage1: bool = True, bytes_per_param: int = 12) -> float:
+def optimizer_bytes(
+    num_params: int, data_parallel: int = 1, zero_stage1: bool = True, bytes_per_param: int = 12
+) -> float:
     "Adam state bytes per GPU: fp32 master + m + v = 12 bytes per parameter, divided over DP with ZeRO-1."
     return num_params * bytes_per_param / (data_parallel if zero_stage1 else 1)

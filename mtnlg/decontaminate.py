@@ -7,14 +7,15 @@ __all__ = ['EVAL_TASKS', 'eval_task_texts', 'ngram_hashes', 'build_task_ngrams',
            'find_task_ngrams_batch', 'count_task_ngrams', 'count_shard', 'frequent_ngrams', 'decontaminate_shard']
 
 # %% ../nbs/33_decontaminate.ipynb
-import json, time
+import json
+import time
 from pathlib import Path
 import numpy as np
 from .extract import Manifest, iter_docs, write_jsonl
 from .dedup import word_hashes, _U, _Q
 
 # %% ../nbs/33_decontaminate.ipynb
-EVAL_TASKS = {   # task: ([files under eval_dir], [fields; list-valued fields contribute each element])
+EVAL_TASKS = {  # task: ([files under eval_dir], [fields; list-valued fields contribute each element])
     "lambada": (["lambada_openai/test.jsonl"], ["text"]),
     "race": (["race/test.jsonl"], ["article"]),
     "anli": (["anli/test_r1.jsonl", "anli/test_r2.jsonl", "anli/test_r3.jsonl"], ["premise", "hypothesis"]),
@@ -25,16 +26,19 @@ EVAL_TASKS = {   # task: ([files under eval_dir], [fields; list-valued fields co
     "wic": (["wic/validation.jsonl"], ["sentence1", "sentence2"]),
 }
 
+
 def eval_task_texts(eval_dir, tasks=None) -> dict[str, list[str]]:
     "Every text of each evaluation task's test split under `eval_dir` (JSONL files with lm-eval field names)."
     out = {}
     for task in tasks or EVAL_TASKS:
-        if task not in EVAL_TASKS: raise ValueError(f"unknown evaluation task {task!r}; known: {', '.join(EVAL_TASKS)}")
+        if task not in EVAL_TASKS:
+            raise ValueError(f"unknown evaluation task {task!r}; known: {', '.join(EVAL_TASKS)}")
         files, fields = EVAL_TASKS[task]
         texts = []
         for f in files:
             path = Path(eval_dir) / f
-            if not path.is_file(): raise FileNotFoundError(f"evaluation file {str(path)!r} not found (set decontaminate.eval_dir)")
+            if not path.is_file():
+                raise FileNotFoundError(f"evaluation file {str(path)!r} not found (set decontaminate.eval_dir)")
             for line in path.open(encoding="utf-8"):
                 obj = json.loads(line)
                 for k in fields:
@@ -49,39 +53,46 @@ def _words(text: str):
     b = text.lower().encode("utf-8", "replace")
     arr = np.frombuffer(b, np.uint8)
     starts, ends, h = word_hashes(arr)
-    char_of_byte = np.cumsum((arr & 0xC0) != 0x80) - 1                   # UTF-8: count bytes that start a character
+    char_of_byte = np.cumsum((arr & 0xC0) != 0x80) - 1  # UTF-8: count bytes that start a character
     char_of_byte = np.append(char_of_byte, char_of_byte[-1] + 1 if len(arr) else 0)
     return char_of_byte[starts], char_of_byte[ends - 1] + 1, h
+
 
 def ngram_hashes(h: np.ndarray, n: int) -> np.ndarray:
     "Hash of every run of `n` consecutive words (position i covers words i .. i+n-1)."
     m = len(h) - n + 1
-    if m <= 0: return np.zeros(0, np.uint64)
+    if m <= 0:
+        return np.zeros(0, np.uint64)
     acc = np.full(m, _U(n))
-    for i in range(n): acc = acc * _U(_Q) + h[i : i + m]
+    for i in range(n):
+        acc = acc * _U(_Q) + h[i : i + m]
     return acc
+
 
 def build_task_ngrams(texts, n: int = 13, min_n: int = 8) -> dict[int, np.ndarray]:
     "Sorted unique hashes of the task n-grams, by length: all `n`-grams, and whole texts of `min_n` .. `n-1` words."
     blobs = [t.lower().encode("utf-8", "replace") for t in texts]
-    starts, _, h = word_hashes(np.frombuffer(b"\n".join(blobs) + b"\n", np.uint8))   # one pass over all texts
+    starts, _, h = word_hashes(np.frombuffer(b"\n".join(blobs) + b"\n", np.uint8))  # one pass over all texts
     doc_start = np.cumsum([0] + [len(b) + 1 for b in blobs])[:-1]
     word_doc = np.searchsorted(doc_start, starts, side="right") - 1
     n_words = np.bincount(word_doc, minlength=len(blobs))
     first = np.concatenate([[0], np.cumsum(n_words)])[:-1]
     g = ngram_hashes(h, n)
-    out = {n: np.unique(g[word_doc[: len(g)] == word_doc[n - 1 :]])}    # n-grams that stay inside one text
-    for k in range(min_n, n):                                            # short texts, matched whole
+    out = {n: np.unique(g[word_doc[: len(g)] == word_doc[n - 1 :]])}  # n-grams that stay inside one text
+    for k in range(min_n, n):  # short texts, matched whole
         short = first[n_words == k]
-        if len(short): out[k] = np.unique(ngram_hashes(h, k)[short])
+        if len(short):
+            out[k] = np.unique(ngram_hashes(h, k)[short])
     return out
 
 # %% ../nbs/33_decontaminate.ipynb
 def _member(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     "Which entries of `x` are in the sorted array `table` (binary search: no re-sorting of the table)."
-    if len(table) == 0: return np.zeros(len(x), bool)
+    if len(table) == 0:
+        return np.zeros(len(x), bool)
     i = np.searchsorted(table, x).clip(max=len(table) - 1)
     return table[i] == x
+
 
 def find_task_ngrams(text: str, task_ngrams: dict, ignore: np.ndarray | None = None) -> list[tuple[int, int, int]]:
     "`(char_start, char_end, hash)` of every task n-gram occurring in `text`, except hashes in `ignore`."
@@ -90,9 +101,11 @@ def find_task_ngrams(text: str, task_ngrams: dict, ignore: np.ndarray | None = N
     for n, table in task_ngrams.items():
         g = ngram_hashes(h, n)
         hit = _member(g, table)
-        if ignore is not None and len(ignore): hit &= ~_member(g, ignore)
+        if ignore is not None and len(ignore):
+            hit &= ~_member(g, ignore)
         found += [(int(starts[i]), int(ends[i + n - 1]), int(g[i])) for i in np.flatnonzero(hit)]
     return sorted(found)
+
 
 def cut_spans(text: str, spans, remove_chars: int = 200, min_piece_chars: int = 200, stops: str = ".!?") -> list[str]:
     """The pieces of `text` left after removing each span plus `remove_chars` on each side (extended to the
@@ -100,12 +113,13 @@ def cut_spans(text: str, spans, remove_chars: int = 200, min_piece_chars: int = 
     cuts = []
     for s, e in spans:
         a, b = max(0, s - remove_chars), min(len(text), e + remove_chars)
-        a = max(text.rfind(c, 1, a + 1) for c in stops) + 1 if a > 0 else 0   # keep the sentence end before the cut
-        after = [i for i in (text.find(c, b) for c in stops) if i >= 0]          # and drop through the sentence end after it
+        a = max(text.rfind(c, 1, a + 1) for c in stops) + 1 if a > 0 else 0  # keep the sentence end before the cut
+        after = [i for i in (text.find(c, b) for c in stops) if i >= 0]  # and drop through the sentence end after it
         cuts.append((a, min(len(text), min(after, default=len(text)) + 1)))
     pieces, pos = [], 0
     for a, b in sorted(cuts):
-        if a > pos: pieces.append(text[pos:a])
+        if a > pos:
+            pieces.append(text[pos:a])
         pos = max(pos, b)
     pieces.append(text[pos:])
     return [p.strip() for p in pieces if len(p.strip()) >= min_piece_chars]
@@ -115,74 +129,103 @@ from numba import njit
 from .extract import iter_batches
 from .dedup import _P, _WB, _LOWER, _cased_table, _changes_under_lower, _mix64_jit, _utf8_concat
 
+
 @njit(cache=True, nogil=True)
 def _text_words(buf, i, e, word_byte, lower, cased, check, wh, first, end):
     """Hash of each word of buf[i:e] into wh (as chapter 32's `word_hashes` of the lowercased bytes) with its first and
     end character; returns the word count and whether a non-ASCII character that str.lower() changes was seen."""
-    nw, ch, flag = 0, 0, False                              # ch: characters before byte i
+    nw, ch, flag = 0, 0, False  # ch: characters before byte i
     while i < e:
         if not word_byte[buf[i]]:
-            if (buf[i] & 0xC0) != 0x80: ch += 1
-            i += 1; continue
+            if (buf[i] & 0xC0) != 0x80:
+                ch += 1
+            i += 1
+            continue
         first[nw], h, pw = ch, np.uint64(0), np.uint64(1)
         while i < e and word_byte[buf[i]]:
-            if buf[i] >= 0xC0 and check and not flag: flag = _changes_under_lower(buf, i, e, cased)
-            if (buf[i] & 0xC0) != 0x80: ch += 1
-            h += np.uint64(lower[buf[i]]) * pw; pw *= np.uint64(_P); i += 1
-        wh[nw], end[nw] = _mix64_jit(h), ch; nw += 1
+            if buf[i] >= 0xC0 and check and not flag:
+                flag = _changes_under_lower(buf, i, e, cased)
+            if (buf[i] & 0xC0) != 0x80:
+                ch += 1
+            h += np.uint64(lower[buf[i]]) * pw
+            pw *= np.uint64(_P)
+            i += 1
+        wh[nw], end[nw] = _mix64_jit(h), ch
+        nw += 1
     return nw, flag
 
+
 @njit(cache=True, nogil=True)
-def _task_ngram_kernel(buf, offsets, ns, tables, table_offs, bitmaps, bitmap_offs, shifts, ignore, word_byte, lower, cased, check):
+def _task_ngram_kernel(
+    buf, offsets, ns, tables, table_offs, bitmaps, bitmap_offs, shifts, ignore, word_byte, lower, cased, check
+):
     """Every task n-gram of the texts buf[offsets[d]:offsets[d+1]] as rows (text, first character, end character)
     and hashes: what `find_task_ngrams` finds. With `check`, texts holding a non-ASCII character that str.lower()
     changes are flagged for the caller (and skipped)."""
     n_docs, maxn = offsets.shape[0] - 1, 0
-    for t in range(ns.shape[0]): maxn = max(maxn, ns[t])
-    table_of, seed_term = np.full(maxn + 1, -1, np.int64), np.zeros(maxn + 1, np.uint64)   # n -> its table; n Q^n
-    for t in range(ns.shape[0]): table_of[ns[t]] = t
+    for t in range(ns.shape[0]):
+        maxn = max(maxn, ns[t])
+    table_of, seed_term = np.full(maxn + 1, -1, np.int64), np.zeros(maxn + 1, np.uint64)  # n -> its table; n Q^n
+    for t in range(ns.shape[0]):
+        table_of[ns[t]] = t
     q = np.uint64(1)
-    for k in range(1, maxn + 1): q *= np.uint64(_Q); seed_term[k] = np.uint64(k) * q
+    for k in range(1, maxn + 1):
+        q *= np.uint64(_Q)
+        seed_term[k] = np.uint64(k) * q
     longest = 1
-    for d in range(n_docs): longest = max(longest, offsets[d + 1] - offsets[d])
-    cap = longest // 2 + 1                                   # words of the longest text: each needs a byte and a separator
+    for d in range(n_docs):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    cap = longest // 2 + 1  # words of the longest text: each needs a byte and a separator
     wh, first, end = np.empty(cap, np.uint64), np.empty(cap, np.int64), np.empty(cap, np.int64)
     acc, g, maybe = np.empty(cap, np.uint64), np.empty(cap, np.uint64), np.empty(cap, np.uint8)
     rows, hashes, m = np.empty((64, 3), np.int64), np.empty(64, np.uint64), 0
     flagged = np.zeros(n_docs, np.bool_)
     for d in range(n_docs):
         nw, flagged[d] = _text_words(buf, offsets[d], offsets[d + 1], word_byte, lower, cased, check, wh, first, end)
-        if flagged[d]: continue
+        if flagged[d]:
+            continue
         acc[:nw] = 0
-        for k in range(1, min(nw, maxn) + 1):                # acc[i]: the k words from word i on, Horner in Q
+        for k in range(1, min(nw, maxn) + 1):  # acc[i]: the k words from word i on, Horner in Q
             c = nw - k + 1
-            for i in range(c): acc[i] = acc[i] * np.uint64(_Q) + wh[i + k - 1]
+            for i in range(c):
+                acc[i] = acc[i] * np.uint64(_Q) + wh[i + k - 1]
             t = table_of[k]
-            if t < 0: continue
+            if t < 0:
+                continue
             s, b0 = np.uint64(shifts[t]), bitmap_offs[t]
-            for i in range(c):                               # branch-free bitmap probes: the cache misses overlap
-                g[i] = acc[i] + seed_term[k]                 # = ngram_hashes(wh, k)[i]
+            for i in range(c):  # branch-free bitmap probes: the cache misses overlap
+                g[i] = acc[i] + seed_term[k]  # = ngram_hashes(wh, k)[i]
                 bit = g[i] >> s
                 maybe[i] = (bitmaps[b0 + np.int64(bit >> np.uint64(3))] >> (bit & np.uint64(7))) & 1
             lo, hi = table_offs[t], table_offs[t + 1]
             for i in range(c):
-                if maybe[i] == 0: continue
+                if maybe[i] == 0:
+                    continue
                 j = lo + np.searchsorted(tables[lo:hi], g[i])
-                if j >= hi or tables[j] != g[i]: continue
+                if j >= hi or tables[j] != g[i]:
+                    continue
                 if ignore.shape[0]:
                     j = np.searchsorted(ignore, g[i])
-                    if j < ignore.shape[0] and ignore[j] == g[i]: continue
+                    if j < ignore.shape[0] and ignore[j] == g[i]:
+                        continue
                 if m == hashes.shape[0]:
-                    rows = np.concatenate((rows, np.empty_like(rows))); hashes = np.concatenate((hashes, np.empty_like(hashes)))
-                rows[m, 0], rows[m, 1], rows[m, 2], hashes[m] = d, first[i], end[i + k - 1], g[i]; m += 1
+                    rows = np.concatenate((rows, np.empty_like(rows)))
+                    hashes = np.concatenate((hashes, np.empty_like(hashes)))
+                rows[m, 0], rows[m, 1], rows[m, 2], hashes[m] = d, first[i], end[i + k - 1], g[i]
+                m += 1
     return rows[:m], hashes[:m], flagged
+
 
 @njit(cache=True)
 def _set_bits(bitmap, values, shift):
     for v in values:
-        b = v >> np.uint64(shift); bitmap[np.int64(b >> np.uint64(3))] |= np.uint8(1 << np.int64(b & np.uint64(7)))
+        b = v >> np.uint64(shift)
+        bitmap[np.int64(b >> np.uint64(3))] |= np.uint8(1 << np.int64(b & np.uint64(7)))
 
-_COMPILED_TABLE = [None, None]                  # (the task_ngrams dict, its arrays): one table per process
+
+_COMPILED_TABLE = [None, None]  # (the task_ngrams dict, its arrays): one table per process
+
+
 def _compiled_table(task_ngrams: dict) -> tuple:
     """The task n-gram tables as the kernel reads them: lengths, one concatenated array and its offsets, and per table
     a bitmap of its hashes' top bits, 32 bits per hash (~3% of them set) up to 2^26 bits (8 MB)."""
@@ -190,28 +233,41 @@ def _compiled_table(task_ngrams: dict) -> tuple:
         ns = np.array(sorted(task_ngrams), np.int64)
         arrays = [np.ascontiguousarray(task_ngrams[n], np.uint64) for n in ns.tolist()]
         tables = np.concatenate(arrays) if arrays else np.zeros(0, np.uint64)
-        offs = np.zeros(len(arrays) + 1, np.int64); np.cumsum([len(a) for a in arrays], out=offs[1:])
+        offs = np.zeros(len(arrays) + 1, np.int64)
+        np.cumsum([len(a) for a in arrays], out=offs[1:])
         bits = [min(26, max(10, (32 * len(a)).bit_length())) for a in arrays]
-        bitmap_offs = np.zeros(len(arrays) + 1, np.int64); np.cumsum([1 << (b - 3) for b in bits], out=bitmap_offs[1:])
+        bitmap_offs = np.zeros(len(arrays) + 1, np.int64)
+        np.cumsum([1 << (b - 3) for b in bits], out=bitmap_offs[1:])
         bitmaps = np.zeros(bitmap_offs[-1], np.uint8)
-        for a, b, o in zip(arrays, bits, bitmap_offs): _set_bits(bitmaps[o:], a, 64 - b)
-        _COMPILED_TABLE[:] = task_ngrams, (ns, tables, offs, bitmaps, bitmap_offs, np.array([64 - b for b in bits], np.int64))
+        for a, b, o in zip(arrays, bits, bitmap_offs):
+            _set_bits(bitmaps[o:], a, 64 - b)
+        _COMPILED_TABLE[:] = (
+            task_ngrams,
+            (ns, tables, offs, bitmaps, bitmap_offs, np.array([64 - b for b in bits], np.int64)),
+        )
     return _COMPILED_TABLE[1]
 
-def find_task_ngrams_batch(texts, task_ngrams: dict, ignore: np.ndarray | None = None) -> list[list[tuple[int, int, int]]]:
+
+def find_task_ngrams_batch(
+    texts, task_ngrams: dict, ignore: np.ndarray | None = None
+) -> list[list[tuple[int, int, int]]]:
     "`find_task_ngrams` of each of `texts`, compiled: the same lists, one kernel call for the batch."
     texts = list(texts)
     table = _compiled_table(task_ngrams)
     ignore = np.zeros(0, np.uint64) if ignore is None else np.ascontiguousarray(ignore, np.uint64)
-    run = lambda batch, check: _task_ngram_kernel(*_utf8_concat(batch), *table, ignore, _WB, _LOWER, _cased_table(), check)
+    run = lambda batch, check: _task_ngram_kernel(
+        *_utf8_concat(batch), *table, ignore, _WB, _LOWER, _cased_table(), check
+    )
     rows, hashes, flagged = run(texts, True)
     found = [[] for _ in texts]
     keep = ~flagged[rows[:, 0]]
-    for (d, s, e), h in zip(rows[keep].tolist(), hashes[keep].tolist()): found[d].append((s, e, h))
-    redo = np.flatnonzero(flagged)              # cased non-ASCII letters: Python's str.lower(), as the reference does
+    for (d, s, e), h in zip(rows[keep].tolist(), hashes[keep].tolist()):
+        found[d].append((s, e, h))
+    redo = np.flatnonzero(flagged)  # cased non-ASCII letters: Python's str.lower(), as the reference does
     if len(redo):
         rows, hashes, _ = run([texts[k].lower() for k in redo], False)
-        for (d, s, e), h in zip(rows.tolist(), hashes.tolist()): found[redo[d]].append((s, e, h))
+        for (d, s, e), h in zip(rows.tolist(), hashes.tolist()):
+            found[redo[d]].append((s, e, h))
     return [sorted(f) for f in found]
 
 # %% ../nbs/33_decontaminate.ipynb
@@ -219,51 +275,80 @@ def count_task_ngrams(texts, task_ngrams: dict) -> dict[int, int]:
     "{task n-gram hash: number of `texts` containing it}."
     counts = {}
     for t in texts:
-        for h in {h for _, _, h in find_task_ngrams(t, task_ngrams)}: counts[h] = counts.get(h, 0) + 1
+        for h in {h for _, _, h in find_task_ngrams(t, task_ngrams)}:
+            counts[h] = counts.get(h, 0) + 1
     return counts
 
-from .dedup import ENGINES          # chapter 32's: the compiled batch kernel, and the reference a document at a time: the same results
+
+from mtnlg.dedup import (
+    ENGINES,
+)  # chapter 32's: the compiled batch kernel, and the reference a document at a time: the same results
+
 
 def _found(docs, task_ngrams, ignore, engine):
     "The task n-grams of each of `docs`' texts, by `engine`."
-    if engine == "compiled": return find_task_ngrams_batch([d["text"] for d in docs], task_ngrams, ignore)
-    if engine == "numpy": return [find_task_ngrams(d["text"], task_ngrams, ignore) for d in docs]
+    if engine == "compiled":
+        return find_task_ngrams_batch([d["text"] for d in docs], task_ngrams, ignore)
+    if engine == "numpy":
+        return [find_task_ngrams(d["text"], task_ngrams, ignore) for d in docs]
     raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+
 
 def count_shard(src, task_ngrams: dict, batch: int | None = None, engine: str = "compiled") -> dict[int, int]:
     "Pass 1 over one shard, a batch of documents at a time (at most `batch`): `count_task_ngrams`."
     counts = {}
     for docs in iter_batches(src, batch):
         for found in _found(docs, task_ngrams, None, engine):
-            for h in {h for _, _, h in found}: counts[h] = counts.get(h, 0) + 1
+            for h in {h for _, _, h in found}:
+                counts[h] = counts.get(h, 0) + 1
     return counts
+
 
 def frequent_ngrams(count_dicts, max_doc_freq: int = 10) -> np.ndarray:
     "Hashes found in at least `max_doc_freq` documents overall: common phrases, not contamination."
     total = {}
     for c in count_dicts:
-        for h, n in c.items(): total[h] = total.get(h, 0) + n
+        for h, n in c.items():
+            total[h] = total.get(h, 0) + n
     return np.array(sorted(h for h, n in total.items() if n >= max_doc_freq), np.uint64)
 
 # %% ../nbs/33_decontaminate.ipynb
-def decontaminate_shard(src, dst, task_ngrams: dict, ignore: np.ndarray | None = None, remove_chars: int = 200,
-                        min_piece_chars: int = 200, max_splits: int = 10, batch: int | None = None,
-                        engine: str = "compiled") -> Manifest:
+def decontaminate_shard(
+    src,
+    dst,
+    task_ngrams: dict,
+    ignore: np.ndarray | None = None,
+    remove_chars: int = 200,
+    min_piece_chars: int = 200,
+    max_splits: int = 10,
+    batch: int | None = None,
+    engine: str = "compiled",
+) -> Manifest:
     """Pass 2 over one shard, a batch of documents at a time (at most `batch`, default chapter 30's `BATCH_DOCS`): cut
     task n-grams out of every document (Megatron-LM/GPT-3 rules)."""
     t0, src = time.time(), Path(src)
     man = Manifest("decontaminate", src.name, extra={"task_ngrams_removed": 0, "documents_split": 0})
+
     def cleaned():
         for docs in iter_batches(src, batch):
             for d, hits in zip(docs, _found(docs, task_ngrams, ignore, engine)):
                 man.docs_in += 1
-                if not hits: man.kept += 1; yield d; continue
+                if not hits:
+                    man.kept += 1
+                    yield d
+                    continue
                 man.extra["task_ngrams_removed"] += len(hits)
                 pieces = cut_spans(d["text"], [(s, e) for s, e, _ in hits], remove_chars, min_piece_chars)
-                if not pieces: man.drop("nothing left after removing task n-grams", d["id"]); continue
-                if len(pieces) > max_splits: man.drop(f"split into more than {max_splits} pieces", d["id"]); continue
-                man.kept += 1; man.extra["documents_split"] += len(pieces) > 1
+                if not pieces:
+                    man.drop("nothing left after removing task n-grams", d["id"])
+                    continue
+                if len(pieces) > max_splits:
+                    man.drop(f"split into more than {max_splits} pieces", d["id"])
+                    continue
+                man.kept += 1
+                man.extra["documents_split"] += len(pieces) > 1
                 yield from ({**d, "id": f"{d['id']}#{k}", "text": p} for k, p in enumerate(pieces))
+
     man.extra["documents_written"] = write_jsonl(dst, cleaned())
     man.seconds = time.time() - t0
     return man.check()

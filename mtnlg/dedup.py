@@ -11,7 +11,11 @@ __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes'
            'plan_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup.ipynb
-import json, os, re, time, zipfile
+import json
+import os
+import re
+import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -22,16 +26,22 @@ _WORD_BYTE = np.zeros(256, bool)
 _WORD_BYTE[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")] = True
 _WORD_BYTE[128:] = True
 _U = np.uint64
-_P, _Q = 0x100000001B3, 0x9E3779B97F4A7C15          # odd bases: invertible modulo 2^64
-EMPTY = np.uint32(0xFFFFFFFF)                          # signature entry of a document with no shingles
+_P, _Q = 0x100000001B3, 0x9E3779B97F4A7C15  # odd bases: invertible modulo 2^64
+EMPTY = np.uint32(0xFFFFFFFF)  # signature entry of a document with no shingles
+
 
 def mix64(x: np.ndarray) -> np.ndarray:
     "splitmix64's finalizer: a bijection on uint64 whose every output bit depends on every input bit."
-    x = x ^ (x >> _U(30)); x = x * _U(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> _U(27)); x = x * _U(0x94D049BB133111EB)
+    x = x ^ (x >> _U(30))
+    x = x * _U(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U(27))
+    x = x * _U(0x94D049BB133111EB)
     return x ^ (x >> _U(31))
 
+
 _POWERS = {}
+
+
 def _powers(n: int, base: int) -> np.ndarray:
     "base^0 .. base^(n-1) modulo 2^64 (uint64 arithmetic wraps); cached and grown by doubling."
     p = _POWERS.get(base)
@@ -39,6 +49,7 @@ def _powers(n: int, base: int) -> np.ndarray:
         m = max(n, 2 * len(p) if p is not None else 1 << 16)
         p = _POWERS[base] = np.concatenate([np.ones(1, np.uint64), np.cumprod(np.full(m - 1, base, np.uint64))])
     return p[:n]
+
 
 def word_hashes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "Byte offsets where each word of a byte array starts and ends, and each word's 64-bit hash."
@@ -48,27 +59,31 @@ def word_hashes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     prefix = np.zeros(len(arr) + 1, np.uint64)
     np.cumsum(arr * _powers(len(arr), _P), out=prefix[1:])
     inv = _powers(len(arr), pow(_P, -1, 1 << 64))
-    return starts, ends, mix64((prefix[ends] - prefix[starts]) * inv[starts])   # = sum_i c_i P^(i - start)
+    return starts, ends, mix64((prefix[ends] - prefix[starts]) * inv[starts])  # = sum_i c_i P^(i - start)
+
 
 def shingle_hashes(texts, ngram: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """32-bit hashes of the word `ngram`-grams of each text (lowercased), and the index of the text each
     belongs to. A text with fewer than `ngram` words has one shingle (all its words); one without words, none."""
     blobs = [t.lower().encode("utf-8", "replace") for t in texts]
-    arr = np.frombuffer(b"\n".join(blobs) + b"\n", np.uint8)           # "\n" is not a word byte
+    arr = np.frombuffer(b"\n".join(blobs) + b"\n", np.uint8)  # "\n" is not a word byte
     starts, ends, words = word_hashes(arr)
     doc_start = np.cumsum([0] + [len(b) + 1 for b in blobs])[:-1]
     word_doc = np.searchsorted(doc_start, starts, side="right") - 1
     n_words = np.bincount(word_doc, minlength=len(texts))
     m = len(words) - ngram + 1
     acc = np.full(max(m, 0), _U(seed))
-    for i in range(ngram): acc = acc * _U(_Q) + words[i : i + max(m, 0)]
-    valid = word_doc[:max(m, 0)] == word_doc[ngram - 1 :] if m > 0 else np.zeros(0, bool)
-    hashes, docs = [acc[valid]], [word_doc[:max(m, 0)][valid]]
+    for i in range(ngram):
+        acc = acc * _U(_Q) + words[i : i + max(m, 0)]
+    valid = word_doc[: max(m, 0)] == word_doc[ngram - 1 :] if m > 0 else np.zeros(0, bool)
+    hashes, docs = [acc[valid]], [word_doc[: max(m, 0)][valid]]
     first_word = np.concatenate([[0], np.cumsum(n_words)])[:-1]
-    for d in np.flatnonzero((n_words > 0) & (n_words < ngram)):        # short texts: one shingle of all words
+    for d in np.flatnonzero((n_words > 0) & (n_words < ngram)):  # short texts: one shingle of all words
         a = seed
-        for w in words[first_word[d] : first_word[d] + n_words[d]].tolist(): a = (a * _Q + w) & ((1 << 64) - 1)
-        hashes.append(np.array([a], np.uint64)); docs.append(np.array([d]))
+        for w in words[first_word[d] : first_word[d] + n_words[d]].tolist():
+            a = (a * _Q + w) & ((1 << 64) - 1)
+        hashes.append(np.array([a], np.uint64))
+        docs.append(np.array([d]))
     h, d = np.concatenate(hashes), np.concatenate(docs)
     order = np.argsort(d, kind="stable")
     return (mix64(h[order]) >> _U(32)).astype(np.uint32), d[order]
@@ -77,126 +92,187 @@ def shingle_hashes(texts, ngram: int = 5, seed: int = 0) -> tuple[np.ndarray, np
 def one_permutation_minhash(h: np.ndarray, doc: np.ndarray, n_docs: int, num_perm: int = 128) -> np.ndarray:
     "Densified one-permutation MinHash signatures [n_docs, num_perm] (uint32) from shingle hashes `h` of documents `doc`."
     bits = num_perm.bit_length() - 1
-    if num_perm != 1 << bits or not 2 <= num_perm <= 1024: raise ValueError(f"num_perm must be a power of two in [2, 1024], got {num_perm}")
+    if num_perm != 1 << bits or not 2 <= num_perm <= 1024:
+        raise ValueError(f"num_perm must be a power of two in [2, 1024], got {num_perm}")
     shift = 32 - bits
     sig = np.full(n_docs * num_perm, EMPTY, np.uint32)
     np.minimum.at(sig, doc * num_perm + (h >> np.uint32(shift)), h & np.uint32((1 << shift) - 1))
     sig = sig.reshape(n_docs, num_perm)
-    filled = np.concatenate([sig != EMPTY] * 2, axis=1)                # rotation wraps around: look at two copies
+    filled = np.concatenate([sig != EMPTY] * 2, axis=1)  # rotation wraps around: look at two copies
     pos = np.where(filled, np.arange(2 * num_perm), 2 * num_perm)
-    nxt = np.minimum.accumulate(pos[:, ::-1], axis=1)[:, ::-1][:, :num_perm]   # next non-empty bin at or after j
+    nxt = np.minimum.accumulate(pos[:, ::-1], axis=1)[:, ::-1][:, :num_perm]  # next non-empty bin at or after j
     dist = nxt - np.arange(num_perm)
-    ok = nxt < 2 * num_perm                                            # false only for documents without shingles
+    ok = nxt < 2 * num_perm  # false only for documents without shingles
     borrowed = np.take_along_axis(sig, np.where(ok, nxt % num_perm, 0), axis=1)
     return np.where(ok, borrowed | (dist.astype(np.uint32) << np.uint32(shift)), EMPTY)
 
-def minhash_signatures(texts, num_perm: int = 128, ngram: int = 5, seed: int = 0, batch_bytes: int = 1 << 22) -> np.ndarray:
+
+def minhash_signatures(
+    texts, num_perm: int = 128, ngram: int = 5, seed: int = 0, batch_bytes: int = 1 << 22
+) -> np.ndarray:
     "MinHash signatures [len(texts), num_perm] (uint32) of the word `ngram`-gram sets of `texts`, in batches of ~`batch_bytes`."
     texts, out, i = list(texts), [], 0
     while i < len(texts):
         j, size = i, 0
-        while j < len(texts) and (size < batch_bytes or j == i): size += len(texts[j]); j += 1
+        while j < len(texts) and (size < batch_bytes or j == i):
+            size += len(texts[j])
+            j += 1
         h, d = shingle_hashes(texts[i:j], ngram, seed)
-        out.append(one_permutation_minhash(h, d, j - i, num_perm)); i = j
+        out.append(one_permutation_minhash(h, d, j - i, num_perm))
+        i = j
     return np.concatenate(out) if out else np.zeros((0, num_perm), np.uint32)
+
 
 def estimate_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     "Estimated Jaccard similarity: the fraction of equal signature entries (0 if either document is empty)."
     return np.where((a[..., 0] == EMPTY) | (b[..., 0] == EMPTY), 0.0, (a == b).mean(-1))
 
 # %% ../nbs/32_dedup.ipynb
-EDITS = [("delete", 0.05), ("delete", 0.15), ("delete", 0.3), ("insert", 0.05), ("insert", 0.15), ("insert", 0.3),
-         ("reorder", 2), ("reorder", 5), ("substitute", 0.02), ("substitute", 0.05), ("substitute", 0.1)]
+EDITS = [
+    ("delete", 0.05),
+    ("delete", 0.15),
+    ("delete", 0.3),
+    ("insert", 0.05),
+    ("insert", 0.15),
+    ("insert", 0.3),
+    ("reorder", 2),
+    ("reorder", 5),
+    ("substitute", 0.02),
+    ("substitute", 0.05),
+    ("substitute", 0.1),
+]
+
 
 def edit_words(words: list, kind: str, amount, rng: np.random.Generator, donor: list) -> list:
     "Apply one known edit to a list of words: delete/insert spans, reorder blocks, or substitute scattered words."
     w, n = list(words), len(words)
     if kind == "delete":
         for _ in range(3):
-            k = int(n * amount / 3); s = int(rng.integers(0, max(1, len(w) - k))); del w[s : s + k]
+            k = int(n * amount / 3)
+            s = int(rng.integers(0, max(1, len(w) - k)))
+            del w[s : s + k]
     elif kind == "insert":
         for _ in range(3):
-            k = int(n * amount / 3); s = int(rng.integers(0, len(donor) - k)); p = int(rng.integers(0, len(w)))
+            k = int(n * amount / 3)
+            s = int(rng.integers(0, len(donor) - k))
+            p = int(rng.integers(0, len(w)))
             w[p:p] = donor[s : s + k]
     elif kind == "reorder":
         cuts = np.sort(rng.choice(np.arange(1, n), size=amount - 1, replace=False))
         blocks = np.split(np.array(w, dtype=object), cuts)
         w = [x for i in rng.permutation(len(blocks)) for x in blocks[i]]
     elif kind == "substitute":
-        for p in rng.choice(n, size=int(n * amount), replace=False): w[p] = donor[int(rng.integers(len(donor)))]
-    else: raise ValueError(f"unknown edit {kind!r}")
+        for p in rng.choice(n, size=int(n * amount), replace=False):
+            w[p] = donor[int(rng.integers(len(donor)))]
+    else:
+        raise ValueError(f"unknown edit {kind!r}")
     return w
+
 
 def exact_jaccard(a: str, b: str, ngram: int = 5) -> float:
     "Exact Jaccard similarity of the word `ngram`-gram sets of two texts (lowercased words)."
+
     def sh(t):
-        w = re.findall(r"\w+", t.lower()); return {" ".join(w[i:i + ngram]) for i in range(max(1, len(w) - ngram + 1))}
+        w = re.findall(r"\w+", t.lower())
+        return {" ".join(w[i : i + ngram]) for i in range(max(1, len(w) - ngram + 1))}
+
     A, B = sh(a), sh(b)
     return len(A & B) / max(1, len(A | B))
 
 # %% ../nbs/32_dedup.ipynb
 def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     "[n_docs, bands] uint64 keys: band b hashes signature entries b*rows .. b*rows + rows - 1."
-    if bands * rows > sig.shape[1]: raise ValueError(f"bands*rows = {bands}*{rows} exceeds the signature length {sig.shape[1]}")
+    if bands * rows > sig.shape[1]:
+        raise ValueError(f"bands*rows = {bands}*{rows} exceeds the signature length {sig.shape[1]}")
     keys = np.empty((len(sig), bands), np.uint64)
-    for b in range(bands):                       # band by band: the working set stays at 8 bytes per document
+    for b in range(bands):  # band by band: the working set stays at 8 bytes per document
         acc = np.zeros(len(sig), np.uint64)
-        for r in range(b * rows, (b + 1) * rows): acc = acc * _U(_Q) + sig[:, r]
+        for r in range(b * rows, (b + 1) * rows):
+            acc = acc * _U(_Q) + sig[:, r]
         keys[:, b] = mix64(acc + _U(1))
     return keys
+
 
 def candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64) -> tuple[np.ndarray, np.ndarray]:
     "Unique pairs (i < j) of documents that agree on all rows of at least one band (documents without shingles skipped)."
     ids = np.flatnonzero(sig[:, 0] != EMPTY)
     keys, out = band_keys(sig[ids], bands, rows), []
     for b in range(bands):
-        order = np.argsort(keys[:, b], kind="stable"); k = keys[order, b]
+        order = np.argsort(keys[:, b], kind="stable")
+        k = keys[order, b]
         start = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
         size = np.diff(np.append(start, len(k)))
         two = start[size == 2]
         out.append(np.stack([ids[order[two]], ids[order[two + 1]]], 1))
         for s, g in zip(start[size > 2], size[size > 2]):
             m = ids[np.sort(order[s : s + g])]
-            if g <= max_bucket: i, j = np.triu_indices(g, 1); out.append(np.stack([m[i], m[j]], 1))
-            else: out.append(np.stack([np.full(g - 1, m[0]), m[1:]], 1))
-    if not out: return np.zeros(0, int), np.zeros(0, int)
-    p = np.concatenate(out); p.sort(axis=1)
+            if g <= max_bucket:
+                i, j = np.triu_indices(g, 1)
+                out.append(np.stack([m[i], m[j]], 1))
+            else:
+                out.append(np.stack([np.full(g - 1, m[0]), m[1:]], 1))
+    if not out:
+        return np.zeros(0, int), np.zeros(0, int)
+    p = np.concatenate(out)
+    p.sort(axis=1)
     p = np.unique(p[:, 0].astype(np.int64) * len(sig) + p[:, 1])
     return p // len(sig), p % len(sig)
 
-def s_curve(j, bands: int, rows: int): return 1 - (1 - np.asarray(j, float) ** rows) ** bands
+
+def s_curve(j, bands: int, rows: int):
+    return 1 - (1 - np.asarray(j, float) ** rows) ** bands
 
 # %% ../nbs/32_dedup.ipynb
 @dataclass
 class DedupResult:
-    keep: np.ndarray           # bool per document
-    duplicate_of: np.ndarray   # index of the kept document of its component, -1 if kept
-    component: np.ndarray      # component label per document
+    keep: np.ndarray  # bool per document
+    duplicate_of: np.ndarray  # index of the kept document of its component, -1 if kept
+    component: np.ndarray  # component label per document
     n_candidates: int
     n_edges: int
 
-ENGINES = ("compiled", "numpy")                 # the compiled kernels (below) and their numpy twins: the same results
 
-def fuzzy_dedup(sig: np.ndarray, datasets, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8,
-                engine: str = "numpy", threads: int = 1) -> DedupResult:
+ENGINES = ("compiled", "numpy")  # the compiled kernels (below) and their numpy twins: the same results
+
+
+def fuzzy_dedup(
+    sig: np.ndarray,
+    datasets,
+    priority,
+    threshold: float = 0.8,
+    bands: int = 16,
+    rows: int = 8,
+    engine: str = "numpy",
+    threads: int = 1,
+) -> DedupResult:
     "Near-duplicate groups by MinHash-LSH + estimated Jaccard >= `threshold` + connected components; keep one per group by dataset `priority`."
-    if engine not in ENGINES: raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
+
     n, rank = len(sig), {d: r for r, d in enumerate(priority)}
     unknown = sorted(set(datasets) - set(rank))
-    if unknown: raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
+    if unknown:
+        raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
     if engine == "compiled":
-        i, j = compiled_candidate_pairs(sig, bands, rows, threads=threads, sort=False)   # components need no order
+        i, j = compiled_candidate_pairs(sig, bands, rows, threads=threads, sort=False)  # components need no order
         comp, n_edges = compiled_components(sig, i, j, threshold, threads)
     else:
         i, j = candidate_pairs(sig, bands, rows)
-        similar = np.concatenate([estimate_jaccard(sig[i[s:s + 65536]], sig[j[s:s + 65536]]) for s in range(0, len(i), 65536)] or [np.zeros(0)]) >= threshold
+        similar = (
+            np.concatenate(
+                [estimate_jaccard(sig[i[s : s + 65536]], sig[j[s : s + 65536]]) for s in range(0, len(i), 65536)]
+                or [np.zeros(0)]
+            )
+            >= threshold
+        )
         graph = coo_matrix((np.ones(similar.sum(), np.int8), (i[similar], j[similar])), shape=(n, n))
         _, comp = connected_components(graph, directed=False)
         n_edges = int(similar.sum())
     key = np.array([rank[d] for d in datasets], np.int64) * n + np.arange(n)
-    best = np.full(comp.max() + 1 if n else 0, np.iinfo(np.int64).max); np.minimum.at(best, comp, key)
+    best = np.full(comp.max() + 1 if n else 0, np.iinfo(np.int64).max)
+    np.minimum.at(best, comp, key)
     winner = best[comp] % n
     keep = winner == np.arange(n)
     return DedupResult(keep, np.where(keep, -1, winner), comp, len(i), n_edges)
@@ -212,9 +288,12 @@ def pair_precision_recall(pred: set, truth_pairs, t: float) -> tuple[float, floa
 from concurrent.futures import ThreadPoolExecutor
 from numba import njit
 
-_LOWER = np.arange(256, dtype=np.uint8); _LOWER[65:91] += 32      # ASCII A-Z -> a-z, everything else as is
+_LOWER = np.arange(256, dtype=np.uint8)
+_LOWER[65:91] += 32  # ASCII A-Z -> a-z, everything else as is
 _WB = _WORD_BYTE.astype(np.uint8)
 _CASED = None
+
+
 def _cased_table() -> np.ndarray:
     "1 for every code point str.lower() changes (~1,400, all below U+1E922; a test checks the whole range), built once."
     global _CASED
@@ -223,18 +302,25 @@ def _cased_table() -> np.ndarray:
         _CASED[[c for c in range(len(_CASED)) if chr(c).lower() != chr(c)]] = 1
     return _CASED
 
+
 @njit(cache=True)
 def _mix64_jit(x):
-    x = x ^ (x >> np.uint64(30)); x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27)); x = x * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
+
 
 @njit(cache=True)
 def _insert(raw, acc, shift, mask):
     "One shingle into its bin: top bits pick the bin, the bin keeps the minimum of the low bits."
     h = np.uint32(_mix64_jit(acc) >> np.uint64(32))
-    b = h >> np.uint32(shift); v = h & np.uint32(mask)
-    if v < raw[b]: raw[b] = v
+    b = h >> np.uint32(shift)
+    v = h & np.uint32(mask)
+    if v < raw[b]:
+        raw[b] = v
+
 
 @njit(cache=True)
 def _changes_under_lower(buf, i, e, cased):
@@ -243,9 +329,11 @@ def _changes_under_lower(buf, i, e, cased):
     n = 1 if c < 0xE0 else 2 if c < 0xF0 else 3
     cp = c & (0x1F if n == 1 else 0x0F if n == 2 else 0x07)
     for k in range(1, n + 1):
-        if i + k >= e: return False
+        if i + k >= e:
+            return False
         cp = (cp << 6) | (np.int64(buf[i + k]) & 0x3F)
     return cp < cased.shape[0] and cased[cp] == 1
+
 
 @njit(cache=True, nogil=True)
 def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, lower, cased, check):
@@ -255,12 +343,15 @@ def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, low
     sig = np.empty((n, num_perm), np.uint32)
     flagged = np.zeros(n, np.bool_)
     mask, R = (1 << shift) - 1, 8
-    while R < ngram: R *= 2
-    ring = np.zeros(R, np.uint64)                 # the last `ngram` word hashes, word t at t & (R - 1)
-    qp = np.empty(ngram, np.uint64)               # Q^(ngram-1-k)
+    while R < ngram:
+        R *= 2
+    ring = np.zeros(R, np.uint64)  # the last `ngram` word hashes, word t at t & (R - 1)
+    qp = np.empty(ngram, np.uint64)  # Q^(ngram-1-k)
     q = np.uint64(1)
-    for k in range(ngram - 1, -1, -1): qp[k] = q; q *= np.uint64(_Q)
-    base = np.uint64(seed) * q                    # seed Q^ngram
+    for k in range(ngram - 1, -1, -1):
+        qp[k] = q
+        q *= np.uint64(_Q)
+    base = np.uint64(seed) * q  # seed Q^ngram
     raw = np.empty(num_perm, np.uint32)
     for d in range(n):
         raw[:] = 0xFFFFFFFF
@@ -270,24 +361,37 @@ def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, low
                 h, pw = np.uint64(0), np.uint64(1)
                 while i < e and word_byte[buf[i]]:
                     if buf[i] >= 0xC0 and check:
-                        if _changes_under_lower(buf, i, e, cased): flagged[d] = True
-                    h += np.uint64(lower[buf[i]]) * pw; pw *= np.uint64(_P); i += 1
-                ring[nw & (R - 1)] = _mix64_jit(h); nw += 1
+                        if _changes_under_lower(buf, i, e, cased):
+                            flagged[d] = True
+                    h += np.uint64(lower[buf[i]]) * pw
+                    pw *= np.uint64(_P)
+                    i += 1
+                ring[nw & (R - 1)] = _mix64_jit(h)
+                nw += 1
                 if nw >= ngram:
                     acc = base
-                    for k in range(ngram): acc += ring[(nw - ngram + k) & (R - 1)] * qp[k]
+                    for k in range(ngram):
+                        acc += ring[(nw - ngram + k) & (R - 1)] * qp[k]
                     _insert(raw, acc, shift, mask)
-            else: i += 1
-        if 0 < nw < ngram:                        # a short text: one shingle of all its words
+            else:
+                i += 1
+        if 0 < nw < ngram:  # a short text: one shingle of all its words
             acc = np.uint64(seed)
-            for k in range(nw): acc = acc * np.uint64(_Q) + ring[k]
+            for k in range(nw):
+                acc = acc * np.uint64(_Q) + ring[k]
             _insert(raw, acc, shift, mask)
-        row, nxt = sig[d], 2 * num_perm           # densify: the next non-empty bin at or after p, wrapping around
+        row, nxt = sig[d], 2 * num_perm  # densify: the next non-empty bin at or after p, wrapping around
         for p in range(2 * num_perm - 1, -1, -1):
-            if raw[p & (num_perm - 1)] != 0xFFFFFFFF: nxt = p
+            if raw[p & (num_perm - 1)] != 0xFFFFFFFF:
+                nxt = p
             if p < num_perm:
-                row[p] = raw[nxt & (num_perm - 1)] | np.uint32((nxt - p) << shift) if nxt < 2 * num_perm else np.uint32(0xFFFFFFFF)
+                row[p] = (
+                    raw[nxt & (num_perm - 1)] | np.uint32((nxt - p) << shift)
+                    if nxt < 2 * num_perm
+                    else np.uint32(0xFFFFFFFF)
+                )
     return sig, flagged
+
 
 def _utf8_concat(texts) -> tuple[np.ndarray, np.ndarray]:
     "All texts as one UTF-8 byte array, and each text's byte offsets."
@@ -296,28 +400,38 @@ def _utf8_concat(texts) -> tuple[np.ndarray, np.ndarray]:
     np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=offsets[1:])
     return np.frombuffer(b"".join(blobs), np.uint8), offsets
 
+
 def _signature_batch(texts, num_perm, ngram, seed):
     shift, cased = 32 - (num_perm.bit_length() - 1), _cased_table()
     sig, flagged = _signature_kernel(*_utf8_concat(texts), num_perm, ngram, seed, shift, _WB, _LOWER, cased, True)
-    redo = np.flatnonzero(flagged)                # cased non-ASCII letters: Python's str.lower(), as the twin does
+    redo = np.flatnonzero(flagged)  # cased non-ASCII letters: Python's str.lower(), as the twin does
     if len(redo):
         lowered = _utf8_concat([texts[k].lower() for k in redo])
         sig[redo] = _signature_kernel(*lowered, num_perm, ngram, seed, shift, _WB, _LOWER, cased, False)[0]
     return sig
 
-def compiled_signatures(texts, num_perm: int = 128, ngram: int = 5, seed: int = 0, threads: int = 1, batch: int = 2048) -> np.ndarray:
+
+def compiled_signatures(
+    texts, num_perm: int = 128, ngram: int = 5, seed: int = 0, threads: int = 1, batch: int = 2048
+) -> np.ndarray:
     "`minhash_signatures`, compiled: the same uint32 signatures [len(texts), num_perm], batches of `batch` texts on `threads` threads."
     bits = num_perm.bit_length() - 1
-    if num_perm != 1 << bits or not 2 <= num_perm <= 1024: raise ValueError(f"num_perm must be a power of two in [2, 1024], got {num_perm}")
-    if ngram < 1: raise ValueError(f"ngram must be >= 1, got {ngram}")
+    if num_perm != 1 << bits or not 2 <= num_perm <= 1024:
+        raise ValueError(f"num_perm must be a power of two in [2, 1024], got {num_perm}")
+    if ngram < 1:
+        raise ValueError(f"ngram must be >= 1, got {ngram}")
     texts = list(texts)
     out = np.empty((len(texts), num_perm), np.uint32)
-    def one(s): out[s:s + batch] = _signature_batch(texts[s:s + batch], num_perm, ngram, seed)   # no concatenated copy
-    if threads <= 1: list(map(one, range(0, len(texts), batch)))
-    else:
-        with ThreadPoolExecutor(threads) as ex: list(ex.map(one, range(0, len(texts), batch)))
-    return out
 
+    def one(s):
+        out[s : s + batch] = _signature_batch(texts[s : s + batch], num_perm, ngram, seed)  # no concatenated copy
+
+    if threads <= 1:
+        list(map(one, range(0, len(texts), batch)))
+    else:
+        with ThreadPoolExecutor(threads) as ex:
+            list(ex.map(one, range(0, len(texts), batch)))
+    return out
 
 # %% ../nbs/32_dedup.ipynb
 @njit(cache=True, nogil=True)
@@ -327,9 +441,11 @@ def _band_keys_kernel(sig, ids, bands, rows):
     for d in range(ids.shape[0]):
         for b in range(bands):
             acc = np.uint64(0)
-            for r in range(b * rows, (b + 1) * rows): acc = acc * np.uint64(_Q) + np.uint64(sig[ids[d], r])
+            for r in range(b * rows, (b + 1) * rows):
+                acc = acc * np.uint64(_Q) + np.uint64(sig[ids[d], r])
             keys[d, b] = _mix64_jit(acc + np.uint64(1))
     return keys
+
 
 @njit(cache=True, nogil=True)
 def _star_centers(keys, b, order, center, max_bucket):
@@ -337,23 +453,32 @@ def _star_centers(keys, b, order, center, max_bucket):
     n, s = order.shape[0], 0
     while s < n:
         t, m = s + 1, order[s]
-        while t < n and keys[order[t], b] == keys[order[s], b]: m = min(m, order[t]); t += 1
-        for k in range(s, t): center[order[k], b] = m if t - s > max_bucket else -1
+        while t < n and keys[order[t], b] == keys[order[s], b]:
+            m = min(m, order[t])
+            t += 1
+        for k in range(s, t):
+            center[order[k], b] = m if t - s > max_bucket else -1
         s = t
+
 
 @njit(cache=True)
 def _first_band(keys, center, i, j, b):
     "Whether band b is the first band that makes the pair i < j a candidate."
     for c in range(b):
-        if keys[i, c] == keys[j, c] and (center[i, c] < 0 or center[i, c] == i): return False
+        if keys[i, c] == keys[j, c] and (center[i, c] < 0 or center[i, c] == i):
+            return False
     return True
+
 
 @njit(cache=True)
 def _push(out, m, x):
     if m == out.shape[0]:
-        bigger = np.empty(2 * m, np.int64); bigger[:m] = out; out = bigger
+        bigger = np.empty(2 * m, np.int64)
+        bigger[:m] = out
+        out = bigger
     out[m] = x
     return out, m + 1
+
 
 @njit(cache=True, nogil=True)
 def _band_pairs(keys, b, order, center, n_total, ids):
@@ -362,34 +487,46 @@ def _band_pairs(keys, b, order, center, n_total, ids):
     out = np.empty(1024, np.int64)
     while s < n:
         t = s + 1
-        while t < n and keys[order[t], b] == keys[order[s], b]: t += 1
-        if t - s > 1 and center[order[s], b] >= 0:      # a large bucket: a star from its smallest document
+        while t < n and keys[order[t], b] == keys[order[s], b]:
+            t += 1
+        if t - s > 1 and center[order[s], b] >= 0:  # a large bucket: a star from its smallest document
             i = center[order[s], b]
             for k in range(s, t):
-                if order[k] != i and _first_band(keys, center, i, order[k], b): out, m = _push(out, m, ids[i] * n_total + ids[order[k]])
+                if order[k] != i and _first_band(keys, center, i, order[k], b):
+                    out, m = _push(out, m, ids[i] * n_total + ids[order[k]])
         elif t - s > 1:
             for k in range(s, t):
                 for l in range(k + 1, t):
                     i, j = min(order[k], order[l]), max(order[k], order[l])
-                    if _first_band(keys, center, i, j, b): out, m = _push(out, m, ids[i] * n_total + ids[j])
+                    if _first_band(keys, center, i, j, b):
+                        out, m = _push(out, m, ids[i] * n_total + ids[j])
         s = t
     return out[:m].copy()
 
-def compiled_candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64, threads: int = 1,
-                             sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
+
+def compiled_candidate_pairs(
+    sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64, threads: int = 1, sort: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     "`candidate_pairs`, compiled: the same pairs (in the same order if `sort`), bands on `threads` threads."
-    if bands * rows > sig.shape[1]: raise ValueError(f"bands*rows = {bands}*{rows} exceeds the signature length {sig.shape[1]}")
+    if bands * rows > sig.shape[1]:
+        raise ValueError(f"bands*rows = {bands}*{rows} exceeds the signature length {sig.shape[1]}")
     ids = np.flatnonzero(sig[:, 0] != EMPTY)
     keys = _band_keys_kernel(np.ascontiguousarray(sig), ids, bands, rows)
     center = np.empty((len(ids), bands), np.int64)
+
     def sort_band(b):
-        order = np.argsort(keys[:, b]); _star_centers(keys, b, order, center, max_bucket); return order
+        order = np.argsort(keys[:, b])
+        _star_centers(keys, b, order, center, max_bucket)
+        return order
+
     with ThreadPoolExecutor(max(1, threads)) as ex:
-        orders = list(ex.map(sort_band, range(bands)))       # every band's centers before any band's pairs
+        orders = list(ex.map(sort_band, range(bands)))  # every band's centers before any band's pairs
         codes = list(ex.map(lambda b: _band_pairs(keys, b, orders[b], center, len(sig), ids), range(bands)))
     p = np.concatenate(codes) if codes else np.zeros(0, np.int64)
-    if sort: p.sort()
+    if sort:
+        p.sort()
     return p // max(1, len(sig)), p % max(1, len(sig))
+
 
 @njit(cache=True, nogil=True)
 def _similar_kernel(sig, i, j, threshold):
@@ -397,11 +534,14 @@ def _similar_kernel(sig, i, j, threshold):
     k, out = sig.shape[1], np.zeros(i.shape[0], np.bool_)
     for p in range(i.shape[0]):
         a, b = i[p], j[p]
-        if sig[a, 0] == 0xFFFFFFFF or sig[b, 0] == 0xFFFFFFFF: continue
+        if sig[a, 0] == 0xFFFFFFFF or sig[b, 0] == 0xFFFFFFFF:
+            continue
         same = 0
-        for r in range(k): same += sig[a, r] == sig[b, r]
+        for r in range(k):
+            same += sig[a, r] == sig[b, r]
         out[p] = same / k >= threshold
     return out
+
 
 @njit(cache=True, nogil=True)
 def _union_find(n, i, j):
@@ -409,66 +549,100 @@ def _union_find(n, i, j):
     parent = np.arange(n)
     for p in range(i.shape[0]):
         a, b = i[p], j[p]
-        while parent[a] != a: parent[a] = parent[parent[a]]; a = parent[a]
-        while parent[b] != b: parent[b] = parent[parent[b]]; b = parent[b]
-        if a != b: parent[max(a, b)] = min(a, b)        # a root is its component's smallest document
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[max(a, b)] = min(a, b)  # a root is its component's smallest document
     comp, label, nxt = np.empty(n, np.int64), np.full(n, -1), 0
     for d in range(n):
         r = d
-        while parent[r] != r: r = parent[r]
-        if label[r] < 0: label[r] = nxt; nxt += 1
+        while parent[r] != r:
+            r = parent[r]
+        if label[r] < 0:
+            label[r] = nxt
+            nxt += 1
         comp[d] = label[r]
     return comp
 
-def compiled_components(sig: np.ndarray, i: np.ndarray, j: np.ndarray, threshold: float, threads: int = 1) -> tuple[np.ndarray, int]:
+
+def compiled_components(
+    sig: np.ndarray, i: np.ndarray, j: np.ndarray, threshold: float, threads: int = 1
+) -> tuple[np.ndarray, int]:
     "Component labels (scipy's numbering) of the graph of pairs (i, j) whose estimated Jaccard reaches `threshold`, and its edge count."
     i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
     parts = np.array_split(np.arange(len(i)), max(1, threads))
     with ThreadPoolExecutor(max(1, threads)) as ex:
-        similar = np.concatenate([np.zeros(0, bool)] + list(ex.map(lambda r: _similar_kernel(sig, i[r], j[r], float(threshold)), parts)))
+        similar = np.concatenate(
+            [np.zeros(0, bool)] + list(ex.map(lambda r: _similar_kernel(sig, i[r], j[r], float(threshold)), parts))
+        )
     return _union_find(len(sig), i[similar], j[similar]), int(similar.sum())
 
-
 # %% ../nbs/32_dedup.ipynb
-def signature_shard(src, dst, num_perm: int = 128, ngram: int = 5, seed: int = 0, engine: str = "compiled",
-                    batch: int | None = None):
+def signature_shard(
+    src, dst, num_perm: int = 128, ngram: int = 5, seed: int = 0, engine: str = "compiled", batch: int | None = None
+):
     """Pass 1 over one shard: save ids, datasets and MinHash signatures to `dst` (.npz), signing a batch of documents
     at a time (at most `batch`, default chapter 30's `BATCH_DOCS`) and writing its signatures as they come."""
-    if engine not in ENGINES: raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     sign = compiled_signatures if engine == "compiled" else minhash_signatures
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     tmp, ids, datasets = Path(str(dst) + ".tmp.npz"), [], []
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint32)), "fortran_order": False, "shape": (count_docs(src), num_perm)}
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:       # what np.savez writes
+    header = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(np.uint32)),
+        "fortran_order": False,
+        "shape": (count_docs(src), num_perm),
+    }
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # what np.savez writes
         with z.open("sig.npy", "w", force_zip64=True) as f:
             np.lib.format.write_array_header_1_0(f, header)
             for docs in iter_batches(src, batch):
                 f.write(sign([d["text"] for d in docs], num_perm, ngram, seed).astype(np.uint32, copy=False).tobytes())
-                ids += [d["id"] for d in docs]; datasets += [d["dataset"] for d in docs]
+                ids += [d["id"] for d in docs]
+                datasets += [d["dataset"] for d in docs]
         for name, values in (("ids", ids), ("datasets", datasets)):
-            with z.open(f"{name}.npy", "w", force_zip64=True) as f: np.lib.format.write_array(f, np.array(values, dtype=object))
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.array(values, dtype=object))
     tmp.replace(dst)
 
-def plan_dedup(signature_files, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8, engine: str = "compiled") -> tuple[dict, dict]:
+
+def plan_dedup(
+    signature_files, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8, engine: str = "compiled"
+) -> tuple[dict, dict]:
     "Pass 2: {document id: drop reason} for every near-duplicate across all shards, and summary numbers."
     parts = [np.load(f, allow_pickle=True) for f in signature_files]
     ids = np.concatenate([p["ids"] for p in parts]) if parts else np.zeros(0, object)
     datasets = np.concatenate([p["datasets"] for p in parts]) if parts else np.zeros(0, object)
     sig = np.concatenate([p["sig"] for p in parts]) if parts else np.zeros((0, 1), np.uint32)
-    if len(ids) == 0: return {}, {"documents": 0}
+    if len(ids) == 0:
+        return {}, {"documents": 0}
     res = fuzzy_dedup(sig, datasets.tolist(), priority, threshold, bands, rows, engine)
     drops = {ids[i]: f"near-duplicate of a {datasets[k]} document" for i, k in enumerate(res.duplicate_of) if k >= 0}
-    return drops, {"documents": len(ids), "kept": int(res.keep.sum()), "candidate_pairs": res.n_candidates, "edges": res.n_edges}
+    return drops, {
+        "documents": len(ids),
+        "kept": int(res.keep.sum()),
+        "candidate_pairs": res.n_candidates,
+        "edges": res.n_edges,
+    }
+
 
 def dedup_shard(src, dst, drops: dict) -> Manifest:
     "Pass 3 over one shard, a document at a time: write the documents not in `drops`; the manifest counts the rest by reason."
     t0, src = time.time(), Path(src)
     man = Manifest("dedup", src.name)
+
     def kept():
         for d in iter_docs(src):
             man.docs_in += 1
-            if d["id"] in drops: man.drop(drops[d["id"]], d["id"])
-            else: yield d
+            if d["id"] in drops:
+                man.drop(drops[d["id"]], d["id"])
+            else:
+                yield d
+
     man.kept = write_jsonl(dst, kept())
     man.seconds = time.time() - t0
     return man.check()
@@ -476,7 +650,8 @@ def dedup_shard(src, dst, drops: dict) -> Manifest:
 # %% ../nbs/32_dedup.ipynb
 def _npz_member(path, name: str = "sig.npy") -> tuple[int, np.dtype, tuple]:
     "Where array `name` of a stored (uncompressed) .npz begins: the byte offset of its data, its dtype and shape, from the headers alone."
-    with zipfile.ZipFile(path) as z: info = z.getinfo(name)
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(name)
     with open(path, "rb") as f:
         f.seek(info.header_offset + 26)
         n_name, n_extra = (int(x) for x in np.frombuffer(f.read(4), "<u2"))
@@ -486,19 +661,25 @@ def _npz_member(path, name: str = "sig.npy") -> tuple[int, np.dtype, tuple]:
         shape, _, dtype = read(f)
         return f.tell(), dtype, shape
 
+
 def signature_count(path) -> int:
     "How many documents a signature file holds."
     return int(_npz_member(path)[2][0])
+
 
 def signature_rows(path, columns=None, rows=None) -> np.ndarray:
     """Signature entries `columns` (a list; None: all) of documents `rows` (None: all) of one signature file, read
     through a memory map closed before returning: a task that visits thousands of shards holds one file at a time."""
     offset, dtype, shape = _npz_member(path)
     cols = slice(None) if columns is None else np.asarray(columns)
-    if shape[0] == 0: return np.zeros(shape, dtype)[:, cols]
+    if shape[0] == 0:
+        return np.zeros(shape, dtype)[:, cols]
     m = np.memmap(path, dtype, "r", offset=offset, shape=shape)
-    try: return np.array((m if rows is None else m[np.asarray(rows)])[:, cols])
-    finally: m._mmap.close()
+    try:
+        return np.array((m if rows is None else m[np.asarray(rows)])[:, cols])
+    finally:
+        m._mmap.close()
+
 
 def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndarray:
     """[pairs, 2] documents (i < j) that share a band key, as `candidate_pairs` pairs them: every pair of a bucket of
@@ -508,50 +689,65 @@ def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndar
     size = np.diff(np.append(start, len(k)))
     out = [np.zeros((0, 2), np.int64)]
     for g in np.unique(size[(size >= 2) & (size <= max_bucket)]):
-        members = m[start[size == g][:, None] + np.arange(g)]        # [buckets of g documents, g], rows ascending
+        members = m[start[size == g][:, None] + np.arange(g)]  # [buckets of g documents, g], rows ascending
         a, b = np.triu_indices(g, 1)
         out.append(np.stack([members[:, a].ravel(), members[:, b].ravel()], 1))
     for s, g in zip(start[size > max_bucket], size[size > max_bucket]):
         out.append(np.stack([np.full(g - 1, m[s]), m[s + 1 : s + g]], 1))
     return np.concatenate(out).astype(np.int64)
 
+
 def band_keys_task(signature_file, dst, bands: int, rows: int) -> int:
     """Stage A0, one shard: its documents' band keys, band by band (`dst`: [bands, documents] uint64, a band's keys
     contiguous) and which documents have shingles (`dst` with .live.npy), so that a band task reads 8 bytes a document
     of that band instead of every signature file. Returns the shard's documents."""
-    dst = Path(dst); live_path = dst.with_suffix(".live.npy")
-    if live_path.is_file(): return len(np.load(live_path, mmap_mode="r"))
+    dst = Path(dst)
+    live_path = dst.with_suffix(".live.npy")
+    if live_path.is_file():
+        return len(np.load(live_path, mmap_mode="r"))
     sig = signature_rows(signature_file)
     dst.parent.mkdir(parents=True, exist_ok=True)
     np.save(dst, np.ascontiguousarray(band_keys(sig, bands, rows).T))
     np.save(live_path, sig[:, 0] != EMPTY) if len(sig) else np.save(live_path, np.zeros(0, bool))
     return len(sig)
 
-def lsh_band_task(key_files, offsets, band: int, partitions: int, out_dir, split: int = 0, splits: int = 1,
-                  max_bucket: int = 64) -> int:
+
+def lsh_band_task(
+    key_files, offsets, band: int, partitions: int, out_dir, split: int = 0, splits: int = 1, max_bucket: int = 64
+) -> int:
     """Stage A, one LSH band (or its `split`-th of `splits` key ranges: keys with key mod splits = split): the band's
     keys of every shard (one key file open at a time; documents without shingles skipped), the candidate pairs of its
     buckets, written to `partitions` files by i mod `partitions` (`out_dir/band-B-S/part-P.npy`, global document numbers
     i < j). A bucket lies in one split, so the splits together give the band's pairs. Holds 32 bytes a document of its
     split at its peak (a key and a number, sorted), 16 after."""
     out = Path(out_dir) / f"band-{band:03d}-{split:03d}"
-    if (out / "done").is_file(): return int((out / "done").read_text())
+    if (out / "done").is_file():
+        return int((out / "done").read_text())
     keys, ids = [], []
     for f, off in zip(key_files, offsets):
         m = np.load(f, mmap_mode="r")
-        k = np.array(m[band]) if m.shape[1] else np.zeros(0, np.uint64); del m
+        k = np.array(m[band]) if m.shape[1] else np.zeros(0, np.uint64)
+        del m
         sel = np.load(Path(f).with_suffix(".live.npy")) & (k % np.uint64(splits) == split)
-        keys.append(k[sel]); ids.append(off + np.flatnonzero(sel))
+        keys.append(k[sel])
+        ids.append(off + np.flatnonzero(sel))
     ids = np.concatenate([np.zeros(0, np.int64), *ids])
     keys = np.concatenate([np.zeros(0, np.uint64), *keys])
-    order = np.lexsort((ids, keys)); ids = ids[order]; keys = keys[order]; del order     # peak: 32 bytes a document
-    pairs = _bucket_pairs(ids, keys, max_bucket); del ids, keys
+    order = np.lexsort((ids, keys))
+    ids = ids[order]
+    keys = keys[order]
+    del order  # peak: 32 bytes a document
+    pairs = _bucket_pairs(ids, keys, max_bucket)
+    del ids, keys
     out.mkdir(parents=True, exist_ok=True)
     part = pairs[:, 0] % partitions
-    order = np.argsort(part, kind="stable"); bounds = np.searchsorted(part[order], np.arange(partitions + 1))
-    for p in range(partitions): np.save(out / f"part-{p:05d}.npy", pairs[order[bounds[p]:bounds[p + 1]]])
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(partitions + 1))
+    for p in range(partitions):
+        np.save(out / f"part-{p:05d}.npy", pairs[order[bounds[p] : bounds[p + 1]]])
     (out / "done").write_text(str(len(pairs)))
     return len(pairs)
+
 
 def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
     "Full signatures of the (sorted, unique) global document numbers `docs`, each shard's rows read by one memory map."
@@ -560,98 +756,149 @@ def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
     for s in np.unique(shard):
         sel = np.flatnonzero(shard == s)
         rows = signature_rows(signature_files[s], None, docs[sel] - offsets[s])
-        if out is None: out = np.empty((len(docs), rows.shape[1]), rows.dtype)
+        if out is None:
+            out = np.empty((len(docs), rows.shape[1]), rows.dtype)
         out[sel] = rows
     return out if out is not None else np.zeros((0, 1), np.uint32)
 
-def verify_partition_task(signature_files, offsets, partition: int, bands: int, threshold: float, lsh_dir,
-                          chunk: int = 65536, splits: int = 1) -> tuple[int, int]:
+
+def verify_partition_task(
+    signature_files, offsets, partition: int, bands: int, threshold: float, lsh_dir, chunk: int = 65536, splits: int = 1
+) -> tuple[int, int]:
     """Stage A', one partition: its candidate pairs from every band (deduplicated: a pair found by several bands counts
     once), their estimated Jaccard from the two documents' signatures (`chunk` pairs at a time, the rows read from
     their shards), and the pairs that reach `threshold` written as edges. Returns (candidate pairs, edges)."""
-    lsh_dir = Path(lsh_dir); done = lsh_dir / "edges" / f"part-{partition:05d}.json"
-    if done.is_file(): return tuple(json.loads(done.read_text()))
+    lsh_dir = Path(lsh_dir)
+    done = lsh_dir / "edges" / f"part-{partition:05d}.json"
+    if done.is_file():
+        return tuple(json.loads(done.read_text()))
     n = int(offsets[-1])
-    codes = np.unique(np.concatenate([np.zeros(0, np.int64)] + [np.load(lsh_dir / f"band-{b:03d}-{s:03d}" / f"part-{partition:05d}.npy") @ np.array([n, 1])
-                                                                   for b in range(bands) for s in range(splits)]))
+    codes = np.unique(
+        np.concatenate(
+            [np.zeros(0, np.int64)]
+            + [
+                np.load(lsh_dir / f"band-{b:03d}-{s:03d}" / f"part-{partition:05d}.npy") @ np.array([n, 1])
+                for b in range(bands)
+                for s in range(splits)
+            ]
+        )
+    )
     i, j, keep = codes // max(1, n), codes % max(1, n), np.zeros(len(codes), bool)
     for s in range(0, len(codes), chunk):
-        a, b = i[s:s + chunk], j[s:s + chunk]
+        a, b = i[s : s + chunk], j[s : s + chunk]
         docs = np.unique(np.concatenate([a, b]))
         sig = _gather_rows(signature_files, offsets, docs)
-        keep[s:s + chunk] = estimate_jaccard(sig[np.searchsorted(docs, a)], sig[np.searchsorted(docs, b)]) >= threshold
+        keep[s : s + chunk] = (
+            estimate_jaccard(sig[np.searchsorted(docs, a)], sig[np.searchsorted(docs, b)]) >= threshold
+        )
     done.parent.mkdir(parents=True, exist_ok=True)
     np.save(lsh_dir / "edges" / f"part-{partition:05d}.npy", np.stack([i[keep], j[keep]], 1))
     done.write_text(json.dumps([len(codes), int(keep.sum())]))
     return len(codes), int(keep.sum())
+
 
 @njit(cache=True)
 def _union_edges(parent, edges):
     "Union-find over one file of edges: every root is the smallest document of its tree."
     for p in range(edges.shape[0]):
         a, b = edges[p, 0], edges[p, 1]
-        while parent[a] != a: parent[a] = parent[parent[a]]; a = parent[a]
-        while parent[b] != b: parent[b] = parent[parent[b]]; b = parent[b]
-        if a != b: parent[max(a, b)] = min(a, b)
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+
 
 @njit(cache=True)
 def _fates(parent, rank):
     """Each document's fate from the union-find: -1 if it is its component's first document in (dataset priority, corpus
     order), else the rank of that document's dataset. `parent` is reused: its roots' entries end as their winners."""
     n = parent.shape[0]
-    for d in range(n): parent[d] = parent[parent[d]]                  # parents are smaller: one pass flattens
-    for d in range(n):                # a root (its component's smallest document, visited first) now holds the best so far
+    for d in range(n):
+        parent[d] = parent[parent[d]]  # parents are smaller: one pass flattens
+    for d in range(n):  # a root (its component's smallest document, visited first) now holds the best so far
         r = parent[d]
         if r < d:
             w = parent[r]
-            if rank[d] < rank[w]: parent[r] = d                       # equal ranks: the earlier document stays
+            if rank[d] < rank[w]:
+                parent[r] = d  # equal ranks: the earlier document stays
     fate = np.empty(n, np.int16)
-    for d in range(n):                # below d: a root; at or above d: d is a root and that is its winner
+    for d in range(n):  # below d: a root; at or above d: d is a root and that is its winner
         w = parent[parent[d]] if parent[d] < d else parent[d]
         fate[d] = -1 if w == d else rank[w]
     return fate
+
 
 def components_task(signature_files, offsets, priority, partitions: int, lsh_dir) -> dict:
     """Stage B: the connected components of the edge files (read one at a time into a union-find of 8 bytes a document),
     and each document's fate: -1 if kept, else the priority rank of the dataset whose copy was kept (the document of the
     component first in dataset priority, then in corpus order: `fuzzy_dedup`'s rule). Written to `lsh_dir/fate.npy`
     (int16, one per document), which the per-shard tasks read their slice of. Holds 12 bytes a document."""
-    lsh_dir = Path(lsh_dir); done = lsh_dir / "fate.json"
-    if done.is_file(): return json.loads(done.read_text())
+    lsh_dir = Path(lsh_dir)
+    done = lsh_dir / "fate.json"
+    if done.is_file():
+        return json.loads(done.read_text())
     n, rank_of = int(offsets[-1]), {d: r for r, d in enumerate(priority)}
     parent = np.arange(n, dtype=np.int64)
-    for p in range(partitions): _union_edges(parent, np.load(lsh_dir / "edges" / f"part-{p:05d}.npy"))
+    for p in range(partitions):
+        _union_edges(parent, np.load(lsh_dir / "edges" / f"part-{p:05d}.npy"))
     rank = np.empty(n, np.int16)
     for f, off in zip(signature_files, offsets):
-        with np.load(f, allow_pickle=True) as z: names = z["datasets"].tolist()
-        if unknown := sorted(set(names) - set(rank_of)): raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
-        rank[off:off + len(names)] = [rank_of[d] for d in names]
-    fate = _fates(parent, rank); del parent
+        with np.load(f, allow_pickle=True) as z:
+            names = z["datasets"].tolist()
+        if unknown := sorted(set(names) - set(rank_of)):
+            raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
+        rank[off : off + len(names)] = [rank_of[d] for d in names]
+    fate = _fates(parent, rank)
+    del parent
     np.save(lsh_dir / "fate.npy", fate)
     info = {"documents": n, "kept": int((fate < 0).sum())}
-    done.write_text(json.dumps(info)); return info
+    done.write_text(json.dumps(info))
+    return info
+
 
 def shard_drops(signature_file, offset: int, priority, fate_path, dst) -> dict:
     """Stage C, one shard: {document id: drop reason} of its own documents, read from its slice of the fates (a memory
     map) and its signature file's ids, written to `dst` (JSON)."""
     dst = Path(dst)
-    if dst.is_file(): return json.loads(dst.read_text())
-    with np.load(signature_file, allow_pickle=True) as z: ids = z["ids"]
+    if dst.is_file():
+        return json.loads(dst.read_text())
+    with np.load(signature_file, allow_pickle=True) as z:
+        ids = z["ids"]
     fate = np.load(fate_path, mmap_mode="r")
-    mine = np.array(fate[offset:offset + len(ids)]); del fate
+    mine = np.array(fate[offset : offset + len(ids)])
+    del fate
     drops = {ids[k]: f"near-duplicate of a {priority[mine[k]]} document" for k in np.flatnonzero(mine >= 0)}
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".tmp"); tmp.write_text(json.dumps(drops)); os.replace(tmp, dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.write_text(json.dumps(drops))
+    os.replace(tmp, dst)
     return drops
+
 
 def plan_partitions(n_shards: int, partitions: int = 0) -> int:
     "Edge partitions: as asked, else one per 16 shards (at least 1, at most 4,096): pairs per partition stay small as the corpus grows."
     return partitions if partitions > 0 else max(1, min(4096, -(-n_shards // 16)))
 
-def _inline(fn, args_list, what=""): return [fn(*a) for a in args_list]
 
-def partitioned_plan(signature_files, priority, threshold: float, bands: int, rows: int, work_dir,
-                     partitions: int = 0, map=_inline, band_splits: int = 1) -> tuple[dict, np.ndarray]:
+def _inline(fn, args_list, what=""):
+    return [fn(*a) for a in args_list]
+
+
+def partitioned_plan(
+    signature_files,
+    priority,
+    threshold: float,
+    bands: int,
+    rows: int,
+    work_dir,
+    partitions: int = 0,
+    map=_inline,
+    band_splits: int = 1,
+) -> tuple[dict, np.ndarray]:
     """Stages A0 (one task per shard), A (one per band and key split), A' (one per edge partition) and B (one task: ids and labels), each run as
     `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor). Returns the summary numbers
     `plan_dedup` gives and each shard's first global document number (the shard-C tasks' offsets)."""
@@ -659,23 +906,52 @@ def partitioned_plan(signature_files, priority, threshold: float, bands: int, ro
     key_files = [str(work / "keys" / f"{k:06d}.npy") for k in range(len(files))]
     counts = map(band_keys_task, [(f, k, bands, rows) for f, k in zip(files, key_files)], "dedup: band keys")
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-    if offsets[-1] == 0: return {"documents": 0}, offsets
+    if offsets[-1] == 0:
+        return {"documents": 0}, offsets
     P, S = plan_partitions(len(files), partitions), max(1, band_splits)
-    map(lsh_band_task, [(key_files, offsets, b, P, work, s, S) for b in range(bands) for s in range(S)], "dedup: LSH bands")
-    found = map(verify_partition_task, [(files, offsets, p, bands, threshold, work, 65536, S) for p in range(P)], "dedup: verify pairs")
+    map(
+        lsh_band_task,
+        [(key_files, offsets, b, P, work, s, S) for b in range(bands) for s in range(S)],
+        "dedup: LSH bands",
+    )
+    found = map(
+        verify_partition_task,
+        [(files, offsets, p, bands, threshold, work, 65536, S) for p in range(P)],
+        "dedup: verify pairs",
+    )
     info = map(components_task, [(files, offsets, list(priority), P, work)], "dedup: components")[0]
     return {**info, "candidate_pairs": sum(c for c, _ in found), "edges": sum(e for _, e in found)}, offsets
 
-def plan_dedup_partitioned(signature_files, priority, threshold: float = 0.8, bands: int = 16, rows: int = 8,
-                           work_dir=None, partitions: int = 0, map=_inline, band_splits: int = 1) -> tuple[dict, dict]:
+
+def plan_dedup_partitioned(
+    signature_files,
+    priority,
+    threshold: float = 0.8,
+    bands: int = 16,
+    rows: int = 8,
+    work_dir=None,
+    partitions: int = 0,
+    map=_inline,
+    band_splits: int = 1,
+) -> tuple[dict, dict]:
     """`plan_dedup`'s result computed in partitions (stages A, A', B, then C for every shard), the drops of all shards
     gathered here to compare; the curation leaves each shard's in its own file for its dedup worker."""
     import tempfile
-    work = Path(work_dir or tempfile.mkdtemp())
-    info, offsets = partitioned_plan(signature_files, priority, threshold, bands, rows, work, partitions, map, band_splits)
-    if offsets[-1] == 0: return {}, info
-    drops = {}
-    for d in map(shard_drops, [(f, int(o), list(priority), work / "fate.npy", work / "drops" / f"{k:06d}.json")
-                               for k, (f, o) in enumerate(zip(signature_files, offsets))], "dedup: drops"): drops.update(d)
-    return drops, info
 
+    work = Path(work_dir or tempfile.mkdtemp())
+    info, offsets = partitioned_plan(
+        signature_files, priority, threshold, bands, rows, work, partitions, map, band_splits
+    )
+    if offsets[-1] == 0:
+        return {}, info
+    drops = {}
+    for d in map(
+        shard_drops,
+        [
+            (f, int(o), list(priority), work / "fate.npy", work / "drops" / f"{k:06d}.json")
+            for k, (f, o) in enumerate(zip(signature_files, offsets))
+        ],
+        "dedup: drops",
+    ):
+        drops.update(d)
+    return drops, info

@@ -8,10 +8,13 @@ __all__ = ['prepare_deepspeed', 'lm_head', 'pipeline_loss', 'gpt_layer_specs', '
            'micro_batches', 'DeepSpeedBackend']
 
 # %% ../nbs/14_engine_3d.ipynb
-import contextlib, io, os
+import contextlib
+import io
+import os
 from functools import partial
 from pathlib import Path
-import torch, torch.nn as nn
+import torch
+import torch.nn as nn
 import torch.distributed as dist
 import deepspeed
 from deepspeed.pipe import PipelineModule, LayerSpec, TiedLayerSpec
@@ -28,8 +31,9 @@ def prepare_deepspeed():
     "Point DeepSpeed's op builds at `.cache/torch_extensions`, skip its CPU inference-only shm op; return the module."
     root = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(root / ".cache" / "torch_extensions"))
-    if not torch.cuda.is_available(): deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    if dist.is_initialized():          # DeepSpeed's communication layer wraps the process group `init_distributed` started
+    if not torch.cuda.is_available():
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    if dist.is_initialized():  # DeepSpeed's communication layer wraps the process group `init_distributed` started
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False, verbose=False)
     return deepspeed
 
@@ -39,34 +43,48 @@ def lm_head(embedding: Embedding, hidden, chunked: bool = False):
     `model.loss_chunk`, the hidden state and the tied matrix, which the loss multiplies a chunk at a time."""
     return (hidden, embedding.tokens.weight) if chunked else embedding.logits(hidden)
 
+
 def pipeline_loss(outputs, labels, model: ModelConfig, sequence_parallel: bool = False):
     "Mean next-token cross-entropy of the micro-batch, computed on vocabulary slices (no rank holds all logits)."
-    if model.loss_chunk: return chunked_token_losses(*outputs, labels, model, sequence_parallel).mean()
+    if model.loss_chunk:
+        return chunked_token_losses(*outputs, labels, model, sequence_parallel).mean()
     return token_losses(outputs, labels, model.tp_layers).mean()
+
 
 def gpt_layer_specs(cfg: Config) -> list:
     "Our GPT as a flat list: tied embedding, `num_layers` blocks, final LayerNorm, tied output layer."
     m, mp = cfg.model, megatron_config(cfg.model, sequence_parallel=cfg.parallel.sequence_parallel)
     tied = dict(tied_weight_attr=["tokens.weight"])
-    return ([TiedLayerSpec("embed", Embedding, m, mp, **tied)]
-            + [LayerSpec(TransformerBlock, m, mp) for _ in range(m.num_layers)]
-            + [LayerSpec(LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels, mp.sequence_parallel),  # model.kernels picks its kernel
-               TiedLayerSpec("embed", Embedding, m, mp, forward_fn=partial(lm_head, chunked=m.loss_chunk > 0), **tied)])
+    return (
+        [TiedLayerSpec("embed", Embedding, m, mp, **tied)]
+        + [LayerSpec(TransformerBlock, m, mp) for _ in range(m.num_layers)]
+        + [
+            LayerSpec(
+                LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels, mp.sequence_parallel
+            ),  # model.kernels picks its kernel
+            TiedLayerSpec("embed", Embedding, m, mp, forward_fn=partial(lm_head, chunked=m.loss_chunk > 0), **tied),
+        ]
+    )
+
 
 def stage_bounds(cfg: Config) -> list[int]:
     """Stage s holds layers [b[s], b[s+1]) of the flat sequence (0: embedding, 1..l: blocks, l+1: final LayerNorm,
     l+2: output layer), as `parallel.partition` says: chapter 12's `partition_uniform` over the blocks, or its
     `partition_balanced` over every layer's FLOPs."""
     m, p = cfg.model, cfg.parallel.pipeline_parallel
-    if cfg.parallel.partition == "balanced": return partition_balanced(layer_flops(m), p)
+    if cfg.parallel.partition == "balanced":
+        return partition_balanced(layer_flops(m), p)
     blocks = partition_uniform(m.num_layers, p)
     return [0] + [b + 1 for b in blocks[1:-1]] + [m.num_layers + 3]
+
 
 class GPTPipelineModule(PipelineModule):
     """DeepSpeed's `PipelineModule`, which may also be cut at explicit bounds (`partition_method` a list): its own
     methods (uniform, parameters, type:regex) weigh every counted layer alike and cannot weigh the output layer."""
+
     def _partition_layers(self, method="uniform"):
-        if isinstance(method, str): return super()._partition_layers(method)
+        if isinstance(method, str):
+            return super()._partition_layers(method)
         assert len(method) == self.num_stages + 1 and method[-1] == len(self._layer_specs), (method, self.num_stages)
         self.parts = list(method)
         self._set_bounds(start=self.parts[self.stage_id], stop=self.parts[self.stage_id + 1])
@@ -76,34 +94,43 @@ class GPTPipelineModule(PipelineModule):
         embedding over the first and last stage and, under sequence parallelism, the gradients of the LayerNorms and
         row-parallel biases over the tensor-parallel group (each rank computed them on its slice of the sequence)."""
         from megatron.core import parallel_state
+
         tp = parallel_state.get_tensor_model_parallel_group()
         return super().get_tied_weights_and_groups() + [(p, tp) for p in sequence_parallel_params(self)]
+
 
 def check_stages(module: PipelineModule, cfg: Config):
     "Assert the stages hold the layers `stage_bounds` says (for uniform: where DeepSpeed's type:TransformerBlock cut)."
     assert module.parts == stage_bounds(cfg), (module.parts, stage_bounds(cfg))
 
+
 def gpt_pipeline(cfg: Config, layout: Layout) -> PipelineModule:
     "This rank's stage of the GPT; layer i initialised from seed cfg.seed + i, as `GPT(init_seed=cfg.seed)`."
     uniform = cfg.parallel.partition == "uniform"
     sequence_parallel = cfg.parallel.sequence_parallel and layout.tp > 1
-    module = GPTPipelineModule(layers=gpt_layer_specs(cfg), topology=deepspeed_topology(layout),
-                               loss_fn=partial(pipeline_loss, model=cfg.model, sequence_parallel=sequence_parallel),
-                               partition_method="type:TransformerBlock" if uniform else stage_bounds(cfg),
-                               seed_layers=True, seed_fn=torch.manual_seed, base_seed=cfg.seed)
+    module = GPTPipelineModule(
+        layers=gpt_layer_specs(cfg),
+        topology=deepspeed_topology(layout),
+        loss_fn=partial(pipeline_loss, model=cfg.model, sequence_parallel=sequence_parallel),
+        partition_method="type:TransformerBlock" if uniform else stage_bounds(cfg),
+        seed_layers=True,
+        seed_fn=torch.manual_seed,
+        base_seed=cfg.seed,
+    )
     check_stages(module, cfg)
     # seed_layers seeds the build; left on, DeepSpeed would also reseed the default generator before every layer of
     # every forward (10 torch.manual_seed calls a step on tiny, each formatting stack traces for lazy CUDA/XPU seeding:
     # ~2 % of a step), and give every data-parallel replica the same dropout masks
     module.seed_layers = False
-    if module.stage_id != 0:   # the last stage's copy of the embedding only lends its token matrix to the output layer
+    if module.stage_id != 0:  # the last stage's copy of the embedding only lends its token matrix to the output layer
         module.tied_modules.embed.positions.weight.requires_grad_(False)
     return module
 
 # %% ../nbs/14_engine_3d.ipynb
 def gpt_name(name: str, num_layers: int) -> str:
     "The `GPT` name of a `PipelineModule` parameter: `3.ln1.weight` -> `blocks.2.ln1.weight`, `tied_modules.embed.x` -> `embedding.x`."
-    if name.startswith("tied_modules.embed."): return gpt_param_name(0, name[len("tied_modules.embed."):], num_layers)
+    if name.startswith("tied_modules.embed."):
+        return gpt_param_name(0, name[len("tied_modules.embed.") :], num_layers)
     layer, rest = name.split(".", 1)
     return gpt_param_name(int(layer), rest, num_layers)
 
@@ -115,19 +142,23 @@ def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
     return {
         "train_batch_size": batch,
         "train_micro_batch_size_per_gpu": s.micro_batch_size,
-        "gradient_accumulation_steps": batch // (s.micro_batch_size * p.data_parallel),   # = pipeline micro-batches
+        "gradient_accumulation_steps": batch // (s.micro_batch_size * p.data_parallel),  # = pipeline micro-batches
         "gradient_clipping": cfg.optimizer.clip_grad,
-        "zero_optimization": {"stage": 1,              # Adam state sharded over data-parallel ranks
-                              "reduce_bucket_size": reduce_bucket_elements(cfg.model, p.tensor_parallel, p.pipeline_parallel),
-                              # no per-parameter backward hooks copying gradients into a bucket as they appear: stage 1
-                              # reduces once, after the flush (DeepSpeed's 2021 stage 1 ignored the flag: PR #1246)
-                              "contiguous_gradients": False},
-        "bf16": {"enabled": cfg.precision == "bf16"},   # bf16 weights/activations; fp32 master weights in the optimizer
-        "data_types": {"grad_accum_dtype": "fp32"},    # micro-batch gradients accumulate in fp32
-        "zero_allow_untested_optimizer": True,          # a plain torch AdamW
-        "steps_per_print": 10**9,                       # we log ourselves, from the rank holding the loss
+        "zero_optimization": {
+            "stage": 1,  # Adam state sharded over data-parallel ranks
+            "reduce_bucket_size": reduce_bucket_elements(cfg.model, p.tensor_parallel, p.pipeline_parallel),
+            # no per-parameter backward hooks copying gradients into a bucket as they appear: stage 1
+            # reduces once, after the flush (DeepSpeed's 2021 stage 1 ignored the flag: PR #1246)
+            "contiguous_gradients": False,
+        },
+        "bf16": {"enabled": cfg.precision == "bf16"},  # bf16 weights/activations; fp32 master weights in the optimizer
+        "data_types": {"grad_accum_dtype": "fp32"},  # micro-batch gradients accumulate in fp32
+        "zero_allow_untested_optimizer": True,  # a plain torch AdamW
+        "steps_per_print": 10**9,  # we log ourselves, from the rank holding the loss
         "wall_clock_breakdown": False,
-        "timers": {"throughput": {"enabled": False}},   # its per-micro-batch timer synchronizes the device twice a forward
+        "timers": {
+            "throughput": {"enabled": False}
+        },  # its per-micro-batch timer synchronizes the device twice a forward
         # DeepSpeed sends 1/TP of a stage's output from each TP rank and all-gathers it on the next stage, which is right
         # for activations every TP rank holds whole; under sequence parallelism each rank holds (and sends) its own slice
         "pipeline": {"pipe_partitioned": not sequence_parallel, "grad_partitioned": not sequence_parallel},
@@ -138,13 +169,19 @@ def skip_lone_reduction(engine) -> bool:
     """With one data-parallel rank, skip ZeRO-1's flatten / all-reduce-with-itself / copy-back of fp32 gradients, an
     identity. Returns whether the engine's optimizer was changed (not for DeepSpeed's bf16 optimizer, nor at DP > 1)."""
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
     zero = engine.optimizer
-    if not isinstance(zero, DeepSpeedZeroOptimizer) or dist.get_world_size(zero.dp_process_group) > 1: return False
-    if getattr(zero, "sequence_parallel_size", 1) != 1: return False     # it would divide by 1 / sp: not an identity
+    if not isinstance(zero, DeepSpeedZeroOptimizer) or dist.get_world_size(zero.dp_process_group) > 1:
+        return False
+    if getattr(zero, "sequence_parallel_size", 1) != 1:
+        return False  # it would divide by 1 / sp: not an identity
     reduce = zero.buffered_reduce_fallback
+
     def buffered_reduce_fallback(rank, grads, communication_data_type, *args, **kwargs):
-        if all(g.dtype == communication_data_type for g in grads): return      # summed over one rank, divided by 1
+        if all(g.dtype == communication_data_type for g in grads):
+            return  # summed over one rank, divided by 1
         return reduce(rank, grads, communication_data_type, *args, **kwargs)
+
     zero.buffered_reduce_fallback = buffered_reduce_fallback
     return True
 
@@ -154,12 +191,14 @@ def build_engine(cfg: Config, layout: Layout, batch_size: int | None = None, ski
     data-parallel rank skipped, unless asked not to). Returns (engine, client optimizer)."""
     prepare_deepspeed()
     module = gpt_pipeline(cfg, layout)
-    seed_everything(cfg.seed)        # the training-time RNG streams, after the seeded build
+    seed_everything(cfg.seed)  # the training-time RNG streams, after the seeded build
     optimizer = make_optimizer(module, cfg)
-    with contextlib.redirect_stdout(io.StringIO()):     # DeepSpeed prints its config and memory reports while it builds
+    with contextlib.redirect_stdout(io.StringIO()):  # DeepSpeed prints its config and memory reports while it builds
         engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=deepspeed_config(cfg, batch_size))
-    if skip_identity_reduction: skip_lone_reduction(engine)
+    if skip_identity_reduction:
+        skip_lone_reduction(engine)
     return engine, optimizer
+
 
 def micro_batches(batch: torch.Tensor, micro: int, dp_rank: int, dp: int) -> list:
     "This data-parallel rank's contiguous slice of the global batch, as (inputs, labels) micro-batches."
@@ -168,22 +207,28 @@ def micro_batches(batch: torch.Tensor, micro: int, dp_rank: int, dp: int) -> lis
 # %% ../nbs/14_engine_3d.ipynb
 class DeepSpeedBackend:
     "The 3D engine as the training loop's backend: this rank's stage, DeepSpeed's 1F1B, ZeRO-1."
+
     def __init__(self, cfg: Config, layout: Layout, first_batch_size: int):
         self.cfg, self.layout = cfg, layout
         self.engine, self.optimizer = build_engine(cfg, layout, first_batch_size)
         self.coord = layout.coord(dist.get_rank())
         self.holds_loss = self.coord == (layout.pp - 1, 0, 0)
         parts = self.engine.module.parts
-        self.description = (f"{layout} = {layout.world_size} processes ({dist.get_backend()}); "
-                            f"stages hold layers {[f'{a}-{b - 1}' for a, b in zip(parts, parts[1:])]}")
+        self.description = (
+            f"{layout} = {layout.world_size} processes ({dist.get_backend()}); "
+            f"stages hold layers {[f'{a}-{b - 1}' for a, b in zip(parts, parts[1:])]}"
+        )
 
-    def _split(self, batch): return micro_batches(batch, self.cfg.schedule.micro_batch_size, self.coord.data, self.layout.dp)
+    def _split(self, batch):
+        return micro_batches(batch, self.cfg.schedule.micro_batch_size, self.coord.data, self.layout.dp)
 
     def train_step(self, batch: torch.Tensor, lr: float) -> tuple[float, float | None, bool]:
         """One optimizer step on the global `batch` at learning rate `lr`; (mean loss, global gradient norm, skipped).
         DeepSpeed's ZeRO optimizer itself skips a step whose gradient norm is NaN/Inf, and counts it."""
-        if batch.shape[0] != self.engine.train_batch_size(): self.engine.set_train_batch_size(batch.shape[0])
-        for g in self.optimizer.param_groups: g["lr"] = lr
+        if batch.shape[0] != self.engine.train_batch_size():
+            self.engine.set_train_batch_size(batch.shape[0])
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
         skipped_before = self.engine.skipped_steps
         loss = self.engine.train_batch(iter(self._split(batch))).item()
         gn = self.engine.get_global_grad_norm()
@@ -197,8 +242,11 @@ class DeepSpeedBackend:
     def named_parameters(self, with_tied_copy: bool = False) -> dict:
         "This rank's parameters under their `GPT` names; the last stage's copy of the tied embedding only if asked."
         L, first = self.cfg.model.num_layers, self.coord.pipe == 0
-        return {gpt_name(n, L): p for n, p in self.engine.module.named_parameters()
-                if with_tied_copy or first or not n.startswith("tied_modules.embed.")}
+        return {
+            gpt_name(n, L): p
+            for n, p in self.engine.module.named_parameters()
+            if with_tied_copy or first or not n.startswith("tied_modules.embed.")
+        }
 
     def _adam_state(self) -> dict:
         """Adam's state of this rank's flat ZeRO-1 partitions (empty before the first step), linked to every parameter's
@@ -215,10 +263,14 @@ class DeepSpeedBackend:
         states, frags = self._adam_state(), {}
         for n, p in self.named_parameters().items():
             hp = getattr(p, "_hp_mapping", None)
-            if hp is None: continue                      # no piece of this parameter in this rank's partition
+            if hp is None:
+                continue  # no piece of this parameter in this rank's partition
             master = hp.get_hp_fragment()
-            frags[n] = {"start": hp.lp_fragment_address.start, "master": master,
-                        **{k: hp.get_hp_fragment(k) if states else torch.zeros_like(master) for k in ("exp_avg", "exp_avg_sq")}}
+            frags[n] = {
+                "start": hp.lp_fragment_address.start,
+                "master": master,
+                **{k: hp.get_hp_fragment(k) if states else torch.zeros_like(master) for k in ("exp_avg", "exp_avg_sq")},
+            }
         step = int(next(iter(states.values()))["step"]) if states else 0
         return make_shard(self.named_parameters(), frags, step, with_model=self.coord.data == 0)
 
@@ -227,18 +279,26 @@ class DeepSpeedBackend:
         "Weights, fp32 masters and Adam's state from a checkpoint of any layout: each rank cuts its own pieces."
         zero, step = self.engine.optimizer, ckpt.optimizer_step
         if step:
-            masters = getattr(zero, "single_partition_of_fp32_groups", None) or zero.fp32_groups_flat_partition  # fp32 | bf16
-            for flat in masters:                                       # create Adam's state before the first step
-                zero.optimizer.state[flat] = {"step": torch.tensor(float(step)), "exp_avg": torch.zeros_like(flat),
-                                              "exp_avg_sq": torch.zeros_like(flat)}
+            masters = (
+                getattr(zero, "single_partition_of_fp32_groups", None) or zero.fp32_groups_flat_partition
+            )  # fp32 | bf16
+            for flat in masters:  # create Adam's state before the first step
+                zero.optimizer.state[flat] = {
+                    "step": torch.tensor(float(step)),
+                    "exp_avg": torch.zeros_like(flat),
+                    "exp_avg_sq": torch.zeros_like(flat),
+                }
             self._adam_state()
         for n, p in self.named_parameters(with_tied_copy=True).items():
             local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p), self.coord.model, self.layout.tp)
             p.copy_(local("model"))
             hp = getattr(p, "_hp_mapping", None)
-            if hp is None: continue
+            if hp is None:
+                continue
             a = hp.lp_fragment_address
             for what in ("master", "exp_avg", "exp_avg_sq") if step else ("master",):
-                hp.get_hp_fragment(None if what == "master" else what).copy_(local(what).reshape(-1).narrow(0, a.start, a.numel))
+                hp.get_hp_fragment(None if what == "master" else what).copy_(
+                    local(what).reshape(-1).narrow(0, a.start, a.numel)
+                )
         self.engine.global_steps = ckpt.meta["step"]
         self.engine.global_samples = ckpt.meta["consumed_samples"]

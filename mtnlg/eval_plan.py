@@ -15,10 +15,29 @@ from dataclasses import dataclass, replace
 from .config import Config, ModelConfig
 from .topology import Layout
 from .catalog import FIXTURES, is_full
-from .counting import (GiB, GPU, GPUS, Assumptions, Setup, layer_activation_bytes, layer_forward_flops,
-                            logits_forward_flops, output_layer_bytes, stage_params)
-from .iteration_time import (SYSTEMS, System, allreduce_time, layer_ops, link, matmul_flops, p2p_time, pipeline_time,
-                                  reduce_scatter_time)
+from mtnlg.counting import (
+    GiB,
+    GPU,
+    GPUS,
+    Assumptions,
+    Setup,
+    layer_activation_bytes,
+    layer_forward_flops,
+    logits_forward_flops,
+    output_layer_bytes,
+    stage_params,
+)
+from mtnlg.iteration_time import (
+    SYSTEMS,
+    System,
+    allreduce_time,
+    layer_ops,
+    link,
+    matmul_flops,
+    p2p_time,
+    pipeline_time,
+    reduce_scatter_time,
+)
 from .run_plan import FS_GBPS_PER_GPU, checkpoint_size, transfer_seconds, JobPlan, format_job_plan
 from .tasks import TASKS, SHOTS, eval_dir, local_task, num_fewshot, read_task_jsonl
 
@@ -27,9 +46,11 @@ def inference_model(model: ModelConfig) -> ModelConfig:
     "The model as evaluation runs it: dropout off (the harness scores in eval mode), so no dropout masks are made."
     return replace(model, hidden_dropout=0.0, attention_dropout=0.0)
 
+
 def kv_cache_bytes(model: ModelConfig, layers: int, sequences: int, tokens: int, tp: int, e: int = 2) -> int:
     "Keys and values of `layers` layers for `sequences` x `tokens` positions on one of `tp` ranks (its heads: h/tp wide)."
     return 2 * layers * sequences * tokens * (model.hidden_size // tp) * e
+
 
 def rank_memory(model: ModelConfig, L: Setup, stage: int, e: int = 2, asm: Assumptions = Assumptions()) -> dict:
     """Bytes a GPU of `stage` holds at its fullest evaluating micro-batches of `L.micro_batch` full-length sequences: bf16
@@ -38,31 +59,44 @@ def rank_memory(model: ModelConfig, L: Setup, stage: int, e: int = 2, asm: Assum
     logits and their fp32 copy, and the reserve."""
     m = inference_model(model)
     s, b, h, tp = m.seq_length, L.micro_batch, m.hidden_size, L.tp
-    return {"weights": stage_params(m, L, stage) * e,
-            "KV cache": kv_cache_bytes(m, L.stage_layers(m)[stage], b * L.pp, s, tp, e),
-            "activations": sum(layer_activation_bytes(m, b, tp, e, asm.dropout_mask_bytes, asm.attention).values()) + 2 * s * b * h * e,
-            "logits": output_layer_bytes(m, s * b, tp, e)["for the loss"] if stage == L.pp - 1 else 0,
-            "reserved": asm.reserved_gib * GiB}
+    return {
+        "weights": stage_params(m, L, stage) * e,
+        "KV cache": kv_cache_bytes(m, L.stage_layers(m)[stage], b * L.pp, s, tp, e),
+        "activations": sum(layer_activation_bytes(m, b, tp, e, asm.dropout_mask_bytes, asm.attention).values())
+        + 2 * s * b * h * e,
+        "logits": output_layer_bytes(m, s * b, tp, e)["for the loss"] if stage == L.pp - 1 else 0,
+        "reserved": asm.reserved_gib * GiB,
+    }
 
 # %% ../nbs/66_eval_plan.ipynb
 def even_splits(num_layers: int) -> list[int]:
     "Pipeline sizes that split `num_layers` evenly (chapter 10's rule)."
     return [d for d in range(1, num_layers + 1) if num_layers % d == 0]
 
+
 def peak_rank_memory(model: ModelConfig, L: Setup, asm: Assumptions = Assumptions()) -> dict:
     "`rank_memory` of the fullest stage, with its `stage` and `total`."
     stages = [rank_memory(model, L, s, 2, asm) | {"stage": s} for s in range(L.pp)]
-    for m in stages: m["total"] = sum(v for k, v in m.items() if k != "stage")
+    for m in stages:
+        m["total"] = sum(v for k, v in m.items() if k != "stage")
     return max(stages, key=lambda m: m["total"])
+
 
 def min_nodes(tp: int, pp: int, gpus_per_node: int = 8) -> int:
     "Nodes of the smallest job of whole nodes that holds whole replicas of TP x PP ranks."
     return math.lcm(tp * pp, gpus_per_node) // gpus_per_node
 
 # %% ../nbs/66_eval_plan.ipynb
-def forward_parts(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", precision: str = "bf16",
-                  asm: Assumptions = Assumptions(), gpus_per_node: int = 8, system: System | str = "deepspeed",
-                  logit_tokens: int | None = None) -> dict:
+def forward_parts(
+    model: ModelConfig,
+    L: Setup,
+    gpu: GPU | str = "a100-80gb",
+    precision: str = "bf16",
+    asm: Assumptions = Assumptions(),
+    gpus_per_node: int = 8,
+    system: System | str = "deepspeed",
+    logit_tokens: int | None = None,
+) -> dict:
     """Seconds one micro-batch's *forward* takes on a GPU of each stage, by part (a list per part, one entry per stage):
     chapter 51's `stage_parts` without the backward. Logits for `logit_tokens` on the last stage (default: every token)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
@@ -79,16 +113,28 @@ def forward_parts(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", pr
     nvlink = link(gpu, asm, inter_node=False)
     collective = 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
     pp_link = link(gpu, asm, inter_node=t * d >= gpus_per_node)
-    if L.sp: transfer = p2p_time(activation / t, *pp_link)
-    elif system.pp_scatter_gather and t > 1:       # 1/t over each NIC, all-gathered over NVLink (as chapter 51)
+    if L.sp:
+        transfer = p2p_time(activation / t, *pp_link)
+    elif system.pp_scatter_gather and t > 1:  # 1/t over each NIC, all-gathered over NVLink (as chapter 51)
         transfer = p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
-    else: transfer = p2p_time(activation, *pp_link)
-    return {"compute": compute, "memory-bound": [n * traffic for n in split],
-            "tp comm": [n * 2 * collective for n in split], "pp comm": [transfer if p > 1 else 0.0] * p}
+    else:
+        transfer = p2p_time(activation, *pp_link)
+    return {
+        "compute": compute,
+        "memory-bound": [n * traffic for n in split],
+        "tp comm": [n * 2 * collective for n in split],
+        "pp comm": [transfer if p > 1 else 0.0] * p,
+    }
 
 # %% ../nbs/66_eval_plan.ipynb
-def eval_layouts(model: ModelConfig, gpu: GPU | str = "a100-80gb", micro_batch: int = 4, gpus_per_node: int = 8,
-                 asm: Assumptions = Assumptions(), system: System | str = "deepspeed") -> list[dict]:
+def eval_layouts(
+    model: ModelConfig,
+    gpu: GPU | str = "a100-80gb",
+    micro_batch: int = 4,
+    gpus_per_node: int = 8,
+    asm: Assumptions = Assumptions(),
+    system: System | str = "deepspeed",
+) -> list[dict]:
     """Every TP (within a node) x PP (an even split of the layers) for evaluating `model`: its fullest rank's memory, whether
     it fits, the forward's tokens/s per GPU at full-length micro-batches, and its smallest job; fitting ones first,
     ordered by smallest job, then throughput."""
@@ -99,23 +145,43 @@ def eval_layouts(model: ModelConfig, gpu: GPU | str = "a100-80gb", micro_batch: 
             L = Setup(Layout(tp, pp, 1), micro_batch, "none")
             mem = peak_rank_memory(model, L, asm)
             stage = [sum(x) for x in zip(*forward_parts(m, L, g, "bf16", asm, gpus_per_node, system).values())]
-            rows.append({"tp": tp, "pp": pp, "gpus": tp * pp, "min_nodes": min_nodes(tp, pp, gpus_per_node),
-                         "peak_gib": mem["total"] / GiB, "weights_gib": mem["weights"] / GiB, "kv_gib": mem["KV cache"] / GiB,
-                         "activations_gib": (mem["activations"] + mem["logits"]) / GiB, "fits": mem["total"] <= g.memory_gib * GiB,
-                         "tokens_per_s_per_gpu": micro_batch * model.seq_length / max(stage) / (tp * pp)})
+            rows.append(
+                {
+                    "tp": tp,
+                    "pp": pp,
+                    "gpus": tp * pp,
+                    "min_nodes": min_nodes(tp, pp, gpus_per_node),
+                    "peak_gib": mem["total"] / GiB,
+                    "weights_gib": mem["weights"] / GiB,
+                    "kv_gib": mem["KV cache"] / GiB,
+                    "activations_gib": (mem["activations"] + mem["logits"]) / GiB,
+                    "fits": mem["total"] <= g.memory_gib * GiB,
+                    "tokens_per_s_per_gpu": micro_batch * model.seq_length / max(stage) / (tp * pp),
+                }
+            )
     return sorted(rows, key=lambda r: (not r["fits"], r["min_nodes"], -r["tokens_per_s_per_gpu"]))
 
-def eval_layout(model: ModelConfig, gpu: GPU | str = "a100-80gb", micro_batch: int = 4, gpus_per_node: int = 8,
-                asm: Assumptions = Assumptions()) -> dict:
+
+def eval_layout(
+    model: ModelConfig,
+    gpu: GPU | str = "a100-80gb",
+    micro_batch: int = 4,
+    gpus_per_node: int = 8,
+    asm: Assumptions = Assumptions(),
+) -> dict:
     "The layout we evaluate `model` with: the one that fits in the smallest job of whole nodes, then the fastest."
     rows = eval_layouts(model, gpu, micro_batch, gpus_per_node, asm)
-    if not rows[0]["fits"]: raise ValueError(f"no TP x PP layout of {model.num_layers} layers fits a {gpu} GPU")
+    if not rows[0]["fits"]:
+        raise ValueError(f"no TP x PP layout of {model.num_layers} layers fits a {gpu} GPU")
     return rows[0]
 
 # %% ../nbs/66_eval_plan.ipynb
-PUBLISHED_ITEMS = {   # items of each evaluated split as the harness counts them (documents), and where the number is stated
+PUBLISHED_ITEMS = {  # items of each evaluated split as the harness counts them (documents), and where the number is stated
     "lambada_openai": (5153, "Paperno et al. 2016, LAMBADA test (OpenAI's copy, lm-eval `lambada_openai`)"),
-    "race": (1045, "Lai et al. 2017, RACE-H test: 1,045 articles (3,498 questions; lm-eval scores each article's last)"),
+    "race": (
+        1045,
+        "Lai et al. 2017, RACE-H test: 1,045 articles (3,498 questions; lm-eval scores each article's last)",
+    ),
     "anli_r2": (1000, "Nie et al. 2020, Table 2: ANLI R2 test"),
     "boolq": (3270, "Clark et al. 2019: BoolQ dev"),
     "piqa": (1838, "Bisk et al. 2020: PIQA dev"),
@@ -126,9 +192,11 @@ PUBLISHED_ITEMS = {   # items of each evaluated split as the harness counts them
 }
 PUBLISHED_ITEMS["lambada_openai_cloze_yaml"] = PUBLISHED_ITEMS["lambada_openai"]
 
+
 def paper_settings() -> list[tuple[str, str]]:
     "(task, shots) of every number the paper reports (Tables 2-4): LAMBADA zero-shot standard, one- and few-shot cloze."
     return [(n, s) for n, t in TASKS.items() for s, acc in zip(SHOTS, t.paper) if acc is not None]
+
 
 def task_items(name: str, data_dir=None) -> tuple[int, str]:
     "Items of task `name`'s evaluated split: counted in the full set's file when the data setting has it, else the published size."
@@ -138,67 +206,98 @@ def task_items(name: str, data_dir=None) -> tuple[int, str]:
     return PUBLISHED_ITEMS[name][0], f"published: {PUBLISHED_ITEMS[name][1]}"
 
 # %% ../nbs/66_eval_plan.ipynb
-CHARS_PER_TOKEN = 4.0   # GPT-2/GPT-3 BPE on English text (OpenAI's tokenizer guide: ~4 characters per token)
+CHARS_PER_TOKEN = 4.0  # GPT-2/GPT-3 BPE on English text (OpenAI's tokenizer guide: ~4 characters per token)
+
 
 def text_tokens(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> float:
     "Estimated GPT-2 BPE tokens of `text`: one for a single short word (its leading space included), else characters / 4."
     w = text.strip()
-    if w and " " not in w and len(w) <= 10: return 1.0
+    if w and " " not in w and len(w) <= 10:
+        return 1.0
     return max(1.0, len(text) / chars_per_token)
+
 
 def spread(n: int, k: int) -> list[int]:
     "`k` indices spread evenly over `range(n)` (all of them when `n <= k`)."
     return list(range(n)) if n <= k else [i * n // k for i in range(k)]
+
 
 def zero_shot_requests(name: str, docs: int = 40, data_dir=None) -> list[list[tuple[str, str]]]:
     """The harness's own zero-shot requests (context, continuation) of `docs` documents of task `name` spread evenly over
     its split (a file's order is not random: HellaSwag's short ActivityNet items come before its long WikiHow ones), one
     list per document: from the data setting's evaluation set, or the committed slice where the data root lacks the task."""
     spec, d = TASKS[name], eval_dir(data_dir)
-    if not (d / spec.eval_file).is_file(): d = FIXTURES / "eval"
+    if not (d / spec.eval_file).is_file():
+        d = FIXTURES / "eval"
     task = local_task(name, d, 0)
     task.build_all_requests(samples=spread(len(task.eval_docs), docs), rank=0, world_size=1)
     by_doc = {}
-    for inst in task.instances: by_doc.setdefault(inst.doc_id, []).append(tuple(inst.args))
+    for inst in task.instances:
+        by_doc.setdefault(inst.doc_id, []).append(tuple(inst.args))
     return [by_doc[k] for k in sorted(by_doc)]
 
 # %% ../nbs/66_eval_plan.ipynb
 @dataclass
 class TaskTokens:
     "The forward passes one task setting costs, over its whole evaluated split."
+
     task: str
     shots: str
     k: int
     items: int
     items_source: str
-    requests: int            # requests the harness makes
-    windows: int             # sequences run (identical windows of one-token answers run once)
-    tokens: float            # their tokens, each window at most the model's length
-    logit_tokens: float      # positions whose logits are computed: the continuations'
-    truncated: float         # share of windows cut to the model's length
-    k_fits: int              # worked examples that fit beside the median document's prompt
+    requests: int  # requests the harness makes
+    windows: int  # sequences run (identical windows of one-token answers run once)
+    tokens: float  # their tokens, each window at most the model's length
+    logit_tokens: float  # positions whose logits are computed: the continuations'
+    truncated: float  # share of windows cut to the model's length
+    k_fits: int  # worked examples that fit beside the median document's prompt
 
-def task_tokens(name: str, shots: str, seq_length: int = 2048, docs: int = 40, data_dir=None,
-                chars_per_token: float = CHARS_PER_TOKEN, sample: list | None = None) -> TaskTokens:
+
+def task_tokens(
+    name: str,
+    shots: str,
+    seq_length: int = 2048,
+    docs: int = 40,
+    data_dir=None,
+    chars_per_token: float = CHARS_PER_TOKEN,
+    sample: list | None = None,
+) -> TaskTokens:
     "Estimate the tokens of task `name` at `shots` ('0', '1', 'few') from the prompts of a sample of its documents."
     k = num_fewshot(TASKS[name], shots)
     sample = sample or zero_shot_requests(name, docs, data_dir)
     items, source = task_items(name, data_dir)
-    example = sum(sum(len(c) + len(x) for c, x in reqs) / len(reqs) for reqs in sample) / len(sample) + 2   # + "\n\n"
-    windows = tokens = logits = cut = 0.0; fits = []
+    example = sum(sum(len(c) + len(x) for c, x in reqs) / len(reqs) for reqs in sample) / len(sample) + 2  # + "\n\n"
+    windows = tokens = logits = cut = 0.0
+    fits = []
     for reqs in sample:
         shared = len({c for c, _ in reqs}) == 1 and all(text_tokens(x, chars_per_token) == 1 for _, x in reqs)
         per = []
         for c, x in reqs:
             cont = text_tokens(x, chars_per_token)
-            per.append(min(seq_length, (k * example + len(c)) / chars_per_token + cont - 1)); logits += cont
+            per.append(min(seq_length, (k * example + len(c)) / chars_per_token + cont - 1))
+            logits += cont
         room = seq_length - len(reqs[0][0]) / chars_per_token - text_tokens(reqs[0][1], chars_per_token)
         fits.append(int(max(0, room) // (example / chars_per_token)))
-        if shared: per = per[:1]
-        windows += len(per); tokens += sum(per); cut += sum(p >= seq_length for p in per)
+        if shared:
+            per = per[:1]
+        windows += len(per)
+        tokens += sum(per)
+        cut += sum(p >= seq_length for p in per)
     scale = items / len(sample)
-    return TaskTokens(name, shots, k, items, source, round(sum(map(len, sample)) * scale), round(windows * scale),
-                      tokens * scale, logits * scale, cut / windows, sorted(fits)[len(fits) // 2])
+    return TaskTokens(
+        name,
+        shots,
+        k,
+        items,
+        source,
+        round(sum(map(len, sample)) * scale),
+        round(windows * scale),
+        tokens * scale,
+        logits * scale,
+        cut / windows,
+        sorted(fits)[len(fits) // 2],
+    )
 
 # %% ../nbs/66_eval_plan.ipynb
 def micro_shape(model: ModelConfig, t: TaskTokens, budget_tokens: int) -> tuple[ModelConfig, int, int]:
@@ -207,16 +306,37 @@ def micro_shape(model: ModelConfig, t: TaskTokens, budget_tokens: int) -> tuple[
     b = max(1, budget_tokens // n)
     return replace(model, seq_length=n), b, math.ceil(t.windows / b)
 
-def setting_seconds(model: ModelConfig, t: TaskTokens, tp: int, pp: int, dp: int, gpu: GPU | str = "a100-80gb",
-                    budget_tokens: int = 4 * 2048, asm: Assumptions = Assumptions(), gpus_per_node: int = 8,
-                    system: System | str = "deepspeed") -> float:
+
+def setting_seconds(
+    model: ModelConfig,
+    t: TaskTokens,
+    tp: int,
+    pp: int,
+    dp: int,
+    gpu: GPU | str = "a100-80gb",
+    budget_tokens: int = 4 * 2048,
+    asm: Assumptions = Assumptions(),
+    gpus_per_node: int = 8,
+    system: System | str = "deepspeed",
+) -> float:
     "Seconds of one task setting: its micro-batches split over `dp` replicas, each a forward pipeline (`pipeline_time`)."
     m, b, micro = micro_shape(inference_model(model), t, budget_tokens)
-    parts = forward_parts(m, Setup(Layout(tp, pp, dp), b, "none"), gpu, "bf16", asm, gpus_per_node, system,
-                          logit_tokens=round(t.logit_tokens / micro))
+    parts = forward_parts(
+        m,
+        Setup(Layout(tp, pp, dp), b, "none"),
+        gpu,
+        "bf16",
+        asm,
+        gpus_per_node,
+        system,
+        logit_tokens=round(t.logit_tokens / micro),
+    )
     return pipeline_time([sum(x) for x in zip(*parts.values())], math.ceil(micro / dp))
 
-def load_seconds(cfg: Config, tp: int, pp: int, startup_s: float = 600.0, gbps_per_gpu: float = FS_GBPS_PER_GPU) -> float:
+
+def load_seconds(
+    cfg: Config, tp: int, pp: int, startup_s: float = 600.0, gbps_per_gpu: float = FS_GBPS_PER_GPU
+) -> float:
     "Start-up plus reading one replica's weights (every replica at once, each at its GPUs' share of the file system)."
     return startup_s + transfer_seconds(checkpoint_size(cfg).weights, gbps_per_gpu * tp * pp)
 
@@ -224,30 +344,44 @@ def load_seconds(cfg: Config, tp: int, pp: int, startup_s: float = 600.0, gbps_p
 @dataclass
 class EvalPlan:
     "The 530B's evaluation on `nodes` node counts: a layout, what its fullest rank holds, the work, and the hours."
+
     name: str
     gpu: str
     tp: int
     pp: int
     micro_batch: int
-    memory: dict             # bytes of the fullest rank, by term (and its `stage`, `total`)
-    work: list               # TaskTokens of every setting
-    rows: list               # per node count: nodes, dp, idle GPUs, hours of evaluation, hours in all, GPU-hours
+    memory: dict  # bytes of the fullest rank, by term (and its `stage`, `total`)
+    work: list  # TaskTokens of every setting
+    rows: list  # per node count: nodes, dp, idle GPUs, hours of evaluation, hours in all, GPU-hours
     load_s: float
 
     @property
-    def tokens(self) -> float: return sum(t.tokens for t in self.work)
+    def tokens(self) -> float:
+        return sum(t.tokens for t in self.work)
 
-def eval_plan(cfg: Config, nodes=(3, 15, 35, 105, 279), gpu: GPU | str = "a100-80gb", tp: int | None = None,
-              pp: int | None = None, micro_batch: int = 4, work: list | None = None, docs: int = 40,
-              asm: Assumptions = Assumptions(), gpus_per_node: int = 8) -> EvalPlan:
+
+def eval_plan(
+    cfg: Config,
+    nodes=(3, 15, 35, 105, 279),
+    gpu: GPU | str = "a100-80gb",
+    tp: int | None = None,
+    pp: int | None = None,
+    micro_batch: int = 4,
+    work: list | None = None,
+    docs: int = 40,
+    asm: Assumptions = Assumptions(),
+    gpus_per_node: int = 8,
+) -> EvalPlan:
     """Plan evaluating `cfg`'s model on the paper's 27 settings on each of `nodes` node counts, with TP x PP `tp`, `pp`
     (default: `eval_layout`'s choice). A node count that does not hold a whole replica gets no row."""
     g = GPUS[gpu] if isinstance(gpu, str) else gpu
     if tp is None or pp is None:
         best = eval_layout(cfg.model, g, micro_batch, gpus_per_node, asm)
         tp, pp = tp or best["tp"], pp or best["pp"]
-    if cfg.model.num_layers % pp: raise ValueError(f"PP {pp} does not divide {cfg.model.num_layers} layers evenly")
-    if tp > gpus_per_node: raise ValueError(f"TP {tp} > {gpus_per_node} GPUs per node: tensor parallelism stays inside a node")
+    if cfg.model.num_layers % pp:
+        raise ValueError(f"PP {pp} does not divide {cfg.model.num_layers} layers evenly")
+    if tp > gpus_per_node:
+        raise ValueError(f"TP {tp} > {gpus_per_node} GPUs per node: tensor parallelism stays inside a node")
     mem = peak_rank_memory(cfg.model, Setup(Layout(tp, pp, 1), micro_batch, "none"), asm)
     if work is None:
         samples = {n: zero_shot_requests(n, docs) for n in dict.fromkeys(n for n, _ in paper_settings())}
@@ -256,62 +390,110 @@ def eval_plan(cfg: Config, nodes=(3, 15, 35, 105, 279), gpu: GPU | str = "a100-8
     rows = []
     for n in nodes:
         dp = n * gpus_per_node // (tp * pp)
-        if dp < 1: continue
-        s = sum(setting_seconds(cfg.model, t, tp, pp, dp, g, micro_batch * cfg.model.seq_length, asm, gpus_per_node) for t in work)
-        rows.append({"nodes": n, "dp": dp, "idle_gpus": n * gpus_per_node - dp * tp * pp, "eval_h": s / 3600,
-                     "total_h": (s + load) / 3600, "gpu_h": (s + load) / 3600 * n * gpus_per_node})
+        if dp < 1:
+            continue
+        s = sum(
+            setting_seconds(cfg.model, t, tp, pp, dp, g, micro_batch * cfg.model.seq_length, asm, gpus_per_node)
+            for t in work
+        )
+        rows.append(
+            {
+                "nodes": n,
+                "dp": dp,
+                "idle_gpus": n * gpus_per_node - dp * tp * pp,
+                "eval_h": s / 3600,
+                "total_h": (s + load) / 3600,
+                "gpu_h": (s + load) / 3600 * n * gpus_per_node,
+            }
+        )
     return EvalPlan(cfg.name, g.name, tp, pp, micro_batch, mem, work, rows, load)
+
 
 def format_eval_plan(p: EvalPlan) -> str:
     "The plan as `cluster/eval.sbatch`'s dry run prints it."
     m, gib = p.memory, lambda x: f"{x / GiB:.1f} GiB"
-    out = [f"evaluation of {p.name}: TP {p.tp} x PP {p.pp} = {p.tp * p.pp} GPUs a replica ({p.gpu}); micro-batches of "
-           f"{p.micro_batch} x 2048 tokens",
-           f"fullest rank (stage {m['stage']}): {gib(m['total'])} = weights {gib(m['weights'])} + KV cache {gib(m['KV cache'])} "
-           f"+ activations {gib(m['activations'])} + logits {gib(m['logits'])} + reserved {gib(m['reserved'])}",
-           f"work: the paper's {len(p.work)} settings of {len({TASKS[t.task].paper_name.split('-cloze')[0] for t in p.work})} tasks, "
-           f"{sum(t.requests for t in p.work):,} requests, {sum(t.windows for t in p.work):,} forward windows, "
-           f"{p.tokens / 1e6:.0f}M tokens",
-           f"start-up + loading the weights: {p.load_s / 60:.0f} min per replica (all replicas at once)"]
+    out = [
+        f"evaluation of {p.name}: TP {p.tp} x PP {p.pp} = {p.tp * p.pp} GPUs a replica ({p.gpu}); micro-batches of "
+        f"{p.micro_batch} x 2048 tokens",
+        f"fullest rank (stage {m['stage']}): {gib(m['total'])} = weights {gib(m['weights'])} + KV cache {gib(m['KV cache'])} "
+        f"+ activations {gib(m['activations'])} + logits {gib(m['logits'])} + reserved {gib(m['reserved'])}",
+        f"work: the paper's {len(p.work)} settings of {len({TASKS[t.task].paper_name.split('-cloze')[0] for t in p.work})} tasks, "
+        f"{sum(t.requests for t in p.work):,} requests, {sum(t.windows for t in p.work):,} forward windows, "
+        f"{p.tokens / 1e6:.0f}M tokens",
+        f"start-up + loading the weights: {p.load_s / 60:.0f} min per replica (all replicas at once)",
+    ]
     for r in p.rows:
         idle = f", {r['idle_gpus']} GPUs idle" if r["idle_gpus"] else ""
-        out.append(f"  {r['nodes']:>4} nodes: DP {r['dp']:>3}{idle}: {r['eval_h']:.2f} h of evaluation, {r['total_h']:.2f} h in all, "
-                   f"{r['gpu_h']:,.0f} GPU-hours")
+        out.append(
+            f"  {r['nodes']:>4} nodes: DP {r['dp']:>3}{idle}: {r['eval_h']:.2f} h of evaluation, {r['total_h']:.2f} h in all, "
+            f"{r['gpu_h']:,.0f} GPU-hours"
+        )
     return "\n".join(out)
 
 # %% ../nbs/66_eval_plan.ipynb
 def plot_eval_plan(p: EvalPlan):
     "Left: tokens per task and shot setting. Right: hours of evaluation and in all against nodes."
     import matplotlib.pyplot as plt
+
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     names = list(dict.fromkeys(TASKS[t.task].paper_name.split("-cloze")[0] for t in p.work))
     bottom = [0.0] * len(names)
     for i, shots in enumerate(SHOTS):
-        v = [sum(t.tokens for t in p.work if t.shots == shots and TASKS[t.task].paper_name.split("-cloze")[0] == n) / 1e6 for n in names]
-        ax.bar(names, v, bottom=bottom, color=f"C{i}", label={"0": "zero-shot", "1": "one-shot", "few": "few-shot"}[shots])
+        v = [
+            sum(t.tokens for t in p.work if t.shots == shots and TASKS[t.task].paper_name.split("-cloze")[0] == n) / 1e6
+            for n in names
+        ]
+        ax.bar(
+            names, v, bottom=bottom, color=f"C{i}", label={"0": "zero-shot", "1": "one-shot", "few": "few-shot"}[shots]
+        )
         bottom = [a + b for a, b in zip(bottom, v)]
     ax.set(ylabel="tokens run (millions)", title=f"the paper's {len(p.work)} settings: {p.tokens / 1e6:.0f}M tokens")
-    ax.tick_params(axis="x", rotation=30); ax.legend(fontsize=8)
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(fontsize=8)
     nodes = [r["nodes"] for r in p.rows]
     bx.loglog(nodes, [r["eval_h"] for r in p.rows], "o-", label="evaluation")
-    bx.loglog(nodes, [r["total_h"] for r in p.rows], "s--", label=f"with start-up and loading ({p.load_s / 60:.0f} min)")
-    bx.set(xlabel=f"nodes (8 x {p.gpu})", ylabel="hours", title=f"TP {p.tp} x PP {p.pp} replicas, DP = nodes x 8 / {p.tp * p.pp}")
-    bx.set_xticks(nodes, [str(n) for n in nodes]); bx.legend(fontsize=8)
-    fig.tight_layout(); plt.close(fig)
+    bx.loglog(
+        nodes, [r["total_h"] for r in p.rows], "s--", label=f"with start-up and loading ({p.load_s / 60:.0f} min)"
+    )
+    bx.set(
+        xlabel=f"nodes (8 x {p.gpu})",
+        ylabel="hours",
+        title=f"TP {p.tp} x PP {p.pp} replicas, DP = nodes x 8 / {p.tp * p.pp}",
+    )
+    bx.set_xticks(nodes, [str(n) for n in nodes])
+    bx.legend(fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/66_eval_plan.ipynb
-def eval_job(cfg: Config, nodes: int, tp: int, pp: int, tasks_per_node: int = 8, hosts: list[str] | None = None) -> JobPlan:
+def eval_job(
+    cfg: Config, nodes: int, tp: int, pp: int, tasks_per_node: int = 8, hosts: list[str] | None = None
+) -> JobPlan:
     "Where the ranks of a TP x PP x DP evaluation run on `nodes` nodes (chapter 55's `JobPlan`; no training step to time)."
     world = nodes * tasks_per_node
     if world % (tp * pp):
-        raise ValueError(f"{nodes} nodes x {tasks_per_node} = {world} ranks do not hold whole TP {tp} x PP {pp} replicas: "
-                         f"use a multiple of {min_nodes(tp, pp, tasks_per_node)} nodes")
+        raise ValueError(
+            f"{nodes} nodes x {tasks_per_node} = {world} ranks do not hold whole TP {tp} x PP {pp} replicas: "
+            f"use a multiple of {min_nodes(tp, pp, tasks_per_node)} nodes"
+        )
     hosts = list(hosts) if hosts else [f"node{i}" for i in range(nodes)]
-    return JobPlan(cfg.name, Layout(tp, pp, world // (tp * pp)), tasks_per_node, hosts, cfg.model.num_layers, 0, 0.0, "")
+    return JobPlan(
+        cfg.name, Layout(tp, pp, world // (tp * pp)), tasks_per_node, hosts, cfg.model.num_layers, 0, 0.0, ""
+    )
 
-def format_eval_job(cfg: Config, nodes: int, tp: int, pp: int, gpu: GPU | str = "a100-80gb", tasks_per_node: int = 8,
-                    hosts: list[str] | None = None, micro_batch: int = 4, docs: int = 40) -> str:
+
+def format_eval_job(
+    cfg: Config,
+    nodes: int,
+    tp: int,
+    pp: int,
+    gpu: GPU | str = "a100-80gb",
+    tasks_per_node: int = 8,
+    hosts: list[str] | None = None,
+    micro_batch: int = 4,
+    docs: int = 40,
+) -> str:
     "The dry run of cluster/eval.sbatch: the placement (without chapter 55's training-step line), then the plan on `nodes`."
     placement = format_job_plan(eval_job(cfg, nodes, tp, pp, tasks_per_node, hosts)).rsplit("\n", 1)[0]
     return placement + "\n" + format_eval_plan(eval_plan(cfg, (nodes,), gpu, tp, pp, micro_batch, docs=docs))

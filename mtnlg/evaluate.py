@@ -8,9 +8,15 @@ __all__ = ['OFFLINE_ENV', 'LM_EVAL_HOOK', 'PTH_NAME', 'offline_environment', 'en
            'install_lm_eval_plugin', 'register_lm']
 
 # %% ../nbs/60_evaluate.ipynb
-import json, math, os, sys, sysconfig, warnings
+import json
+import math
+import os
+import sys
+import sysconfig
+import warnings
 from pathlib import Path
-import torch, torch.nn.functional as F
+import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .data import EOT
 from .checkpoint import check_checkpoint, load_checkpoint
@@ -19,11 +25,13 @@ from .topology import launcher_env
 # %% ../nbs/60_evaluate.ipynb
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
+
 def offline_environment() -> dict:
     "Set `HF_DATASETS_OFFLINE=1` and `HF_HUB_OFFLINE=1` where unset (never download); returns the variables it set."
     new = {k: v for k, v in OFFLINE_ENV.items() if k not in os.environ}
     os.environ.update(new)
-    if new.get("HF_HUB_OFFLINE") and (hub := sys.modules.get("huggingface_hub.constants")): hub.HF_HUB_OFFLINE = True
+    if new.get("HF_HUB_OFFLINE") and (hub := sys.modules.get("huggingface_hub.constants")):
+        hub.HF_HUB_OFFLINE = True
     if new.get("HF_DATASETS_OFFLINE") and (ds := sys.modules.get("datasets.config")):
         ds.HF_HUB_OFFLINE = ds.HF_DATASETS_OFFLINE = True
     return new
@@ -34,19 +42,22 @@ def _move_space(context: str, continuation: str) -> tuple[str, str]:
     n = len(context) - len(context.rstrip())
     return (context[:-n], context[-n:] + continuation) if n else (context, continuation)
 
+
 def encode_pair(encode, context: str, continuation: str) -> tuple[list[int], list[int]]:
     "Token ids of (context, continuation) with the harness's boundary rule (see above); `encode(str) -> ids`."
     context, continuation = _move_space(context, continuation)
     whole, ctx = encode(context + continuation), encode(context)
-    return ctx, whole[len(ctx):]
+    return ctx, whole[len(ctx) :]
+
 
 def model_window(ctx: list[int], cont: list[int], max_length: int) -> list[int]:
     "The model's input for scoring `cont` after `ctx`: the last `max_length + 1` tokens, minus the final one."
-    return (ctx + cont)[-(max_length + 1):][:-1]
+    return (ctx + cont)[-(max_length + 1) :][:-1]
 
 # %% ../nbs/60_evaluate.ipynb
 from lm_eval.api.model import TemplateLM
 from lm_eval import utils as lm_utils
+
 
 class MtnlgLM(TemplateLM):
     """lm-evaluation-harness model `mtnlg`: `lm_eval --model mtnlg --model_args checkpoint=DIR[,batch_size=N,device=cuda]`;
@@ -54,47 +65,75 @@ class MtnlgLM(TemplateLM):
     Under a launcher (torchrun, srun), or with `tensor_parallel=T,pipeline_parallel=P` (default: the checkpoint's own),
     the model is split over the job's ranks as chapter 65 does; its world / (T x P) replicas share out every call's
     requests and all return every answer, so the harness sees one model on every rank."""
-    def __init__(self, checkpoint: str, device: str | None = None, dtype: str = "auto", batch_size: int | str = 32,
-                 max_batch_tokens: int | None = None, max_gen_toks: int = 256, tensor_parallel: int | None = None,
-                 pipeline_parallel: int | None = None, sequence_parallel: bool = False, **unused):
+
+    def __init__(
+        self,
+        checkpoint: str,
+        device: str | None = None,
+        dtype: str = "auto",
+        batch_size: int | str = 32,
+        max_batch_tokens: int | None = None,
+        max_gen_toks: int = 256,
+        tensor_parallel: int | None = None,
+        pipeline_parallel: int | None = None,
+        sequence_parallel: bool = False,
+        **unused,
+    ):
         super().__init__()
         if device and str(device).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"device {device!r} asked (the harness's default) but CUDA is not available: using the CPU")
             device = None
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if dtype == "auto": dtype = "bfloat16" if device.type == "cuda" else "float32"
+        if dtype == "auto":
+            dtype = "bfloat16" if device.type == "cuda" else "float32"
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-        self.checkpoint = str(check_checkpoint(checkpoint))         # the step directory: `latest` may move on later
+        self.checkpoint = str(check_checkpoint(checkpoint))  # the step directory: `latest` may move on later
         if launcher_env()["world_size"] == 1 and not (tensor_parallel or pipeline_parallel or sequence_parallel):
             self.model, self.tokenizer_bpe, self.cfg = load_checkpoint(self.checkpoint, device, self.dtype)
-        else:                                                       # split over the job's ranks (chapter 65)
+        else:  # split over the job's ranks (chapter 65)
             from mtnlg.parallel_inference import load_model_parallel
+
             self.model, self.tokenizer_bpe, self.cfg = load_model_parallel(
-                self.checkpoint, tensor_parallel, pipeline_parallel, str(sequence_parallel).lower() == "true", device, self.dtype)
+                self.checkpoint,
+                tensor_parallel,
+                pipeline_parallel,
+                str(sequence_parallel).lower() == "true",
+                device,
+                self.dtype,
+            )
         self._device = device
         bs = str(batch_size)
-        self.batch_size_per_call = 32 if bs.startswith("auto") else int(bs)   # "auto" (harness flag) -> our default
+        self.batch_size_per_call = 32 if bs.startswith("auto") else int(bs)  # "auto" (harness flag) -> our default
         self.max_batch_tokens = int(max_batch_tokens or self.batch_size_per_call * self.max_length)
         self._max_gen_toks, self.boundary_fixes = int(max_gen_toks), 0
         self._eot = self.tokenizer_bpe.token_to_id(EOT)
 
     @property
-    def eot_token_id(self) -> int: return self._eot
+    def eot_token_id(self) -> int:
+        return self._eot
+
     @property
-    def max_length(self) -> int: return self.cfg.model.seq_length
+    def max_length(self) -> int:
+        return self.cfg.model.seq_length
+
     @property
-    def max_gen_toks(self) -> int: return self._max_gen_toks
+    def max_gen_toks(self) -> int:
+        return self._max_gen_toks
+
     @property
-    def tokenizer_name(self) -> str: return f"mtnlg:{self.checkpoint}"
+    def tokenizer_name(self) -> str:
+        return f"mtnlg:{self.checkpoint}"
 
     def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
         return self.tokenizer_bpe.encode(string).ids
 
-    def tok_decode(self, ids) -> str: return self.tokenizer_bpe.decode(list(ids), skip_special_tokens=True)
+    def tok_decode(self, ids) -> str:
+        return self.tokenizer_bpe.decode(list(ids), skip_special_tokens=True)
 
     # the two request types below are implemented (and explained) in their own sections
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         return loglikelihood_rolling(self, requests, disable_tqdm)
+
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         return generate_until(self, requests, disable_tqdm)
 
@@ -102,18 +141,24 @@ class MtnlgLM(TemplateLM):
         "Log P(continuation | context) and greedy? per request; all strings tokenized in one batched call."
         pairs = [req.args for req in requests]
         split = [_move_space(c, k) for c, k in pairs]
-        wholes = self.tokenizer_bpe.encode_batch([c + k for c, k in split])       # Rust, multi-threaded
+        wholes = self.tokenizer_bpe.encode_batch([c + k for c, k in split])  # Rust, multi-threaded
         ctxs = self.tokenizer_bpe.encode_batch([c for c, _ in split])
         token_requests = []
         for (c, k), whole, ctx in zip(split, wholes, ctxs):
             whole, ctx = whole.ids, ctx.ids
-            if not c:                                          # empty context: condition on <|endoftext|>
-                ctx, cont = ([self.prefix_token_id], whole) if whole[:1] != [self.prefix_token_id] else (whole[:1], whole[1:])
-            elif whole[:len(ctx)] == ctx: cont = whole[len(ctx):]
-            else:                                              # a BPE merge crossed the boundary: encode the parts
-                self.boundary_fixes += 1; cont = self.tok_encode(k)
+            if not c:  # empty context: condition on <|endoftext|>
+                ctx, cont = (
+                    ([self.prefix_token_id], whole) if whole[:1] != [self.prefix_token_id] else (whole[:1], whole[1:])
+                )
+            elif whole[: len(ctx)] == ctx:
+                cont = whole[len(ctx) :]
+            else:  # a BPE merge crossed the boundary: encode the parts
+                self.boundary_fixes += 1
+                cont = self.tok_encode(k)
             token_requests.append(((c, k), ctx, cont))
-        return self._loglikelihood_tokens([(p, c, k) for p, (_, c, k) in zip(pairs, token_requests)], disable_tqdm=disable_tqdm)
+        return self._loglikelihood_tokens(
+            [(p, c, k) for p, (_, c, k) in zip(pairs, token_requests)], disable_tqdm=disable_tqdm
+        )
 
     def shared_out(self, work, items: list) -> list:
         """`work(items)`, each data-parallel replica of a model split over ranks (chapter 65) doing every replica-th item
@@ -126,10 +171,14 @@ class MtnlgLM(TemplateLM):
         "Split `order` (sorted longest first) into batches by request count and padded-token budget."
         batch = []
         for i in order:
-            if batch and (len(batch) == self.batch_size_per_call or (len(batch) + 1) * lengths[batch[0]] > self.max_batch_tokens):
-                yield batch; batch = []
+            if batch and (
+                len(batch) == self.batch_size_per_call or (len(batch) + 1) * lengths[batch[0]] > self.max_batch_tokens
+            ):
+                yield batch
+                batch = []
             batch.append(i)
-        if batch: yield batch
+        if batch:
+            yield batch
 
     @torch.inference_mode()
     def _score(self, windows: list[tuple], conts: list[list[list[int]]]) -> list[list[tuple[float, bool]]]:
@@ -137,10 +186,13 @@ class MtnlgLM(TemplateLM):
         tokens = torch.zeros(len(windows), max(map(len, windows)), dtype=torch.long)
         rows, cols, targets, owner, n_req = [], [], [], [], 0
         for b, (w, cs) in enumerate(zip(windows, conts)):
-            tokens[b, :len(w)] = torch.tensor(w)
+            tokens[b, : len(w)] = torch.tensor(w)
             for cont in cs:
-                rows += [b] * len(cont); cols += range(len(w) - len(cont), len(w)); targets += cont
-                owner += [n_req] * len(cont); n_req += 1
+                rows += [b] * len(cont)
+                cols += range(len(w) - len(cont), len(w))
+                targets += cont
+                owner += [n_req] * len(cont)
+                n_req += 1
         at = lambda x: torch.tensor(x, device=self.device)
         tok_logp, miss = token_scores(self.model, tokens.to(self.device), at(rows), at(cols), at(targets))
         owner = at(owner)
@@ -153,30 +205,36 @@ class MtnlgLM(TemplateLM):
         "requests: [((context, continuation) | None, context ids, continuation ids)] -> [(log P, greedy?)]."
         out = self.shared_out(lambda share: self._scored(share, disable_tqdm), requests)
         for (key, _, _), x in zip(requests, out):
-            if key is not None: self.cache_hook.add_partial("loglikelihood", key, x)
+            if key is not None:
+                self.cache_hook.add_partial("loglikelihood", key, x)
         return out
 
     def _scored(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         "`_loglikelihood_tokens` in this process (its share, in a model split over replicas)."
-        pieces = []                         # (request, input window, the continuation tokens it predicts)
+        pieces = []  # (request, input window, the continuation tokens it predicts)
         for i, (_, ctx, cont) in enumerate(requests):
-            if not cont: raise ValueError(f"request {i} has an empty continuation: nothing to score")
-            for s in range(0, len(cont), self.max_length):   # a continuation longer than the model: chunks, each with
-                piece = cont[s:s + self.max_length]          # as much preceding text as fits (like left truncation)
+            if not cont:
+                raise ValueError(f"request {i} has an empty continuation: nothing to score")
+            for s in range(0, len(cont), self.max_length):  # a continuation longer than the model: chunks, each with
+                piece = cont[s : s + self.max_length]  # as much preceding text as fits (like left truncation)
                 pieces.append((i, tuple(model_window(ctx + cont[:s], piece, self.max_length)), piece))
-        by_window = {}                      # identical input windows (e.g. one-token answers to one question) run once
-        for p, (_, w, _) in enumerate(pieces): by_window.setdefault(w, []).append(p)
+        by_window = {}  # identical input windows (e.g. one-token answers to one question) run once
+        for p, (_, w, _) in enumerate(pieces):
+            by_window.setdefault(w, []).append(p)
         windows = list(by_window)
         lengths = [len(w) for w in windows]
-        order = sorted(range(len(windows)), key=lambda j: (-lengths[j], windows[j]))    # longest first
+        order = sorted(range(len(windows)), key=lambda j: (-lengths[j], windows[j]))  # longest first
         logp, misses = [0.0] * len(requests), [0] * len(requests)
-        bar = tqdm(total=len(pieces), desc="mtnlg loglikelihood", disable=disable_tqdm or len(requests) < 2 or not_first_rank())
+        bar = tqdm(
+            total=len(pieces), desc="mtnlg loglikelihood", disable=disable_tqdm or len(requests) < 2 or not_first_rank()
+        )
         for batch in self._batches(order, lengths):
             ids = [by_window[windows[j]] for j in batch]
             scores = self._score([windows[j] for j in batch], [[pieces[p][2] for p in r] for r in ids])
             for r, res in zip(ids, scores):
                 for p, (lp, greedy) in zip(r, res):
-                    logp[pieces[p][0]] += lp; misses[pieces[p][0]] += not greedy
+                    logp[pieces[p][0]] += lp
+                    misses[pieces[p][0]] += not greedy
                 bar.update(len(r))
         bar.close()
         return [(lp, m == 0) for lp, m in zip(logp, misses)]
@@ -186,18 +244,22 @@ def not_first_rank() -> bool:
     "True in every process of a launched job but rank 0 (which alone shows progress bars)."
     return launcher_env()["rank"] > 0
 
+
 def hidden_states(model, tokens: torch.Tensor) -> torch.Tensor:
     "Final-LayerNorm output of our GPT, [batch, seq, hidden] (the logits are this times the embedding)."
     x = model.embedding(tokens)
-    for block in model.blocks: x = block(x)
+    for block in model.blocks:
+        x = block(x)
     return model.final_ln(x)
+
 
 def token_scores(model, tokens, rows, cols, targets) -> tuple[torch.Tensor, torch.Tensor]:
     """For each (row, col, target): log P(target | tokens[row, :col + 1]) in fp32, and 1.0 where the target is not the
     most likely token (else 0.0); only those positions are projected onto the vocabulary."""
-    if hasattr(model, "token_scores"): return model.token_scores(tokens, rows, cols, targets)   # split over ranks
-    h = hidden_states(model, tokens)[rows, cols]                                               # [N, hidden]
-    logp = F.log_softmax(F.linear(h, model.embedding.tokens.weight).float(), dim=-1)           # [N, vocab]
+    if hasattr(model, "token_scores"):
+        return model.token_scores(tokens, rows, cols, targets)  # split over ranks
+    h = hidden_states(model, tokens)[rows, cols]  # [N, hidden]
+    logp = F.log_softmax(F.linear(h, model.embedding.tokens.weight).float(), dim=-1)  # [N, vocab]
     return logp.gather(1, targets[:, None])[:, 0], (logp.argmax(-1) != targets).float()
 
 # %% ../nbs/60_evaluate.ipynb
@@ -205,46 +267,72 @@ def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[fl
     "Log P(text) for each request, summed over disjoint rolling windows of the model's context."
     windows, owner = [], []
     for r, (text,) in enumerate(req.args for req in requests):
-        for ctx, cont in map(lm_utils.make_disjoint_window, lm_utils.get_rolling_token_windows(
-                token_list=self.tok_encode(text), prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1)):
-            windows.append((None, ctx, cont)); owner.append(r)
+        for ctx, cont in map(
+            lm_utils.make_disjoint_window,
+            lm_utils.get_rolling_token_windows(
+                token_list=self.tok_encode(text),
+                prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length,
+                context_len=1,
+            ),
+        ):
+            windows.append((None, ctx, cont))
+            owner.append(r)
     totals = [0.0] * len(requests)
-    for r, (logp, _) in zip(owner, self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)): totals[r] += logp
-    for req, total in zip(requests, totals): self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+    for r, (logp, _) in zip(owner, self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)):
+        totals[r] += logp
+    for req, total in zip(requests, totals):
+        self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
     return totals
 
 # %% ../nbs/60_evaluate.ipynb
 def sampling_of(gen_kwargs: dict) -> dict:
     "Chapter 62's sampling arguments from a harness request's `gen_kwargs` (greedy unless `do_sample` with temperature > 0)."
     t = float(gen_kwargs.get("temperature", 1.0)) if gen_kwargs.get("do_sample") else 0.0
-    return {"temperature": t, "top_k": int(gen_kwargs.get("top_k") or 0), "top_p": float(gen_kwargs.get("top_p") or 1.0),
-            "seed": gen_kwargs.get("seed")}
+    return {
+        "temperature": t,
+        "top_k": int(gen_kwargs.get("top_k") or 0),
+        "top_p": float(gen_kwargs.get("top_p") or 1.0),
+        "seed": gen_kwargs.get("seed"),
+    }
+
 
 def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
     "A continuation for each (context, gen_kwargs) request; stops at `until` strings, EOT or `max_gen_toks`."
     out = self.shared_out(lambda share: _generated(self, share, disable_tqdm), requests)
-    for req, text in zip(requests, out): self.cache_hook.add_partial("generate_until", (req.args[0], req.args[1]), text)
+    for req, text in zip(requests, out):
+        self.cache_hook.add_partial("generate_until", (req.args[0], req.args[1]), text)
     return out
+
 
 def _generated(self, requests, disable_tqdm: bool = False) -> list[str]:
     "`generate_until` in this process (its share, in a model split over replicas)."
     from mtnlg.generate import generate
+
     out = []
-    for req in tqdm(requests, desc="mtnlg generate_until", disable=disable_tqdm or len(requests) < 2 or not_first_rank()):
+    for req in tqdm(
+        requests, desc="mtnlg generate_until", disable=disable_tqdm or len(requests) < 2 or not_first_rank()
+    ):
         context, kw = req.args[0], dict(req.args[1] or {})
         until = kw.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
         max_new = int(kw.get("max_gen_toks", self.max_gen_toks))
-        if max_new >= self.max_length: raise ValueError(f"max_gen_toks={max_new} leaves no room for a context in a {self.max_length}-token model")
-        ctx = self.tok_encode(context)[-(self.max_length - max_new):] or [self.eot_token_id]
-        new = generate(self.model, [ctx], max_new, eos_id=self.eot_token_id, stop_ids=[self.tok_encode(s) for s in until],
-                       **sampling_of(kw))[0]
+        if max_new >= self.max_length:
+            raise ValueError(f"max_gen_toks={max_new} leaves no room for a context in a {self.max_length}-token model")
+        ctx = self.tok_encode(context)[-(self.max_length - max_new) :] or [self.eot_token_id]
+        new = generate(
+            self.model,
+            [ctx],
+            max_new,
+            eos_id=self.eot_token_id,
+            stop_ids=[self.tok_encode(s) for s in until],
+            **sampling_of(kw),
+        )[0]
         text = self.tok_decode(new)
-        for s in until: text = text.split(s)[0]
+        for s in until:
+            text = text.split(s)[0]
         out.append(text)
     return out
-
-
 
 # %% ../nbs/60_evaluate.ipynb
 LM_EVAL_HOOK = """
@@ -269,17 +357,21 @@ if not any(type(f).__name__ == "MtnlgRegistration" for f in sys.meta_path): sys.
 """
 PTH_NAME = "mtnlg-lm-eval.pth"
 
+
 def install_lm_eval_plugin(site_packages=None) -> Path:
     "Write the `.pth` that registers `mtnlg` in every run of this interpreter, so `lm_eval --model mtnlg` works."
     path = Path(site_packages or sysconfig.get_paths()["purelib"]) / PTH_NAME
-    line = f"import sys; exec({LM_EVAL_HOOK!r}, {{}})\n"      # a .pth runs lines that start with `import`; own namespace
-    if not path.is_file() or path.read_text() != line: path.write_text(line)
+    line = f"import sys; exec({LM_EVAL_HOOK!r}, {{}})\n"  # a .pth runs lines that start with `import`; own namespace
+    if not path.is_file() or path.read_text() != line:
+        path.write_text(line)
     return path
 
 # %% ../nbs/60_evaluate.ipynb
 def register_lm(cls=MtnlgLM, name: str = "mtnlg"):
     "Make the harness's model `name` this class (also replacing an earlier registration, e.g. a notebook re-run)."
-    import lm_eval.models                       # the harness's own models first: it loads them only into an empty registry
+    import lm_eval.models  # the harness's own models first: it loads them only into an empty registry
     from lm_eval.api.registry import model_registry
-    with model_registry._lock: model_registry._objs[name] = cls
+
+    with model_registry._lock:
+        model_registry._objs[name] = cls
     return cls

@@ -19,20 +19,40 @@ def qkv_to_gpt2(w: torch.Tensor, heads: int) -> torch.Tensor:
     "Reorder QKV outputs from our `[head, q|k|v, head_dim]` to GPT-2's `[q|k|v, head, head_dim]` (dim 0; weight or bias)."
     return w.unflatten(0, (heads, 3, -1)).transpose(0, 1).flatten(0, 2)
 
+
 def gpt2_config(m: ModelConfig, eot: int):
     "A `transformers.GPT2Config` with our architecture (padded vocabulary, exact GeLU, tied embeddings)."
     from transformers import GPT2Config
-    return GPT2Config(vocab_size=m.padded_vocab_size(), n_positions=m.seq_length, n_embd=m.hidden_size,
-                      n_layer=m.num_layers, n_head=m.num_attention_heads, n_inner=m.ffn_size,
-                      activation_function="gelu", layer_norm_epsilon=m.layernorm_epsilon,
-                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=m.init_method_std,
-                      bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, tie_word_embeddings=True,
-                      architectures=["GPT2LMHeadModel"])
+
+    return GPT2Config(
+        vocab_size=m.padded_vocab_size(),
+        n_positions=m.seq_length,
+        n_embd=m.hidden_size,
+        n_layer=m.num_layers,
+        n_head=m.num_attention_heads,
+        n_inner=m.ffn_size,
+        activation_function="gelu",
+        layer_norm_epsilon=m.layernorm_epsilon,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        initializer_range=m.init_method_std,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        pad_token_id=eot,
+        tie_word_embeddings=True,
+        architectures=["GPT2LMHeadModel"],
+    )
+
 
 def to_gpt2_state_dict(sd: dict, m: ModelConfig) -> dict:
     "Our state dict renamed, permuted and transposed into GPT2LMHeadModel's (without the tied `lm_head`)."
-    out = {"transformer.wte.weight": sd["embedding.tokens.weight"], "transformer.wpe.weight": sd["embedding.positions.weight"],
-           "transformer.ln_f.weight": sd["final_ln.weight"], "transformer.ln_f.bias": sd["final_ln.bias"]}
+    out = {
+        "transformer.wte.weight": sd["embedding.tokens.weight"],
+        "transformer.wpe.weight": sd["embedding.positions.weight"],
+        "transformer.ln_f.weight": sd["final_ln.weight"],
+        "transformer.ln_f.bias": sd["final_ln.bias"],
+    }
     for i in range(m.num_layers):
         ours, hf = f"blocks.{i}.", f"transformer.h.{i}."
         for a, b in (("ln1", "ln_1"), ("ln2", "ln_2")):
@@ -48,32 +68,46 @@ def export_hf(checkpoint, out_dir, check: bool = True, atol: float = 1e-4) -> Pa
     """Write a `transformers` GPT-2 directory (config, safetensors, tokenizer) from our checkpoint of any layout
     (a run's checkpoints/ dir or a step dir); check logits agree."""
     from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
+
     p, out = check_checkpoint(checkpoint), Path(out_dir)
-    cfg = Checkpoint(p).single_device_config          # every vocabulary row the run trained, as load_checkpoint
+    cfg = Checkpoint(p).single_device_config  # every vocabulary row the run trained, as load_checkpoint
     tok = Tokenizer.from_file(str(p / "tokenizer.json"))
     eot = tok.token_to_id(EOT)
-    if eot is None: raise ValueError(f"{p / 'tokenizer.json'} has no {EOT} token; export needs it as BOS/EOS")
+    if eot is None:
+        raise ValueError(f"{p / 'tokenizer.json'} has no {EOT} token; export needs it as BOS/EOS")
     hf = GPT2LMHeadModel(gpt2_config(cfg.model, eot))
     missing, unexpected = hf.load_state_dict(to_gpt2_state_dict(load_state_dict(p), cfg.model), strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise RuntimeError(f"GPT-2 state dict mismatch: missing {missing}, unexpected {unexpected}")
     hf.tie_weights()
     out.mkdir(parents=True, exist_ok=True)
-    hf.save_pretrained(out)                                    # config.json + model.safetensors
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT,
-                            model_max_length=cfg.model.seq_length).save_pretrained(out)
-    (out / "mtnlg_export.json").write_text(json.dumps({"source_checkpoint": str(p.resolve()),
-                                                       "meta": json.loads((p / "meta.json").read_text())}, indent=1))
+    hf.save_pretrained(out)  # config.json + model.safetensors
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=EOT,
+        eos_token=EOT,
+        unk_token=EOT,
+        pad_token=EOT,
+        model_max_length=cfg.model.seq_length,
+    ).save_pretrained(out)
+    (out / "mtnlg_export.json").write_text(
+        json.dumps({"source_checkpoint": str(p.resolve()), "meta": json.loads((p / "meta.json").read_text())}, indent=1)
+    )
     if check:
         diff = logits_difference(p, out)
-        if diff > atol: raise RuntimeError(f"exported model's logits differ from ours by {diff:.2e} > {atol:g}")
+        if diff > atol:
+            raise RuntimeError(f"exported model's logits differ from ours by {diff:.2e} > {atol:g}")
     return out
+
 
 @torch.no_grad()
 def logits_difference(checkpoint, hf_dir, batch: int = 2, seed: int = 0) -> float:
     "max |our logits - transformers' logits| (fp32) on random full-length token sequences."
     from transformers import GPT2LMHeadModel
+
     ours, _, cfg = load_checkpoint(checkpoint)
     theirs = GPT2LMHeadModel.from_pretrained(hf_dir, dtype=torch.float32).eval()
-    tokens = torch.randint(0, cfg.model.vocab_size, (batch, cfg.model.seq_length), generator=torch.Generator().manual_seed(seed))
+    tokens = torch.randint(
+        0, cfg.model.vocab_size, (batch, cfg.model.seq_length), generator=torch.Generator().manual_seed(seed)
+    )
     return (ours(tokens) - theirs(tokens).logits).abs().max().item()

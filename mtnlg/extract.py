@@ -11,8 +11,17 @@ __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAG
            'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
-import functools, gzip, io, itertools, json, os, re, time, zlib
-import lxml.etree, webencodings
+import functools
+import gzip
+import io
+import itertools
+import json
+import os
+import re
+import time
+import zlib
+import lxml.etree
+import webencodings
 from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -23,84 +32,118 @@ from .data import ReadReport
 @dataclass
 class Manifest:
     "What one stage did to one shard: documents in, kept, dropped by reason, seconds, and where drops came from."
+
     stage: str
     shard: str
     docs_in: int = 0
     kept: int = 0
     dropped: Counter = field(default_factory=Counter)
     seconds: float = 0.0
-    examples: list = field(default_factory=list)   # [where, reason]: "file:line" or a document id
-    extra: dict = field(default_factory=dict)      # stage-specific numbers (e.g. n-grams removed)
+    examples: list = field(default_factory=list)  # [where, reason]: "file:line" or a document id
+    extra: dict = field(default_factory=dict)  # stage-specific numbers (e.g. n-grams removed)
 
     def drop(self, reason: str, where: str = "", max_examples: int = 20):
         self.dropped[reason] += 1
-        if len(self.examples) < max_examples: self.examples.append([where, reason])
+        if len(self.examples) < max_examples:
+            self.examples.append([where, reason])
 
     def check(self) -> "Manifest":
         "Assert the accounting invariant: every document in was kept or dropped for a reason."
         lost = self.docs_in - self.kept - sum(self.dropped.values())
-        if lost: raise AssertionError(f"{self.stage}/{self.shard}: {lost} documents unaccounted for ({self})")
+        if lost:
+            raise AssertionError(f"{self.stage}/{self.shard}: {lost} documents unaccounted for ({self})")
         return self
 
-    def to_dict(self) -> dict: return {**asdict(self), "dropped": dict(self.dropped)}
+    def to_dict(self) -> dict:
+        return {**asdict(self), "dropped": dict(self.dropped)}
+
     @classmethod
-    def from_dict(cls, d: dict) -> "Manifest": return cls(**{**d, "dropped": Counter(d["dropped"])})
+    def from_dict(cls, d: dict) -> "Manifest":
+        return cls(**{**d, "dropped": Counter(d["dropped"])})
 
     def __str__(self):
         drops = ", ".join(f"{n} {r}" for r, n in self.dropped.most_common())
-        return f"{self.stage} {self.shard}: {self.docs_in} in, {self.kept} kept" + (f", dropped {drops}" if drops else "") + f" ({self.seconds:.2f}s)"
+        return (
+            f"{self.stage} {self.shard}: {self.docs_in} in, {self.kept} kept"
+            + (f", dropped {drops}" if drops else "")
+            + f" ({self.seconds:.2f}s)"
+        )
 
 # %% ../nbs/30_extract.ipynb
 READERS = {"jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst"), "warc": (".warc", ".warc.gz"), "parquet": (".parquet",)}
 
+
 def reader_of(path, reader: str = "auto") -> str:
     "The reader for `path`: `reader` itself, or (auto) the one its extension names; ValueError for anything else."
     if reader != "auto":
-        if reader not in READERS: raise ValueError(f"unknown reader {reader!r}: use auto, {', '.join(READERS)}")
+        if reader not in READERS:
+            raise ValueError(f"unknown reader {reader!r}: use auto, {', '.join(READERS)}")
         return reader
     name = Path(path).name
     for r, exts in READERS.items():
-        if name.endswith(exts): return r
+        if name.endswith(exts):
+            return r
     raise ValueError(f"{name}: unknown format (extensions read: {', '.join(e for x in READERS.values() for e in x)})")
+
 
 def shard_stem(path) -> str:
     "The shard's name without its container's extensions: crawl-000.warc.gz, crawl-000.jsonl.zst -> crawl-000."
     name = Path(path).name
     for ext in sorted((e for x in READERS.values() for e in x), key=len, reverse=True):
-        if name.endswith(ext): return name[: -len(ext)]
+        if name.endswith(ext):
+            return name[: -len(ext)]
     return Path(path).stem
+
 
 def open_stream(path):
     "A binary stream of `path`'s bytes, decompressing .gz and .zst as it reads (never the whole file at once)."
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"shard {str(path)!r} not found")
-    if path.name.endswith(".gz"): return gzip.open(path, "rb")
-    if path.name.endswith(".zst"): return io.BufferedReader(_ZstdReader(open(path, "rb")), 1 << 20)
+    if not path.is_file():
+        raise FileNotFoundError(f"shard {str(path)!r} not found")
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.name.endswith(".zst"):
+        return io.BufferedReader(_ZstdReader(open(path, "rb")), 1 << 20)
     return open(path, "rb")
+
 
 class _ZstdReader(io.RawIOBase):
     """zstd frames decompressed 16 KB of input at a time (memory: 16 KB times the compression ratio, whatever the
     file's size); unlike zstandard's stream_reader, a truncated last frame is an EOFError, not a silent end."""
+
     def __init__(self, f):
         import zstandard
+
         self.f, self.z, self.d, self.buf = f, zstandard, zstandard.ZstdDecompressor().decompressobj(), b""
-    def readable(self): return True
+
+    def readable(self):
+        return True
+
     def readinto(self, b):
         while not self.buf:
             chunk = self.f.read(1 << 14)
             if not chunk:
-                if not self.d.eof and self.d_fed: raise EOFError("zstd stream ends inside a frame (truncated)")
+                if not self.d.eof and self.d_fed:
+                    raise EOFError("zstd stream ends inside a frame (truncated)")
                 return 0
             self.d_fed = True
             try:
                 self.buf = self.d.decompress(chunk)
                 while self.d.eof and (rest := self.d.unused_data):  # a file may hold several frames
-                    self.d = self.z.ZstdDecompressor().decompressobj(); self.buf += self.d.decompress(rest)
-            except self.z.ZstdError as e: raise OSError(f"zstd: {e}") from None
-        n = min(len(b), len(self.buf)); b[:n] = self.buf[:n]; self.buf = self.buf[n:]
+                    self.d = self.z.ZstdDecompressor().decompressobj()
+                    self.buf += self.d.decompress(rest)
+            except self.z.ZstdError as e:
+                raise OSError(f"zstd: {e}") from None
+        n = min(len(b), len(self.buf))
+        b[:n] = self.buf[:n]
+        self.buf = self.buf[n:]
         return n
+
     d_fed = False
-    def close(self): self.f.close(); super().close()
+
+    def close(self):
+        self.f.close()
+        super().close()
 
 # %% ../nbs/30_extract.ipynb
 def iter_records(path, report: ReadReport, max_line_bytes: int = 4_000_000):
@@ -111,39 +154,64 @@ def iter_records(path, report: ReadReport, max_line_bytes: int = 4_000_000):
         f = raw_f if hasattr(raw_f, "peek") else io.BufferedReader(raw_f)
         lineno = 0
         while True:
-            try: raw = f.readline(max_line_bytes + 1)
-            except (OSError, EOFError, zlib.error) as e:          # gzip.BadGzipFile and zstd.ZstdError are OSErrors
-                report.drop(path, lineno + 1, f"corrupt or truncated {path.suffix} stream"); break
-            if not raw: break
+            try:
+                raw = f.readline(max_line_bytes + 1)
+            except (OSError, EOFError, zlib.error):  # gzip.BadGzipFile and zstd.ZstdError are OSErrors
+                report.drop(path, lineno + 1, f"corrupt or truncated {path.suffix} stream")
+                break
+            if not raw:
+                break
             lineno += 1
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 try:
-                    while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"): pass   # skip the rest of the line
-                except (OSError, EOFError, zlib.error): pass
-                report.drop(path, lineno, f"line over {max_line_bytes:,} bytes"); continue
-            if not raw.strip(): report.drop(path, lineno, "blank line"); continue
-            if b"\x00" in raw: report.drop(path, lineno, "binary (NUL bytes)"); continue
-            try: obj = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError: report.drop(path, lineno, "invalid UTF-8"); continue
-            except json.JSONDecodeError: report.drop(path, lineno, "malformed JSON"); continue
-            if not isinstance(obj, dict): report.drop(path, lineno, "not a JSON object"); continue
+                    while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                        pass  # skip the rest of the line
+                except (OSError, EOFError, zlib.error):
+                    pass
+                report.drop(path, lineno, f"line over {max_line_bytes:,} bytes")
+                continue
+            if not raw.strip():
+                report.drop(path, lineno, "blank line")
+                continue
+            if b"\x00" in raw:
+                report.drop(path, lineno, "binary (NUL bytes)")
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                report.drop(path, lineno, "invalid UTF-8")
+                continue
+            except json.JSONDecodeError:
+                report.drop(path, lineno, "malformed JSON")
+                continue
+            if not isinstance(obj, dict):
+                report.drop(path, lineno, "not a JSON object")
+                continue
             yield lineno, obj
+
 
 def write_jsonl(path, records) -> int:
     "Write records as JSONL atomically (a temporary file renamed into place); return the count."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp, n = path.with_name(path.name + ".tmp"), 0
     with open(tmp, "w", encoding="utf-8") as f:
-        for r in records: f.write(json.dumps(r, ensure_ascii=False) + "\n"); n += 1
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            n += 1
     os.replace(tmp, path)
     return n
 
-BATCH_DOCS, BATCH_BYTES = 1000, 1 << 24   # the most a later stage holds at once: 1,000 documents or ~16 MB of them
+
+BATCH_DOCS, BATCH_BYTES = 1000, 1 << 24  # the most a later stage holds at once: 1,000 documents or ~16 MB of them
+
 
 def iter_docs(path):
     "The documents of a stage's output shard (written by `write_jsonl`, so every line is good), one at a time."
     with open(path, "rb") as f:
-        for line in f: yield json.loads(line)
+        for line in f:
+            yield json.loads(line)
+
 
 def iter_batches(path, max_docs: int | None = None, max_bytes: int | None = None):
     """Lists of consecutive documents of a stage's output shard, each of at most `max_docs` documents (default
@@ -152,13 +220,20 @@ def iter_batches(path, max_docs: int | None = None, max_bytes: int | None = None
     batch, size = [], 0
     with open(path, "rb") as f:
         for line in f:
-            batch.append(json.loads(line)); size += len(line)
-            if len(batch) >= max_docs or size >= max_bytes: yield batch; batch, size = [], 0
-    if batch: yield batch
+            batch.append(json.loads(line))
+            size += len(line)
+            if len(batch) >= max_docs or size >= max_bytes:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
 
 def count_docs(path) -> int:
     "How many documents a stage's output shard holds (one per line), without parsing them."
-    with open(path, "rb") as f: return sum(1 for _ in f)
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
 
 def clean_unicode(text: str) -> str:
     "Replace what UTF-8 cannot encode (lone surrogates from `\\ud800` escapes) so later stages can hash bytes."
@@ -170,27 +245,38 @@ import webencodings
 _CHARSET = re.compile(rb"""charset\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s;"']+))""", re.I)
 _META_TAG, _COMMENT = re.compile(rb"<meta\b[^>]*>", re.I), re.compile(rb"<!--.*?(?:-->|$)", re.S)
 _ATTR = re.compile(rb"""([^\s=/>]+)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s>]*))?""")
-_META_SUBSTITUTE = {"utf-16le": webencodings.UTF8, "utf-16be": webencodings.UTF8,    # the standard's prescan rules
-                    "x-user-defined": webencodings.lookup("windows-1252")}
+_META_SUBSTITUTE = {
+    "utf-16le": webencodings.UTF8,
+    "utf-16be": webencodings.UTF8,  # the standard's prescan rules
+    "x-user-defined": webencodings.lookup("windows-1252"),
+}
+
 
 def charset_label(content_type) -> str | None:
     "The label after `charset=` in a Content-Type value (an HTTP header's, or a meta tag's `content`), else None."
-    if isinstance(content_type, str): content_type = content_type.encode("latin-1", "replace")
+    if isinstance(content_type, str):
+        content_type = content_type.encode("latin-1", "replace")
     m = _CHARSET.search(content_type or b"")
     return next(g for g in m.groups() if g is not None).decode("latin-1") if m else None
 
+
 def _meta_label(tag: bytes) -> str | None:
     attrs = {k.lower(): v.strip(b"\"'") for k, v in _ATTR.findall(tag[5:])}
-    if b"charset" in attrs: return attrs[b"charset"].decode("latin-1")
-    if attrs.get(b"http-equiv", b"").lower() == b"content-type": return charset_label(attrs.get(b"content", b""))
+    if b"charset" in attrs:
+        return attrs[b"charset"].decode("latin-1")
+    if attrs.get(b"http-equiv", b"").lower() == b"content-type":
+        return charset_label(attrs.get(b"content", b""))
+
 
 def meta_encoding(body: bytes) -> webencodings.Encoding | None:
     """The encoding the page's first 1,024 bytes declare in `<meta charset>` or `<meta http-equiv="Content-Type"
     content="...; charset=...">` (comments skipped; the first meta whose label is known wins; UTF-16 means UTF-8)."""
     for tag in _META_TAG.finditer(_COMMENT.sub(b"", body[:1024])):
         label = _meta_label(tag.group())
-        if label and (enc := webencodings.lookup(label)): return _META_SUBSTITUTE.get(enc.name, enc)
+        if label and (enc := webencodings.lookup(label)):
+            return _META_SUBSTITUTE.get(enc.name, enc)
     return None
+
 
 def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
     """`(text, encoding name)` of an HTML payload, decoded as a browser decodes it: a byte-order mark, else the HTTP
@@ -204,9 +290,13 @@ def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]
 # %% ../nbs/30_extract.ipynb
 _GZIP_MAGIC = b"\x1f\x8b"
 
+
 class _Lines(io.BufferedReader):
     "A buffered stream whose unbounded `readline()` stops at 64 KB: a header line cannot take memory without bound."
-    def readline(self, size=-1): return super().readline(size if size is not None and size >= 0 else 1 << 16)
+
+    def readline(self, size=-1):
+        return super().readline(size if size is not None and size >= 0 else 1 << 16)
+
 
 class GzipMember(io.RawIOBase):
     """The decompressed bytes of the gzip member at byte `start` of the open file `f`, a block at a time (memory: one
@@ -214,48 +304,82 @@ class GzipMember(io.RawIOBase):
     Read to its end, `end` is the offset of the byte after it and `rest` the bytes after it already read; `fault` says
     why it could not be read to its end ("not a gzip member", "corrupt gzip member", "truncated gzip member").
     `lines()` reads it line by line; a record cut by its end is counted under `cut_reason`."""
+
     cut = False
+
     def __init__(self, f, start: int, head: bytes = b"", block: int = 1 << 16):
         self.f, self.start, self.block, self.end, self.rest, self.fault, self.pos = f, start, block, None, b"", None, 0
-        if not head: f.seek(start)
+        if not head:
+            f.seek(start)
         self.inp, self.d = head if len(head) >= 2 else head + f.read(block), zlib.decompressobj(31)
-        if not self.inp.startswith(_GZIP_MAGIC): self.fault = "not a gzip member"
-    def lines(self) -> io.BufferedReader: return _Lines(self, self.block)
+        if not self.inp.startswith(_GZIP_MAGIC):
+            self.fault = "not a gzip member"
+
+    def lines(self) -> io.BufferedReader:
+        return _Lines(self, self.block)
+
     @property
-    def cut_reason(self) -> str: return "corrupt gzip member" if self.fault == "corrupt gzip member" else "truncated WARC record"
-    def readable(self): return True
-    def tell(self): return self.pos
+    def cut_reason(self) -> str:
+        return "corrupt gzip member" if self.fault == "corrupt gzip member" else "truncated WARC record"
+
+    def readable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
     def readinto(self, b):
         while self.fault is None and self.end is None:
-            if not self.inp: self.inp = self.f.read(self.block)
-            if not self.inp: self.fault = "truncated gzip member"; break
-            try: data = self.d.decompress(self.inp, len(b))
-            except zlib.error: self.fault = "corrupt gzip member"; break
-            if self.d.eof: self.rest = self.d.unused_data; self.end = self.f.tell() - len(self.rest); self.inp = b""
-            else: self.inp = self.d.unconsumed_tail
-            if data: b[:len(data)] = data; self.pos += len(data); return len(data)
+            if not self.inp:
+                self.inp = self.f.read(self.block)
+            if not self.inp:
+                self.fault = "truncated gzip member"
+                break
+            try:
+                data = self.d.decompress(self.inp, len(b))
+            except zlib.error:
+                self.fault = "corrupt gzip member"
+                break
+            if self.d.eof:
+                self.rest = self.d.unused_data
+                self.end = self.f.tell() - len(self.rest)
+                self.inp = b""
+            else:
+                self.inp = self.d.unconsumed_tail
+            if data:
+                b[: len(data)] = data
+                self.pos += len(data)
+                return len(data)
         return 0
+
     def where(self, pos: int) -> str:
         "A position inside the member as `@member offset` (its first byte) or `@member offset+bytes into its data`."
         return f"@{self.start}" + (f"+{pos}" if pos else "")
 
+
 def starts_warc_record(f, offset: int) -> bool:
     "Whether a gzip member that starts a WARC record (its data begins `WARC/`) begins at byte `offset` of `f`."
     f.seek(offset)
-    try: return zlib.decompressobj(31).decompress(f.read(4096), 5) == b"WARC/"
-    except zlib.error: return False
+    try:
+        return zlib.decompressobj(31).decompress(f.read(4096), 5) == b"WARC/"
+    except zlib.error:
+        return False
+
 
 def next_warc_member(f, after: int, block: int = 1 << 20) -> int | None:
     "Offset of the first gzip member after byte `after` of `f` that starts a WARC record, else None (scanned a block at a time)."
     pos = after
     while True:
-        f.seek(pos); data = f.read(block)
+        f.seek(pos)
+        data = f.read(block)
         i = data.find(_GZIP_MAGIC + b"\x08")
         while i >= 0:
-            if starts_warc_record(f, pos + i): return pos + i
+            if starts_warc_record(f, pos + i):
+                return pos + i
             i = data.find(_GZIP_MAGIC + b"\x08", i + 1)
-        if len(data) < block: return None
-        pos += len(data) - 2                                   # a magic split across two blocks is found in the next
+        if len(data) < block:
+            return None
+        pos += len(data) - 2  # a magic split across two blocks is found in the next
 
 # %% ../nbs/30_extract.ipynb
 from warcio.recordloader import ArcWarcRecordLoader, ArchiveLoadFailed
@@ -266,7 +390,10 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _LOADER, _HTTP = ArcWarcRecordLoader(verify_http=False), StatusAndHeadersParser([], verify=False)
 _INFLATE_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
 
-class PayloadError(ValueError): "A response whose payload cannot be read (its message is the reason counted)."
+
+class PayloadError(ValueError):
+    "A response whose payload cannot be read (its message is the reason counted)."
+
 
 def inflate(stream, wbits: int, limit: int, partial: bool = False, block: int = 1 << 16) -> bytes | None:
     """`stream`'s compressed bytes inflated a block at a time, never more than `limit` + 1 bytes at once: None as soon as
@@ -274,84 +401,134 @@ def inflate(stream, wbits: int, limit: int, partial: bool = False, block: int = 
     `deflate` is zlib-wrapped by the standard and often raw in practice: both are read."""
     d, out = None, bytearray()
     while chunk := stream.read(block):
-        if d is None: d = zlib.decompressobj(wbits if wbits != 15 or _zlib_header(chunk) else -15)
+        if d is None:
+            d = zlib.decompressobj(wbits if wbits != 15 or _zlib_header(chunk) else -15)
         while chunk and not d.eof:
-            try: out += d.decompress(chunk, limit + 1 - len(out))
-            except zlib.error: raise PayloadError("corrupt compressed payload (Content-Encoding)") from None
-            if len(out) > limit: return None
+            try:
+                out += d.decompress(chunk, limit + 1 - len(out))
+            except zlib.error:
+                raise PayloadError("corrupt compressed payload (Content-Encoding)") from None
+            if len(out) > limit:
+                return None
             chunk = d.unconsumed_tail
-    if d is not None and not d.eof and not partial: raise PayloadError("truncated compressed payload (Content-Encoding)")
+    if d is not None and not d.eof and not partial:
+        raise PayloadError("truncated compressed payload (Content-Encoding)")
     return bytes(out)
 
-def _zlib_header(b: bytes) -> bool: return len(b) >= 2 and b[0] & 0x0F == 8 and (b[0] << 8 | b[1]) % 31 == 0
+
+def _zlib_header(b: bytes) -> bool:
+    return len(b) >= 2 and b[0] & 0x0F == 8 and (b[0] << 8 | b[1]) % 31 == 0
+
 
 def http_payload(stream, http, limit: int, partial: bool = False) -> bytes | None:
     """A response's payload as a browser receives it: de-chunked (Transfer-Encoding) and inflated (Content-Encoding),
     read a block at a time; None once it passes `limit` bytes, PayloadError when it cannot be read (a compressed
     payload cut short is read as far as it goes when `partial`: a crawler's `WARC-Truncated` page)."""
-    if "chunked" in (http.get_header("Transfer-Encoding") or "").lower(): stream = ChunkedDataReader(stream, raise_exceptions=True)
+    if "chunked" in (http.get_header("Transfer-Encoding") or "").lower():
+        stream = ChunkedDataReader(stream, raise_exceptions=True)
     enc = (http.get_header("Content-Encoding") or "identity").strip().lower()
     try:
-        if enc == "identity": data = stream.read(limit + 1); return data if len(data) <= limit else None
-        if enc not in _INFLATE_WBITS: raise PayloadError(f"unsupported Content-Encoding ({enc})")
+        if enc == "identity":
+            data = stream.read(limit + 1)
+            return data if len(data) <= limit else None
+        if enc not in _INFLATE_WBITS:
+            raise PayloadError(f"unsupported Content-Encoding ({enc})")
         return inflate(stream, _INFLATE_WBITS[enc], limit, partial)
-    except ChunkedDataException: raise PayloadError("malformed chunked payload (Transfer-Encoding)") from None
+    except ChunkedDataException:
+        raise PayloadError("malformed chunked payload (Transfer-Encoding)") from None
+
 
 def read_response(rec, max_bytes: int, keep_truncated: bool = True) -> tuple[str, object]:
     """What a WARC response record is: `("page", (html bytes, HTTP Content-Type))` or `("drop", reason)`. The record's
     own size, the HTTP status (200 only), the MIME type (Common Crawl's `WARC-Identified-Payload-Type` first, as
     datatrove reads it, else the server's Content-Type), `WARC-Truncated` (if not kept) and the decoded size decide."""
-    if rec.length > max_bytes: return "drop", f"WARC record over {max_bytes:,} bytes"
-    if not (wct := rec.rec_headers.get_header("Content-Type") or "application/http").lower().startswith("application/http"):
-        return "drop", f"non-HTTP response ({wct.split(';')[0].strip()})"                    # e.g. a crawler's dns: lookups
-    try: http = _HTTP.parse(rec.raw_stream)
-    except (StatusAndHeadersParserException, EOFError, ValueError): return "drop", "malformed HTTP headers"
+    if rec.length > max_bytes:
+        return "drop", f"WARC record over {max_bytes:,} bytes"
+    if (
+        not (wct := rec.rec_headers.get_header("Content-Type") or "application/http")
+        .lower()
+        .startswith("application/http")
+    ):
+        return "drop", f"non-HTTP response ({wct.split(';')[0].strip()})"  # e.g. a crawler's dns: lookups
+    try:
+        http = _HTTP.parse(rec.raw_stream)
+    except (StatusAndHeadersParserException, EOFError, ValueError):
+        return "drop", "malformed HTTP headers"
     status = http.get_statuscode()
-    if not re.fullmatch(r"\d{3}", status): return "drop", "malformed HTTP headers"
-    if status != "200": return "drop", f"HTTP status {status}"
+    if not re.fullmatch(r"\d{3}", status):
+        return "drop", "malformed HTTP headers"
+    if status != "200":
+        return "drop", f"HTTP status {status}"
     ctype = http.get_header("Content-Type")
     mime = (rec.rec_headers.get_header("WARC-Identified-Payload-Type") or ctype or "").split(";")[0].strip().lower()
-    if mime not in _HTML_TYPES: return "drop", f"non-HTML response ({mime or 'no Content-Type'})"
+    if mime not in _HTML_TYPES:
+        return "drop", f"non-HTML response ({mime or 'no Content-Type'})"
     cut = rec.rec_headers.get_header("WARC-Truncated")
-    if cut and not keep_truncated: return "drop", f"WARC-Truncated ({cut})"
-    try: body = http_payload(rec.raw_stream, http, max_bytes, partial=bool(cut))
-    except PayloadError as e: return "drop", str(e)
-    if body is None: return "drop", f"decoded payload over {max_bytes:,} bytes"
+    if cut and not keep_truncated:
+        return "drop", f"WARC-Truncated ({cut})"
+    try:
+        body = http_payload(rec.raw_stream, http, max_bytes, partial=bool(cut))
+    except PayloadError as e:
+        return "drop", str(e)
+    if body is None:
+        return "drop", f"decoded payload over {max_bytes:,} bytes"
     return "page", (body, ctype)
 
 # %% ../nbs/30_extract.ipynb
 class PlainRun:
     "An uncompressed WARC file, read as one run of records."
+
     cut, cut_reason = False, "truncated WARC record"
-    def __init__(self, f): self.f = f
-    def lines(self) -> io.BufferedReader: self.f.seek(0); return _Lines(self.f, 1 << 16)
-    def where(self, pos: int) -> str: return f"@{pos}"
+
+    def __init__(self, f):
+        self.f = f
+
+    def lines(self) -> io.BufferedReader:
+        self.f.seek(0)
+        return _Lines(self.f, 1 << 16)
+
+    def where(self, pos: int) -> str:
+        return f"@{pos}"
+
 
 def read_record(s, statusline: bytes, max_bytes: int, keep_truncated: bool = True) -> tuple[str, object]:
     """The WARC record whose version line `statusline` was just read from `s`, read to its end: `("page", (id, url,
     html bytes, Content-Type, WARC-Truncated))`, `("drop", reason)` for a response that is no page, `("note", what)`
     for any other record, `("cut", None)` if `s` ends inside it, `("lost", reason)` if where it ends is unknown."""
-    try: rec = _LOADER.parse_record_stream(s, statusline, "warc", no_record_parse=True)
-    except (ArchiveLoadFailed, StatusAndHeadersParserException, EOFError, ValueError): return "lost", "malformed WARC record (header)"
+    try:
+        rec = _LOADER.parse_record_stream(s, statusline, "warc", no_record_parse=True)
+    except (ArchiveLoadFailed, StatusAndHeadersParserException, EOFError, ValueError):
+        return "lost", "malformed WARC record (header)"
     h = rec.rec_headers
     if not (h.get_header("Content-Length") or "").isdigit():
         return ("cut", None) if not s.peek(1) else ("lost", "malformed WARC record (Content-Length)")
-    kind, what = read_response(rec, max_bytes, keep_truncated) if rec.rec_type == "response" else ("note", f"WARC {rec.rec_type} record")
-    while rec.raw_stream.read(1 << 16): pass                   # the rest of the record, unread
-    if rec.raw_stream.limit > 0: return "cut", None            # fewer bytes than its Content-Length: the stream ended
-    if kind == "page": what = (h.get_header("WARC-Record-ID"), h.get_header("WARC-Target-URI"), *what, h.get_header("WARC-Truncated"))
+    kind, what = (
+        read_response(rec, max_bytes, keep_truncated)
+        if rec.rec_type == "response"
+        else ("note", f"WARC {rec.rec_type} record")
+    )
+    while rec.raw_stream.read(1 << 16):
+        pass  # the rest of the record, unread
+    if rec.raw_stream.limit > 0:
+        return "cut", None  # fewer bytes than its Content-Length: the stream ended
+    if kind == "page":
+        what = (h.get_header("WARC-Record-ID"), h.get_header("WARC-Target-URI"), *what, h.get_header("WARC-Truncated"))
     return kind, what
+
 
 def _next_record_line(s) -> tuple[bytes, int | None, int]:
     """Read `s` to its next line that starts a WARC record (`WARC/`): `(that line, or b"" at the end; where the first
     other non-blank line began, or None; the bytes of those other lines)`."""
     first, skipped = None, 0
     while line := s.readline():
-        if line.startswith(b"WARC/"): return line, first, skipped
+        if line.startswith(b"WARC/"):
+            return line, first, skipped
         if line.strip():
-            if first is None: first = s.tell() - len(line)
+            if first is None:
+                first = s.tell() - len(line)
             skipped += len(line)
     return b"", first, skipped
+
 
 def run_pages(run, path, report: ReadReport, max_bytes: int, keep_truncated: bool = True):
     """Yield `(id, url, html bytes, Content-Type)` for each page of one run of WARC records (a plain file, or one gzip
@@ -360,33 +537,47 @@ def run_pages(run, path, report: ReadReport, max_bytes: int, keep_truncated: boo
     s, lost = run.lines(), False
     while True:
         line, junk_at, junk = _next_record_line(s)
-        if junk:                                               # after a lost record: the rest of it; else data that is no record
-            if not lost: report.drop(path, run.where(junk_at), "not a WARC record")
+        if junk:  # after a lost record: the rest of it; else data that is no record
+            if not lost:
+                report.drop(path, run.where(junk_at), "not a WARC record")
             report.note("bytes skipped (not a WARC record)", junk)
-        if not line: return
+        if not line:
+            return
         at = run.where(s.tell() - len(line))
         kind, what = read_record(s, line, max_bytes, keep_truncated)
         lost = kind == "lost"
-        if kind == "cut": report.drop(path, at, run.cut_reason); run.cut = True; return
-        if kind == "note": report.note(what)
-        elif kind != "page": report.drop(path, at, what)
+        if kind == "cut":
+            report.drop(path, at, run.cut_reason)
+            run.cut = True
+            return
+        if kind == "note":
+            report.note(what)
+        elif kind != "page":
+            report.drop(path, at, what)
         else:
             rid, url, body, ctype, truncated = what
-            if truncated: report.note(f"WARC-Truncated ({truncated}) page kept")
+            if truncated:
+                report.note(f"WARC-Truncated ({truncated}) page kept")
             yield rid or at, url, body, ctype
+
 
 def gzip_runs(f, path, report: ReadReport):
     """Each gzip member of `f` in turn. After one that cannot be read (counted, unless a record it cut was), reading
     resumes at the next member that starts a WARC record; the bytes between are counted."""
     start, rest, size = 0, b"", os.fstat(f.fileno()).st_size
     while start is not None and start < size:
-        m = GzipMember(f, start, rest); yield m
-        if m.fault is None: start, rest = m.end, m.rest; continue
+        m = GzipMember(f, start, rest)
+        yield m
+        if m.fault is None:
+            start, rest = m.end, m.rest
+            continue
         rest = b""
-        if not m.cut: report.drop(path, f"@{start}", m.fault)
+        if not m.cut:
+            report.drop(path, f"@{start}", m.fault)
         nxt = next_warc_member(f, start + 1)
         report.note("bytes skipped (unreadable gzip data)", (size if nxt is None else nxt) - start)
         start = nxt
+
 
 def iter_warc(path, report: ReadReport, max_bytes: int = 4_000_000, field: str = "html", keep_truncated: bool = True):
     """Yield `(WARC-Record-ID, {field: html, "url": WARC-Target-URI})` for each HTML page of a WARC file (plain or
@@ -394,7 +585,8 @@ def iter_warc(path, report: ReadReport, max_bytes: int = 4_000_000, field: str =
     is dropped with its reason and byte offset in `report`; other records (requests, metadata, warcinfo), bytes skipped
     and pages kept though marked `WARC-Truncated` are noted beside them. A bad record costs that record only."""
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"shard {str(path)!r} not found")
+    if not path.is_file():
+        raise FileNotFoundError(f"shard {str(path)!r} not found")
     with open(path, "rb", buffering=0) as f:
         runs = gzip_runs(f, path, report) if f.read(2) == _GZIP_MAGIC else [PlainRun(f)]
         for run in runs:
@@ -406,68 +598,106 @@ def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int
     """Yield `(row, {column: value, "url": ...})` for each row of a parquet file, one row-group batch at a time.
     A missing column is a ValueError naming the columns there are; a null or non-string value is counted."""
     import pyarrow.parquet as pq
+
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"shard {str(path)!r} not found")
-    try: pf = pq.ParquetFile(path)
-    except Exception as e: report.drop(path, 0, f"unreadable parquet file ({type(e).__name__})"); return
+    if not path.is_file():
+        raise FileNotFoundError(f"shard {str(path)!r} not found")
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:
+        report.drop(path, 0, f"unreadable parquet file ({type(e).__name__})")
+        return
     names = pf.schema_arrow.names
-    if column not in names: raise ValueError(f"{path.name} has no column {column!r} (columns: {', '.join(names)}); set the dataset's text_column")
+    if column not in names:
+        raise ValueError(
+            f"{path.name} has no column {column!r} (columns: {', '.join(names)}); set the dataset's text_column"
+        )
     cols, row = [column] + (["url"] if "url" in names and column != "url" else []), 0
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):     # Arrow memory: one batch of `batch_rows` rows
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):  # Arrow memory: one batch of `batch_rows` rows
         arrays = [batch.column(c) for c in cols]
-        for i in range(batch.num_rows):                                      # Python objects: one row at a time
-            row += 1; rec = {c: a[i].as_py() for c, a in zip(cols, arrays)}
-            if not isinstance(rec[column], str): report.drop(path, f"row{row}", f"no string field {column!r}"); continue
+        for i in range(batch.num_rows):  # Python objects: one row at a time
+            row += 1
+            rec = {c: a[i].as_py() for c, a in zip(cols, arrays)}
+            if not isinstance(rec[column], str):
+                report.drop(path, f"row{row}", f"no string field {column!r}")
+                continue
             yield f"row{row}", rec
 
 # %% ../nbs/30_extract.ipynb
-def iter_documents(path, report: ReadReport, reader: str = "auto", field: str = "text", max_bytes: int = 4_000_000,
-                   keep_truncated: bool = True):
+def iter_documents(
+    path,
+    report: ReadReport,
+    reader: str = "auto",
+    field: str = "text",
+    max_bytes: int = 4_000_000,
+    keep_truncated: bool = True,
+):
     """Yield `(where in the file, record)` from any shard: JSONL (plain/.gz/.zst) lines, WARC HTML responses (pages the
     crawler marked truncated too, unless `keep_truncated` is false) or parquet rows."""
     r = reader_of(path, reader)
-    if r == "warc": yield from iter_warc(path, report, max_bytes, field, keep_truncated)
-    elif r == "parquet": yield from iter_parquet(path, report, field)
-    else: yield from ((str(n), obj) for n, obj in iter_records(path, report, max_bytes))
+    if r == "warc":
+        yield from iter_warc(path, report, max_bytes, field, keep_truncated)
+    elif r == "parquet":
+        yield from iter_parquet(path, report, field)
+    else:
+        yield from ((str(n), obj) for n, obj in iter_records(path, report, max_bytes))
 
 # %% ../nbs/30_extract.ipynb
 JUSTEXT_PARAMS = dict(length_low=30, length_high=100, stopwords_low=0.2, stopwords_high=0.3, max_link_density=0.4)
+
 
 @functools.lru_cache(maxsize=None)
 def _stoplist(language: str) -> frozenset:
     "jusText's stoplist, read once per process (jusText reads and parses its file on every call)."
     import justext
+
     return justext.get_stoplist(language)
+
 
 def html_to_text(html: str | bytes, language: str = "English", **params) -> str:
     "Main text of an HTML page: jusText's non-boilerplate paragraphs, one per line ('' if none)."
-    encoding = "utf-8" if isinstance(html, str) else None     # a str is decoded already: its meta charset no longer applies
-    if isinstance(html, str) and not html.isascii():    # a str UTF-8 encodes is what jusText would decode its bytes to;
-        try: html.encode("utf-8")                        # one with lone surrogates is not (they become "?")
-        except UnicodeEncodeError: html = html.encode("utf-8", "replace")
-    if not html.strip(b" \t\n\r\x0b\x0c" if isinstance(html, bytes) else " \t\n\r\x0b\x0c"): return ""  # bytes' whitespace
-    try: paragraphs = justext_paragraphs(html, _stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
-    except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all (e.g. only a comment)
+    encoding = (
+        "utf-8" if isinstance(html, str) else None
+    )  # a str is decoded already: its meta charset no longer applies
+    if isinstance(html, str) and not html.isascii():  # a str UTF-8 encodes is what jusText would decode its bytes to;
+        try:
+            html.encode("utf-8")  # one with lone surrogates is not (they become "?")
+        except UnicodeEncodeError:
+            html = html.encode("utf-8", "replace")
+    if not html.strip(b" \t\n\r\x0b\x0c" if isinstance(html, bytes) else " \t\n\r\x0b\x0c"):
+        return ""  # bytes' whitespace
+    try:
+        paragraphs = justext_paragraphs(html, _stoplist(language), encoding=encoding, **{**JUSTEXT_PARAMS, **params})
+    except lxml.etree.ParserError:
+        return ""  # "Document is empty": no elements at all (e.g. only a comment)
     return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
 
+
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
 
 def language_of(text: str) -> tuple[str, bool]:
     """ISO code of the main language of `text` and whether CLD2 calls it reliable ('un' if unknown). Control characters
     are removed first: CLD2 rejects the C1 ones (U+0080-U+009F) as "invalid UTF-8", and mojibake of UTF-8 read as
     Latin-1 (`â\x80\x99` for `’`) is full of them."""
     import pycld2
-    try: reliable, _, details = pycld2.detect(_CONTROL.sub("", clean_unicode(text)))
-    except pycld2.error: return "un", False
+
+    try:
+        reliable, _, details = pycld2.detect(_CONTROL.sub("", clean_unicode(text)))
+    except pycld2.error:
+        return "un", False
     return details[0][1], reliable
 
 # %% ../nbs/30_extract.ipynb
 _WS_NEWLINE, _WS_OTHER = re.compile(r"\s*[\n\r]\s*"), re.compile(r"[^\S\n\r]+")
 
+
 def normalize_whitespace(text: str) -> str:
     "jusText's whitespace rule without a callback: a run holding a newline becomes one newline, any other run one space."
-    if text.isprintable() and "  " not in text: return text   # no whitespace but single spaces: nothing to replace
+    if text.isprintable() and "  " not in text:
+        return text  # no whitespace but single spaces: nothing to replace
     return _WS_OTHER.sub(" ", _WS_NEWLINE.sub("\n", text))
+
 
 # jusText's preprocessor (lxml_html_clean's Cleaner with jusText's options) takes these out of the tree: a killed element
 # goes with all it holds (its tail stays), a removed one leaves its text and children in its place. A <param> is killed
@@ -475,108 +705,168 @@ def normalize_whitespace(text: str) -> str:
 _KILLED = frozenset({"head", "base", "script", "style", "applet", "button", "input", "select", "textarea"})
 _REMOVED = frozenset({"iframe", "embed", "layer", "object", "form"})
 _CLEANED = _KILLED | _REMOVED | {"param", "link", "image"}
-_FULL_HTML = re.compile(r"^\s*<(?:html|!doctype)", re.I).match          # lxml.html.fromstring's test, str and bytes
+_FULL_HTML = re.compile(r"^\s*<(?:html|!doctype)", re.I).match  # lxml.html.fromstring's test, str and bytes
 _FULL_HTML_BYTES = re.compile(rb"^\s*<(?:html|!doctype)", re.I).match
+
 
 class _Paragraph:
     "What jusText's classification reads of a paragraph, computed once (jusText re-joins and re-splits its text per read)."
-    __slots__ = ("dom_path", "text", "words_count", "chars_count_in_links", "tags_count", "heading", "cf_class", "class_type")
-    @property
-    def is_boilerplate(self) -> bool: return self.class_type != "good"
-    def __len__(self): return len(self.text)
 
-def _classified_paragraphs(root, stoplist, length_low, length_high, stopwords_low, stopwords_high, max_link_density,
-                           no_headings, cleaned: bool) -> list:
+    __slots__ = (
+        "dom_path",
+        "text",
+        "words_count",
+        "chars_count_in_links",
+        "tags_count",
+        "heading",
+        "cf_class",
+        "class_type",
+    )
+
+    @property
+    def is_boilerplate(self) -> bool:
+        return self.class_type != "good"
+
+    def __len__(self):
+        return len(self.text)
+
+
+def _classified_paragraphs(
+    root, stoplist, length_low, length_high, stopwords_low, stopwords_high, max_link_density, no_headings, cleaned: bool
+) -> list:
     """jusText's `ParagraphMaker` and `classify_paragraphs` in one walk of lxml's tree: the same events (a tag opened,
     text, a tag closed), paragraphs and context-free classes. Unless `cleaned`, it does the preprocessor's work as it
     walks: what the Cleaner kills is skipped, what it removes is walked through, and the text either leaves behind is
     joined to the text before it, as the Cleaner joins it (comments are killed; a processing instruction stays and
     separates the text before it from its tail)."""
-    import justext.core, justext.paragraph
-    BLOCK, HEADING, PI = justext.core.PARAGRAPH_TAGS, justext.paragraph.HEADINGS_PATTERN, lxml.etree.ProcessingInstruction
-    paragraphs, headings = [], {}
-    nodes, links, tags, path = [], 0, 0, ""        # the open paragraph: its text nodes, link characters, tags, DOM path
-    link = br = False
-    pending, in_object = None, 0                    # text not yet handed to the paragraph (joined as the Cleaner joins it)
+    import justext.core
+    import justext.paragraph
 
-    def close():                                    # the open paragraph, classified, if it has text (jusText drops it else)
+    BLOCK, HEADING, PI = (
+        justext.core.PARAGRAPH_TAGS,
+        justext.paragraph.HEADINGS_PATTERN,
+        lxml.etree.ProcessingInstruction,
+    )
+    paragraphs, headings = [], {}
+    nodes, links, tags, path = [], 0, 0, ""  # the open paragraph: its text nodes, link characters, tags, DOM path
+    link = br = False
+    pending, in_object = None, 0  # text not yet handed to the paragraph (joined as the Cleaner joins it)
+
+    def close():  # the open paragraph, classified, if it has text (jusText drops it else)
         nonlocal nodes
-        text = normalize_whitespace("".join(nodes).strip()); nodes = []
-        if not text: return
-        p = _Paragraph(); p.dom_path, p.text, p.chars_count_in_links, p.tags_count = path, text, links, tags
-        words = text.split(); p.words_count = n = len(words)
+        text = normalize_whitespace("".join(nodes).strip())
+        nodes = []
+        if not text:
+            return
+        p = _Paragraph()
+        p.dom_path, p.text, p.chars_count_in_links, p.tags_count = path, text, links, tags
+        words = text.split()
+        p.words_count = n = len(words)
         stop_density = sum(map(stoplist.__contains__, map(str.lower, words))) / n
-        if (h := headings.get(path)) is None: h = headings[path] = bool(HEADING.search(path))
+        if (h := headings.get(path)) is None:
+            h = headings[path] = bool(HEADING.search(path))
         p.heading, length = not no_headings and h, len(text)
-        if links / length > max_link_density or "\xa9" in text or "&copy" in text or "select" in path: c = "bad"
-        elif length < length_low: c = "bad" if links > 0 else "short"
-        elif stop_density >= stopwords_high: c = "good" if length > length_high else "neargood"
-        elif stop_density >= stopwords_low: c = "neargood"
-        else: c = "bad"
+        if links / length > max_link_density or "\xa9" in text or "&copy" in text or "select" in path:
+            c = "bad"
+        elif length < length_low:
+            c = "bad" if links > 0 else "short"
+        elif stop_density >= stopwords_high:
+            c = "good" if length > length_high else "neargood"
+        elif stop_density >= stopwords_low:
+            c = "neargood"
+        else:
+            c = "bad"
         p.cf_class, p.class_type = c, ""
         paragraphs.append(p)
 
-    def characters(content):                        # jusText's `characters`, for text that is not blank
+    def characters(content):  # jusText's `characters`, for text that is not blank
         nonlocal links, br
-        text = normalize_whitespace(content); nodes.append(text)
-        if link: links += len(text)
+        text = normalize_whitespace(content)
+        nodes.append(text)
+        if link:
+            links += len(text)
         br = False
 
     def walk(el, parent_path):
         nonlocal pending, tags, links, path, link, br, in_object
         tag = el.tag
-        if tag.__class__ is not str:                # a comment (killed) or a processing instruction: only its tail
+        if tag.__class__ is not str:  # a comment (killed) or a processing instruction: only its tail
             if tag is PI and pending:
-                if not pending.isspace(): characters(pending)
+                if not pending.isspace():
+                    characters(pending)
                 pending = None
-            if tail := el.tail: pending = pending + tail if pending else tail
+            if tail := el.tail:
+                pending = pending + tail if pending else tail
             return
         if tag in _CLEANED and not cleaned:
-            if tag == "image": tag = "img"
+            if tag == "image":
+                tag = "img"
             else:
-                if tag == "param": kill = not in_object
+                if tag == "param":
+                    kill = not in_object
                 elif tag == "link":
-                    if "stylesheet" not in el.get("rel", "").lower(): kill = None
-                    else: kill = True
-                else: kill = tag in _KILLED
+                    if "stylesheet" not in el.get("rel", "").lower():
+                        kill = None
+                    else:
+                        kill = True
+                else:
+                    kill = tag in _KILLED
                 if kill is not None:
                     if not kill:
-                        if t := el.text: pending = pending + t if pending else t
+                        if t := el.text:
+                            pending = pending + t if pending else t
                         in_object += tag == "object"
-                        for child in el: walk(child, parent_path)
+                        for child in el:
+                            walk(child, parent_path)
                         in_object -= tag == "object"
-                    if tail := el.tail: pending = pending + tail if pending else tail
+                    if tail := el.tail:
+                        pending = pending + tail if pending else tail
                     return
         if pending:
-            if not pending.isspace(): characters(pending)
+            if not pending.isspace():
+                characters(pending)
             pending = None
         here = f"{parent_path}.{tag}" if parent_path else tag
         block = tag in BLOCK
-        if block or (br and tag == "br"):           # a block tag, or <br><br>: a new paragraph
-            if tag == "br": tags -= 1
-            if nodes: close()
-            links = tags = 0; path = here
+        if block or (br and tag == "br"):  # a block tag, or <br><br>: a new paragraph
+            if tag == "br":
+                tags -= 1
+            if nodes:
+                close()
+            links = tags = 0
+            path = here
         else:
             br = tag == "br"
-            if br: nodes.append(" ")
-            elif tag == "a": link = True
+            if br:
+                nodes.append(" ")
+            elif tag == "a":
+                link = True
             tags += 1
         pending = el.text
-        for child in el: walk(child, here)
+        for child in el:
+            walk(child, here)
         if pending:
-            if not pending.isspace(): characters(pending)
+            if not pending.isspace():
+                characters(pending)
         if block:
-            if nodes: close()
-            links = tags = 0; path = parent_path
-        elif tag == "a": link = False
+            if nodes:
+                close()
+            links = tags = 0
+            path = parent_path
+        elif tag == "a":
+            link = False
         pending = el.tail
 
     walk(root, "")
-    if pending and not pending.isspace(): characters(pending)
-    if nodes: close()
+    if pending and not pending.isspace():
+        characters(pending)
+    if nodes:
+        close()
     return paragraphs
 
+
 _PARSER = None
+
 
 def _html_root(html: bytes | str, encoding):
     """`(root, cleaned)`: the tree `justext.core.html_to_dom` parses, from a plain lxml parser (no per-element Python
@@ -584,33 +874,60 @@ def _html_root(html: bytes | str, encoding):
     parse and preprocessor (a fragment, which lxml.html re-roots: rare)."""
     global _PARSER
     import justext.core as core
+
     _PARSER = _PARSER or lxml.etree.HTMLParser()
     decoded, root = core.decode_html(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS), None
     try:
-        if _FULL_HTML(decoded): root = lxml.etree.fromstring(decoded, _PARSER)
-    except ValueError:                              # an XML encoding declaration in a str: jusText parses the bytes
-        if isinstance(html, str): html = html.encode(encoding or core.DEFAULT_ENCODING, core.DEFAULT_ENC_ERRORS)
-        if _FULL_HTML_BYTES(html): root = lxml.etree.fromstring(html, _PARSER)
-    if root is not None and root.tag == "html": return root, False
+        if _FULL_HTML(decoded):
+            root = lxml.etree.fromstring(decoded, _PARSER)
+    except ValueError:  # an XML encoding declaration in a str: jusText parses the bytes
+        if isinstance(html, str):
+            html = html.encode(encoding or core.DEFAULT_ENCODING, core.DEFAULT_ENC_ERRORS)
+        if _FULL_HTML_BYTES(html):
+            root = lxml.etree.fromstring(html, _PARSER)
+    if root is not None and root.tag == "html":
+        return root, False
     return core.preprocessor(core.html_to_dom(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS)), True
 
-def justext_paragraphs(html: bytes | str, stoplist, encoding=None, max_heading_distance: int = 200, no_headings: bool = False,
-                       length_low: int = 70, length_high: int = 200, stopwords_low: float = 0.30,
-                       stopwords_high: float = 0.32, max_link_density: float = 0.2) -> list:
+
+def justext_paragraphs(
+    html: bytes | str,
+    stoplist,
+    encoding=None,
+    max_heading_distance: int = 200,
+    no_headings: bool = False,
+    length_low: int = 70,
+    length_high: int = 200,
+    stopwords_low: float = 0.30,
+    stopwords_high: float = 0.32,
+    max_link_density: float = 0.2,
+) -> list:
     "`justext.justext(html, stoplist, ...)` in one walk of the tree: the same paragraphs, texts, headings and classes."
     import justext.core as core
+
     root, cleaned = _html_root(html, encoding)
-    paragraphs = _classified_paragraphs(root, core.define_stoplist(stoplist), length_low, length_high, stopwords_low,
-                                        stopwords_high, max_link_density, no_headings, cleaned)
+    paragraphs = _classified_paragraphs(
+        root,
+        core.define_stoplist(stoplist),
+        length_low,
+        length_high,
+        stopwords_low,
+        stopwords_high,
+        max_link_density,
+        no_headings,
+        cleaned,
+    )
     core.revise_paragraph_classification(paragraphs, max_heading_distance)
     return paragraphs
 
 # %% ../nbs/30_extract.ipynb
 _WORD = re.compile(r"\w+")
 
+
 def _fewer_words(text: str, n: int) -> bool:
     "`len(_WORD.findall(text)) < n`, reading no further than the n-th word."
     return n > 0 and next(itertools.islice(_WORD.finditer(text), n - 1, None), None) is None
+
 
 def token_prf(predicted: str, truth: str) -> tuple[float, float, float]:
     "Token-level precision, recall and F1 of `predicted` against `truth` (bags of lowercased words)."
@@ -619,23 +936,41 @@ def token_prf(predicted: str, truth: str) -> tuple[float, float, float]:
     prec, rec = shared / max(1, sum(p.values())), shared / max(1, sum(t.values()))
     return prec, rec, (2 * prec * rec / (prec + rec) if prec + rec else 0.0)
 
-TUNING_PAGES_BEFORE = "5f03fc173ebc6abdfae50b96ce0b05a6137b7d3f2ef379be35a9bb8ca9f49e87"  # the 61st id: ids before it tuned jusText
+
+TUNING_PAGES_BEFORE = (
+    "5f03fc173ebc6abdfae50b96ce0b05a6137b7d3f2ef379be35a9bb8ca9f49e87"  # the 61st id: ids before it tuned jusText
+)
+
 
 def load_benchmark_pages(html_dir, split: str = "all", n: int | None = None) -> list[tuple[str, bytes, str]]:
     """`(name, html bytes, ground-truth body)` for the first `n` pages of the article-extraction benchmark (sorted
     by name) in `split`: "all", "tuning" (the 60 pages jusText's settings were chosen on) or "held-out"."""
-    if split not in ("all", "tuning", "held-out"): raise ValueError(f"split must be all, tuning or held-out, not {split!r}")
+    if split not in ("all", "tuning", "held-out"):
+        raise ValueError(f"split must be all, tuning or held-out, not {split!r}")
     html_dir = Path(html_dir)
     truth = json.loads((html_dir / "ground-truth.json").read_text())
-    files = [f for f in sorted((html_dir / "html").glob("*.html.gz"))
-             if split == "all" or (f.name < TUNING_PAGES_BEFORE) == (split == "tuning")][:n]
-    if not files: raise FileNotFoundError(f"no {split} *.html.gz pages under {html_dir / 'html'}")
+    files = [
+        f
+        for f in sorted((html_dir / "html").glob("*.html.gz"))
+        if split == "all" or (f.name < TUNING_PAGES_BEFORE) == (split == "tuning")
+    ][:n]
+    if not files:
+        raise FileNotFoundError(f"no {split} *.html.gz pages under {html_dir / 'html'}")
     return [(f.name[:-8], gzip.decompress(f.read_bytes()), truth[f.name[:-8]]["articleBody"]) for f in files]
 
 # %% ../nbs/30_extract.ipynb
-def extract_shard(src, dst, dataset: str, format: str = "html", languages=("en",), min_words: int = 20,
-                  max_line_bytes: int = 4_000_000, reader: str = "auto", text_column: str | None = None,
-                  keep_truncated: bool = True) -> Manifest:
+def extract_shard(
+    src,
+    dst,
+    dataset: str,
+    format: str = "html",
+    languages=("en",),
+    min_words: int = 20,
+    max_line_bytes: int = 4_000_000,
+    reader: str = "auto",
+    text_column: str | None = None,
+    keep_truncated: bool = True,
+) -> Manifest:
     """Extraction stage over one shard (any reader: JSONL lines, WARC HTML responses, parquet rows) whose records hold
     HTML (format html) or text (format text) in `text_column` (default: the format's name) → `{"id", "dataset",
     "text"}` documents (plus `url` when the record has one) in English with at least `min_words` words. What the
@@ -643,24 +978,41 @@ def extract_shard(src, dst, dataset: str, format: str = "html", languages=("en",
     t0, src = time.time(), Path(src)
     man, report = Manifest("extract", src.name), ReadReport()
     key = text_column or {"html": "html", "text": "text"}[format]
+
     def docs():
         for loc, obj in iter_documents(src, report, reader, key, max_line_bytes, keep_truncated):
             man.docs_in += 1
             where, raw = f"{src}:{loc}", obj.get(key)
-            if not isinstance(raw, str): man.drop(f"no string field {key!r}", where); continue
-            try: text = clean_unicode(html_to_text(raw) if format == "html" else raw).strip()
-            except lxml.etree.LxmlError as e: man.drop(f"unparseable HTML ({type(e).__name__})", where); continue
-            if not text: man.drop("no main text" if format == "html" else "empty text", where); continue
-            if _fewer_words(text, min_words): man.drop(f"under {min_words} words", where); continue
+            if not isinstance(raw, str):
+                man.drop(f"no string field {key!r}", where)
+                continue
+            try:
+                text = clean_unicode(html_to_text(raw) if format == "html" else raw).strip()
+            except lxml.etree.LxmlError as e:
+                man.drop(f"unparseable HTML ({type(e).__name__})", where)
+                continue
+            if not text:
+                man.drop("no main text" if format == "html" else "empty text", where)
+                continue
+            if _fewer_words(text, min_words):
+                man.drop(f"under {min_words} words", where)
+                continue
             lang, _ = language_of(text)
-            if lang not in languages: man.drop(f"language not {'/'.join(languages)}", where); continue
+            if lang not in languages:
+                man.drop(f"language not {'/'.join(languages)}", where)
+                continue
             man.kept += 1
             url = obj.get("url")
-            yield {"id": f"{dataset}/{shard_stem(src)}:{loc}", "dataset": dataset, "text": text} | ({"url": url} if isinstance(url, str) else {})
+            yield {"id": f"{dataset}/{shard_stem(src)}:{loc}", "dataset": dataset, "text": text} | (
+                {"url": url} if isinstance(url, str) else {}
+            )
+
     write_jsonl(dst, docs())
-    man.docs_in += sum(report.dropped.values())              # unreadable lines are documents in, dropped
-    for reason, n in report.dropped.items(): man.dropped[reason] += n
-    if report.noted: man.extra["noted"] = dict(report.noted)
+    man.docs_in += sum(report.dropped.values())  # unreadable lines are documents in, dropped
+    for reason, n in report.dropped.items():
+        man.dropped[reason] += n
+    if report.noted:
+        man.extra["noted"] = dict(report.noted)
     man.examples = [[f"{f}:{l}", r] for f, l, r in report.examples] + man.examples
     man.seconds = time.time() - t0
     return man.check()

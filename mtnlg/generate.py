@@ -9,14 +9,20 @@ __all__ = ['check_sampling', 'filter_logits', 'sample_next', 'KVCache', 'full_lo
 # %% ../nbs/62_generate.ipynb
 import math
 from dataclasses import dataclass, field
-import torch, torch.nn.functional as F, torch.distributed as dist
+import torch
+import torch.nn.functional as F
+import torch.distributed as dist
 from megatron.core import parallel_state
 
 # %% ../nbs/62_generate.ipynb
 def check_sampling(temperature: float, top_k: int, top_p: float):
-    if temperature < 0: raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
-    if top_k < 0: raise ValueError(f"top_k must be >= 0 (0: no limit), got {top_k}")
-    if not 0 < top_p <= 1: raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0: no limit), got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     "Logits [..., vocab] with every token outside the top-k / top-p support set to -inf."
@@ -26,16 +32,23 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
         logits[logits < kth] = float("-inf")
     if top_p < 1.0:
         probs, order = logits.softmax(-1).sort(-1, descending=True)
-        before = probs.cumsum(-1) - probs                      # mass of the tokens ranked above each one
+        before = probs.cumsum(-1) - probs  # mass of the tokens ranked above each one
         drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, before >= top_p)
         logits[drop] = float("-inf")
     return logits
 
-def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     "Next token per row of `logits` [batch, vocab]: argmax at temperature 0, else a draw from the filtered softmax."
     check_sampling(temperature, top_k, top_p)
-    if temperature == 0: return logits.argmax(-1)
+    if temperature == 0:
+        return logits.argmax(-1)
     probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
@@ -43,27 +56,34 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0, 
 @dataclass
 class KVCache:
     "Per layer: keys and values [batch, local heads, positions, head dim] of every position so far; `valid`: [batch, positions]."
+
     keys: list = field(default_factory=list)
     values: list = field(default_factory=list)
     valid: torch.Tensor | None = None
 
     @property
-    def length(self) -> int: return 0 if self.valid is None else self.valid.shape[1]
+    def length(self) -> int:
+        return 0 if self.valid is None else self.valid.shape[1]
 
     def extend(self, valid: torch.Tensor, max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Take `valid` [batch, new] (real tokens, not pads) after what the cache holds; return the new positions'
         position ids [batch, new] and attention mask [batch, 1, new, all positions]."""
         s = valid.shape[1]
         self.valid = valid if self.valid is None else torch.cat([self.valid, valid], 1)
-        if self.length > max_length: raise ValueError(f"{self.length} positions exceed model.seq_length={max_length}")
-        positions = (self.valid.long().cumsum(1) - 1).clamp(min=0)[:, -s:]    # per row, from its first real token
+        if self.length > max_length:
+            raise ValueError(f"{self.length} positions exceed model.seq_length={max_length}")
+        positions = (self.valid.long().cumsum(1) - 1).clamp(min=0)[:, -s:]  # per row, from its first real token
         total = self.length
         causal = torch.ones(s, total, dtype=torch.bool, device=valid.device).tril(total - s)
-        mask = (causal[None] & self.valid[:, None, :])[:, None]              # [batch, 1, new, total]
-        mask[..., torch.arange(s), torch.arange(total - s, total)] = True      # every position sees itself (a pad too: no empty row)
+        mask = (causal[None] & self.valid[:, None, :])[:, None]  # [batch, 1, new, total]
+        mask[..., torch.arange(s), torch.arange(total - s, total)] = (
+            True  # every position sees itself (a pad too: no empty row)
+        )
         return positions, mask
 
-    def bytes(self) -> int: return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
 
 def _attention_step(attn, x, layer: int, cache: KVCache, mask):
     "The model's attention on new positions `x`, attending over the cached ones too; appends its keys and values."
@@ -73,22 +93,27 @@ def _attention_step(attn, x, layer: int, cache: KVCache, mask):
     if layer < len(cache.keys):
         k, v = torch.cat([cache.keys[layer], k], 2), torch.cat([cache.values[layer], v], 2)
         cache.keys[layer], cache.values[layer] = k, v
-    else: cache.keys.append(k); cache.values.append(v)
+    else:
+        cache.keys.append(k)
+        cache.values.append(v)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     out, _ = attn.proj(out.transpose(1, 2).reshape(b, s, attn.heads * attn.head_dim))
     return out
+
 
 def full_logits(model, hidden, rows: int | None = None) -> torch.Tensor:
     """Logits over the whole vocabulary for hidden states of whole sequences (the tensor-parallel slices gathered): its
     first `rows` (default: the vocabulary, without the padding rows)."""
     from mtnlg.model import parallel_lm_logits
+
     logits = parallel_lm_logits(hidden, model.embedding.tokens.weight, model.cfg.tp_layers)
-    if parallel_state.get_tensor_model_parallel_world_size() > 1:          # all-gather over the TP group (any device)
+    if parallel_state.get_tensor_model_parallel_world_size() > 1:  # all-gather over the TP group (any device)
         group = parallel_state.get_tensor_model_parallel_group()
         parts = [torch.empty_like(logits) for _ in range(dist.get_world_size(group))]
         dist.all_gather(parts, logits.contiguous(), group=group)
         logits = torch.cat(parts, -1)
     return logits[..., : rows or model.cfg.vocab_size]
+
 
 def cached_blocks(blocks, x, cache: KVCache, mask) -> torch.Tensor:
     "`blocks` (a model's, or one pipeline stage's: the cache holds their layers, numbered from 0) on new positions `x`."
@@ -97,7 +122,10 @@ def cached_blocks(blocks, x, cache: KVCache, mask) -> torch.Tensor:
         x = x + block.mlp(block.ln2(x))
     return x
 
-def all_valid(tokens: torch.Tensor) -> torch.Tensor: return torch.ones_like(tokens, dtype=torch.bool)
+
+def all_valid(tokens: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(tokens, dtype=torch.bool)
+
 
 @torch.no_grad()
 def forward_cached(model, tokens: torch.Tensor, cache: KVCache, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,26 +134,45 @@ def forward_cached(model, tokens: torch.Tensor, cache: KVCache, valid: torch.Ten
     x = model.embedding.tokens(tokens) + model.embedding.positions(positions)
     return full_logits(model, model.final_ln(cached_blocks(model.blocks, x, cache, mask)))
 
+
 def next_token_logits(model, tokens: torch.Tensor, cache: KVCache, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Logits [batch, vocab] of the token after `tokens`, by `forward_cached`; a model split over pipeline stages
     (chapter 65) computes them itself, stage by stage, and every rank of its replica receives them."""
-    if hasattr(model, "next_token_logits"): return model.next_token_logits(tokens, cache, valid)
+    if hasattr(model, "next_token_logits"):
+        return model.next_token_logits(tokens, cache, valid)
     return forward_cached(model, tokens, cache, valid)[:, -1]
 
 # %% ../nbs/62_generate.ipynb
-def _ends_with(seq: list[int], stops) -> bool: return any(s and seq[-len(s):] == list(s) for s in stops)
+def _ends_with(seq: list[int], stops) -> bool:
+    return any(s and seq[-len(s) :] == list(s) for s in stops)
+
 
 @torch.no_grad()
-def generate(model, prompt_ids: list[list[int]], max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
-             top_p: float = 1.0, seed: int | None = None, eos_id: int | None = None, stop_ids=None,
-             use_cache: bool = True, pad_id: int = 0) -> list[list[int]]:
+def generate(
+    model,
+    prompt_ids: list[list[int]],
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    eos_id: int | None = None,
+    stop_ids=None,
+    use_cache: bool = True,
+    pad_id: int = 0,
+) -> list[list[int]]:
     "New tokens for each prompt (token ids; prompts may differ in length): greedy at temperature 0, else sampled."
     check_sampling(temperature, top_k, top_p)
-    if not prompt_ids or any(len(p) == 0 for p in prompt_ids): raise ValueError("every prompt needs at least one token")
+    if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("every prompt needs at least one token")
     longest = max(map(len, prompt_ids))
     if longest + max_new_tokens > model.cfg.seq_length:
-        raise ValueError(f"a {longest}-token prompt + {max_new_tokens} new tokens exceed model.seq_length={model.cfg.seq_length}")
-    was_training = model.training; model.eval()
+        raise ValueError(
+            f"a {longest}-token prompt + {max_new_tokens} new tokens exceed model.seq_length={model.cfg.seq_length}"
+        )
+    was_training = model.training
+    model.eval()
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     tokens = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompt_ids], device=device)
@@ -134,21 +181,30 @@ def generate(model, prompt_ids: list[list[int]], max_new_tokens: int, *, tempera
     logits = next_token_logits(model, tokens, cache, valid)
     for _ in range(max_new_tokens):
         nxt = sample_next(logits, temperature, top_k, top_p, gen)
-        if hasattr(model, "agree"): nxt = model.agree(nxt)     # split over ranks (chapter 65): all take one rank's pick
+        if hasattr(model, "agree"):
+            nxt = model.agree(nxt)  # split over ranks (chapter 65): all take one rank's pick
         for r, t in enumerate(nxt.tolist()):
-            if done[r]: continue
-            if t == eos_id: done[r] = True; continue
+            if done[r]:
+                continue
+            if t == eos_id:
+                done[r] = True
+                continue
             new[r].append(t)
             done[r] = _ends_with(new[r], stop_ids or [])
-        if all(done): break
+        if all(done):
+            break
         tokens, valid = torch.cat([tokens, nxt[:, None]], 1), torch.cat([valid, torch.ones_like(valid[:, :1])], 1)
-        if use_cache: logits = next_token_logits(model, nxt[:, None], cache)
-        else: logits = next_token_logits(model, tokens, KVCache(), valid)
+        if use_cache:
+            logits = next_token_logits(model, nxt[:, None], cache)
+        else:
+            logits = next_token_logits(model, tokens, KVCache(), valid)
     model.train(was_training)
     return new
 
-def generate_text(model, tokenizer, prompts: list[str], max_new_tokens: int, *, stop: list[str] | None = None,
-                  **sampling) -> list[str]:
+
+def generate_text(
+    model, tokenizer, prompts: list[str], max_new_tokens: int, *, stop: list[str] | None = None, **sampling
+) -> list[str]:
     "Continuations of text prompts (a `tokenizers.Tokenizer`), each cut before the first stop string."
     eot = tokenizer.token_to_id("<|endoftext|>")
     ids = [tokenizer.encode(p).ids or [eot] for p in prompts]

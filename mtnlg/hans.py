@@ -36,18 +36,85 @@ __all__ = ['HANS_REPO', 'HANS_COMMIT', 'LABELS', 'NOUNS_SG', 'NOUNS_PL', 'NOUNS'
 #   AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF
 #   CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER
 #   DEALINGS IN THE SOFTWARE.
-import json, random
+import json
+import random
 from pathlib import Path
 
 HANS_REPO, HANS_COMMIT = "tommccoy1/hans", "7299f6f657089ce06a0f98e7e81f8d0f5b7741ce"
-LABELS = ("entailment", "non-entailment")   # label 0, 1: the Hugging Face `hans` convention, chapter 61's True/False
+LABELS = ("entailment", "non-entailment")  # label 0, 1: the Hugging Face `hans` convention, chapter 61's True/False
 
 # %% ../nbs/64_hans.ipynb
-NOUNS_SG = ["professor", "student", "president", "judge", "senator", "secretary", "doctor", "lawyer", "scientist", "banker", "tourist", "manager", "artist", "author", "actor", "athlete"]
-NOUNS_PL = ["professors", "students", "presidents", "judges", "senators", "secretaries", "doctors", "lawyers", "scientists", "bankers", "tourists", "managers", "artists", "authors", "actors", "athletes"]
+NOUNS_SG = [
+    "professor",
+    "student",
+    "president",
+    "judge",
+    "senator",
+    "secretary",
+    "doctor",
+    "lawyer",
+    "scientist",
+    "banker",
+    "tourist",
+    "manager",
+    "artist",
+    "author",
+    "actor",
+    "athlete",
+]
+NOUNS_PL = [
+    "professors",
+    "students",
+    "presidents",
+    "judges",
+    "senators",
+    "secretaries",
+    "doctors",
+    "lawyers",
+    "scientists",
+    "bankers",
+    "tourists",
+    "managers",
+    "artists",
+    "authors",
+    "actors",
+    "athletes",
+]
 NOUNS = NOUNS_SG + NOUNS_PL
-TRANSITIVE_VERBS = ["recommended", "called", "helped", "supported", "contacted", "believed", "avoided", "advised", "saw", "stopped", "introduced", "mentioned", "encouraged", "thanked", "recognized", "admired"]
-PASSIVE_VERBS = ["recommended", "helped", "supported", "contacted", "believed", "avoided", "advised", "stopped", "introduced", "mentioned", "encouraged", "thanked", "recognized", "admired"]
+TRANSITIVE_VERBS = [
+    "recommended",
+    "called",
+    "helped",
+    "supported",
+    "contacted",
+    "believed",
+    "avoided",
+    "advised",
+    "saw",
+    "stopped",
+    "introduced",
+    "mentioned",
+    "encouraged",
+    "thanked",
+    "recognized",
+    "admired",
+]
+PASSIVE_VERBS = [
+    "recommended",
+    "helped",
+    "supported",
+    "contacted",
+    "believed",
+    "avoided",
+    "advised",
+    "stopped",
+    "introduced",
+    "mentioned",
+    "encouraged",
+    "thanked",
+    "recognized",
+    "admired",
+]
 INTRANSITIVE_VERBS = ["slept", "danced", "ran", "shouted", "resigned", "waited", "arrived", "performed"]
 VERBS = TRANSITIVE_VERBS + INTRANSITIVE_VERBS
 NPS_VERBS = ["believed", "knew", "heard"]
@@ -62,7 +129,19 @@ PAST_PARTICIPLES = ["studied", "paid", "helped", "investigated", "presented"]
 CALLED_OBJECTS = ["coward", "liar", "hero", "fool"]
 TOLD_OBJECTS = ["story", "lie", "truth", "secret"]
 FOOD_WORDS = ["fruit", "salad", "broccoli", "sandwich", "rice", "corn", "ice cream"]
-LOCATION_NOUNS = ["neighborhood", "region", "country", "town", "valley", "forest", "garden", "museum", "desert", "island", "town"]
+LOCATION_NOUNS = [
+    "neighborhood",
+    "region",
+    "country",
+    "town",
+    "valley",
+    "forest",
+    "garden",
+    "museum",
+    "desert",
+    "island",
+    "town",
+]
 LOCATION_NOUNS_B = ["museum", "school", "library", "office", "laboratory"]
 WON_OBJECTS = ["race", "contest", "war", "prize", "competition", "election", "battle", "award", "tournament"]
 READ_WROTE_OBJECTS = ["book", "column", "report", "poem", "letter", "novel", "story", "play", "speech"]
@@ -82,9 +161,21 @@ ADVS_EMBED_NOT_ENTAILED = ["if", "unless"]
 ADVS_EMBED_ENTAILED = ["after", "before", "because", "although", "though", "since", "while"]
 ADVS_OUTSIDE_NOT_ENTAILED = ["if", "unless"]
 ADVS_OUTSIDE_ENTAILED = ["after", "before", "because", "although", "though", "since", "while"]
-OBJECT_DICT = {"called": CALLED_OBJECTS, "told": TOLD_OBJECTS, "brought": FOOD_WORDS, "made": FOOD_WORDS, "saved": FOOD_WORDS,
-               "offered": FOOD_WORDS, "paid": NOUNS, "explored": LOCATION_NOUNS, "won": WON_OBJECTS, "wrote": READ_WROTE_OBJECTS,
-               "left": LOCATION_NOUNS, "read": READ_WROTE_OBJECTS, "ate": FOOD_WORDS}
+OBJECT_DICT = {
+    "called": CALLED_OBJECTS,
+    "told": TOLD_OBJECTS,
+    "brought": FOOD_WORDS,
+    "made": FOOD_WORDS,
+    "saved": FOOD_WORDS,
+    "offered": FOOD_WORDS,
+    "paid": NOUNS,
+    "explored": LOCATION_NOUNS,
+    "won": WON_OBJECTS,
+    "wrote": READ_WROTE_OBJECTS,
+    "left": LOCATION_NOUNS,
+    "read": READ_WROTE_OBJECTS,
+    "ate": FOOD_WORDS,
+}
 # lemma table of corpus_generator.py's repeat filter: a plural counts as its singular
 LEMMA = dict(zip(NOUNS_PL, NOUNS_SG))
 
@@ -93,42 +184,122 @@ LEX_SIMPLE_TEMPLATES = [
     (1, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 2, 0, 1, 5], "temp1"),
 ]
 LEX_PREP_TEMPLATES = [
-    (1/6, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 5, 0, 1, 8], "temp2"),
-    (1/6, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [6, 7, 5, 0, 1, 8], "temp3"),
-    (1/6, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [6, 7, 5, 3, 4, 8], "temp4"),
-    (1/6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [3, 4, 2, 0, 1, 8], "temp5"),
-    (1/6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [3, 4, 2, 6, 7, 8], "temp6"),
-    (1/6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [6, 7, 2, 0, 1, 8], "temp7"),
+    (1 / 6, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 5, 0, 1, 8], "temp2"),
+    (1 / 6, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [6, 7, 5, 0, 1, 8], "temp3"),
+    (1 / 6, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [6, 7, 5, 3, 4, 8], "temp4"),
+    (1 / 6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [3, 4, 2, 0, 1, 8], "temp5"),
+    (1 / 6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [3, 4, 2, 6, 7, 8], "temp6"),
+    (1 / 6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [6, 7, 2, 0, 1, 8], "temp7"),
 ]
 LEX_RC_TEMPLATES = [
-    (1/12, ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 6, 0, 1, 9], "temp8"),
-    (1/12, ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."], [7, 8, 6, 0, 1, 9], "temp9"),
-    (1/12, ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."], [7, 8, 6, 3, 4, 9], "temp10"),
-    (1/12, ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [4, 5, 6, 0, 1, 9], "temp11"),
-    (1/12, ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [7, 8, 6, 0, 1, 9], "temp12"),
-    (1/12, ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [7, 8, 6, 4, 5, 9], "temp13"),
-    (1/12, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 2, 0, 1, 9], "temp14"),
-    (1/12, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 2, 0, 7, 8, 9], "temp15"),
-    (1/12, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."], [7, 8, 2, 0, 1, 9], "temp16"),
-    (1/12, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."], [3, 4, 2, 0, 1, 9], "temp17"),
-    (1/12, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."], [3, 4, 2, 6, 7, 9], "temp18"),
-    (1/12, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."], [6, 7, 2, 0, 1, 9], "temp19"),
+    (
+        1 / 12,
+        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [3, 4, 6, 0, 1, 9],
+        "temp8",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [7, 8, 6, 0, 1, 9],
+        "temp9",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [7, 8, 6, 3, 4, 9],
+        "temp10",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [4, 5, 6, 0, 1, 9],
+        "temp11",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [7, 8, 6, 0, 1, 9],
+        "temp12",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [7, 8, 6, 4, 5, 9],
+        "temp13",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [3, 4, 2, 0, 1, 9],
+        "temp14",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [3, 4, 2, 0, 7, 8, 9],
+        "temp15",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [7, 8, 2, 0, 1, 9],
+        "temp16",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
+        [3, 4, 2, 0, 1, 9],
+        "temp17",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
+        [3, 4, 2, 6, 7, 9],
+        "temp18",
+    ),
+    (
+        1 / 12,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
+        [6, 7, 2, 0, 1, 9],
+        "temp19",
+    ),
 ]
 LEX_PASS_TEMPLATES = [
-    (1/2, ["the", NOUNS_SG, "was", PASSIVE_VERBS, "by", "the", NOUNS, "."], [0, 1, 3, 5, 6, 7], "temp20"),
-    (1/2, ["the", NOUNS_PL, "were", PASSIVE_VERBS, "by", "the", NOUNS, "."], [0, 1, 3, 5, 6, 7], "temp21"),
+    (1 / 2, ["the", NOUNS_SG, "was", PASSIVE_VERBS, "by", "the", NOUNS, "."], [0, 1, 3, 5, 6, 7], "temp20"),
+    (1 / 2, ["the", NOUNS_PL, "were", PASSIVE_VERBS, "by", "the", NOUNS, "."], [0, 1, 3, 5, 6, 7], "temp21"),
 ]
 LEX_CONJ_TEMPLATES = [
-    (1/4, ["the", NOUNS, "and", "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 5, 3, 4, 8], "temp22"),
-    (1/4, ["the", NOUNS, "and", "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 5, 0, 1, 8], "temp23"),
-    (1/4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [3, 4, 2, 6, 7, 8], "temp24"),
-    (1/4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [6, 7, 2, 3, 4, 8], "temp25"),
+    (1 / 4, ["the", NOUNS, "and", "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 5, 3, 4, 8], "temp22"),
+    (1 / 4, ["the", NOUNS, "and", "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 5, 0, 1, 8], "temp23"),
+    (1 / 4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [3, 4, 2, 6, 7, 8], "temp24"),
+    (1 / 4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [6, 7, 2, 3, 4, 8], "temp25"),
 ]
 LEX_RC_ENT_TEMPLATES = [
-    (1/4, ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 5, 0, 1, 9], "temp26"),
-    (1/4, ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 3, 4, 5, 9], "temp27"),
-    (1/4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 6, 7, 8, 9], "temp28"),
-    (1/4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."], [6, 7, 8, 3, 4, 9], "temp29"),
+    (
+        1 / 4,
+        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [3, 4, 5, 0, 1, 9],
+        "temp26",
+    ),
+    (
+        1 / 4,
+        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [0, 1, 3, 4, 5, 9],
+        "temp27",
+    ),
+    (
+        1 / 4,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
+        [3, 4, 6, 7, 8, 9],
+        "temp28",
+    ),
+    (
+        1 / 4,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
+        [6, 7, 8, 3, 4, 9],
+        "temp29",
+    ),
 ]
 LEX_CROSS_PP_ENT_TEMPLATES = [
     (1, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 5, 6, 7, 8], "temp30"),
@@ -137,12 +308,12 @@ LEX_CROSS_RC_ENT_TEMPLATES = [
     (1, ["the", NOUNS, "RC", TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 3, 4, 5, 6], "temp31"),
 ]
 LEX_ENT_CONJ_TEMPLATES = [
-    (1/2, ["the", NOUNS, "and", "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 5, 6, 7, 8], "temp32"),
-    (1/2, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [0, 1, 2, 6, 7, 8], "temp33"),
+    (1 / 2, ["the", NOUNS, "and", "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 5, 6, 7, 8], "temp32"),
+    (1 / 2, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [0, 1, 2, 6, 7, 8], "temp33"),
 ]
 LEX_ENT_PASS_TEMPLATES = [
-    (1/2, ["the", NOUNS_SG, "was", PASSIVE_VERBS, "by", "the", NOUNS, "."], [5, 6, 3, 0, 1, 7], "temp35"),
-    (1/2, ["the", NOUNS_PL, "were", PASSIVE_VERBS, "by", "the", NOUNS, "."], [5, 6, 3, 0, 1, 7], "temp36"),
+    (1 / 2, ["the", NOUNS_SG, "was", PASSIVE_VERBS, "by", "the", NOUNS, "."], [5, 6, 3, 0, 1, 7], "temp35"),
+    (1 / 2, ["the", NOUNS_PL, "were", PASSIVE_VERBS, "by", "the", NOUNS, "."], [5, 6, 3, 0, 1, 7], "temp36"),
 ]
 SUBSEQ_NPS_TEMPLATES = [
     (1, ["the", NOUNS, NPS_VERBS, "the", NOUNS, "VP", "."], [0, 1, 2, 3, 4, 6], "temp37"),
@@ -154,16 +325,26 @@ SUBSEQ_REL_ON_SUBJ_TEMPLATES = [
     (1, ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "VP", "."], [4, 5, 6, 7], "temp39"),
 ]
 SUBSEQ_PAST_PARTICIPLE_TEMPLATES = [
-    (3/5, ["the", NOUNS, PAST_PARTICIPLES, "in", "the", LOCATION_NOUNS_B, "VP", "."], [0, 1, 2, 3, 4, 5, 7], "temp40"),
-    (2/5, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PAST_PARTICIPLES, "in", "the", LOCATION_NOUNS_B, "."], [3, 4, 5, 6, 7, 8, 9], "temp41"),
+    (
+        3 / 5,
+        ["the", NOUNS, PAST_PARTICIPLES, "in", "the", LOCATION_NOUNS_B, "VP", "."],
+        [0, 1, 2, 3, 4, 5, 7],
+        "temp40",
+    ),
+    (
+        2 / 5,
+        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PAST_PARTICIPLES, "in", "the", LOCATION_NOUNS_B, "."],
+        [3, 4, 5, 6, 7, 8, 9],
+        "temp41",
+    ),
 ]
 SUBSEQ_NPZ_TEMPLATES = [
-    (6/7, [CONJS, "the", NOUNS, NPZ_VERBS, "the", NOUNS, "VP", "."], [1, 2, 3, 4, 5, 7], "temp42"),
-    (1/7, [CONJS, "the", NOUNS_PL, NPZ_VERBS_PLURAL, "the", NOUNS, "VP", "."], [1, 2, 3, 4, 5, 7], "temp43"),
+    (6 / 7, [CONJS, "the", NOUNS, NPZ_VERBS, "the", NOUNS, "VP", "."], [1, 2, 3, 4, 5, 7], "temp42"),
+    (1 / 7, [CONJS, "the", NOUNS_PL, NPZ_VERBS_PLURAL, "the", NOUNS, "VP", "."], [1, 2, 3, 4, 5, 7], "temp43"),
 ]
 SUBSEQ_CONJ_TEMPLATES = [
-    (3/5, ["the", NOUNS, "and", "the", NOUNS, "VP", "."], [3, 4, 5, 6], "temp44"),
-    (2/5, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [0, 1, 2, 3, 4, 8], "temp45"),
+    (3 / 5, ["the", NOUNS, "and", "the", NOUNS, "VP", "."], [3, 4, 5, 6], "temp44"),
+    (2 / 5, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [0, 1, 2, 3, 4, 8], "temp45"),
 ]
 SUBSEQ_ADJ_TEMPLATES = [
     (1, [ADJS, NOUNS_PL, "VP", "."], [1, 2, 3], "temp46"),
@@ -178,9 +359,9 @@ SUBSEQ_PP_ON_OBJ_TEMPLATES = [
     (1, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [0, 1, 2, 3, 4, 8], "temp49"),
 ]
 CONST_UNDER_IF_TEMPLATES = [
-    (1/2, [ADVS_EMBED_NOT_ENTAILED, "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
-    (1/4, ["whether or not", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
-    (1/4, ["in case", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
+    (1 / 2, [ADVS_EMBED_NOT_ENTAILED, "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
+    (1 / 4, ["whether or not", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
+    (1 / 4, ["in case", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
 ]
 CONST_OUTSIDE_IF_TEMPLATES = [
     (1, [ADVS_OUTSIDE_NOT_ENTAILED, "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp51"),
@@ -189,8 +370,8 @@ CONST_QUOT_TEMPLATES = [
     (1, ["the", NOUNS, NONENTAILING_QUOT_VEBS, "that", "the", NOUNS, "VP", "."], [4, 5, 6, 7], "temp52"),
 ]
 CONST_DISJ_TEMPLATES = [
-    (1/2, ["the", NOUNS, "VP", ",", "or", "the", NOUNS, "VP", "."], [0, 1, 2, 8], "temp53"),
-    (1/2, ["the", NOUNS, "VP", ",", "or", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp54"),
+    (1 / 2, ["the", NOUNS, "VP", ",", "or", "the", NOUNS, "VP", "."], [0, 1, 2, 8], "temp53"),
+    (1 / 2, ["the", NOUNS, "VP", ",", "or", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp54"),
 ]
 CONST_ADVS_NONENT_TEMPLATES = [
     (1, [ADVS_NONENTAILED, "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp58"),
@@ -199,21 +380,21 @@ CONST_ADV_EMBED_TEMPLATES = [
     (1, [ADVS_EMBED_ENTAILED, "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp59"),
 ]
 CONST_ADV_OUTSIDE_TEMPLATES = [
-    (7/9, [ADVS_OUTSIDE_ENTAILED, "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp60"),
-    (1/9, ["in case", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp60"),
-    (1/9, ["whether or not", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp60"),
+    (7 / 9, [ADVS_OUTSIDE_ENTAILED, "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp60"),
+    (1 / 9, ["in case", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp60"),
+    (1 / 9, ["whether or not", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp60"),
 ]
 CONST_QUOT_ENT_TEMPLATES = [
     (1, ["the", NOUNS, CONST_QUOT_ENTAILED, "that", "the", NOUNS, "VP", "."], [4, 5, 6, 7], "temp61"),
 ]
 CONST_CONJ_TEMPLATES = [
-    (1/2, ["the", NOUNS, "VP", ",", "and", "the", NOUNS, "VP", "."], [0, 1, 2, 8], "temp62"),
-    (1/2, ["the", NOUNS, "VP", ",", "and", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp63"),
+    (1 / 2, ["the", NOUNS, "VP", ",", "and", "the", NOUNS, "VP", "."], [0, 1, 2, 8], "temp62"),
+    (1 / 2, ["the", NOUNS, "VP", ",", "and", "the", NOUNS, "VP", "."], [5, 6, 7, 8], "temp63"),
 ]
 CONST_ADVS_ENT_TEMPLATES = [
-    (5/7, [ADVS_ENTAILED, "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp68"),
-    (1/7, ["without a doubt", "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp68"),
-    (1/7, ["of course", "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp68"),
+    (5 / 7, [ADVS_ENTAILED, "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp68"),
+    (1 / 7, ["without a doubt", "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp68"),
+    (1 / 7, ["of course", "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp68"),
 ]
 
 SUBCASES = [  # heuristic, sub-case, label, templates: corpus_generator.py's template_list, in its order
@@ -254,25 +435,36 @@ def _verb_phrase(rng: random.Random) -> str:
     verb = rng.choice(VERBS)
     return verb if verb in INTRANSITIVE_VERBS else f"{verb} the {rng.choice(NOUNS)}"
 
+
 def _relative_clause(rng: random.Random) -> str:
     rel, verb = rng.choice(RELS), rng.choice(VERBS)
-    if verb in INTRANSITIVE_VERBS: return f"{rel} {verb}"
+    if verb in INTRANSITIVE_VERBS:
+        return f"{rel} {verb}"
     arg = rng.choice(NOUNS)
     return f"{rel} the {arg} {verb}" if rng.randint(0, 1) == 0 else f"{rel} {verb} the {arg}"
 
-def _capitalise(s: str) -> str: return s[0].upper() + s[1:]
+
+def _capitalise(s: str) -> str:
+    return s[0].upper() + s[1:]
+
 
 def fill_template(templates, rng: random.Random) -> tuple[str, str, str]:
     "(premise, hypothesis, template tag) from one of `templates`, drawn by weight, its slots filled with `rng`."
     _, slots, hyp, tag = rng.choices(templates, weights=[t[0] for t in templates])[0]
     words = []
     for slot in slots:
-        if slot == "VP": words.append(_verb_phrase(rng))
-        elif slot == "RC": words.append(_relative_clause(rng))
-        elif isinstance(slot, str) and slot.startswith("vobj:"): words.append(rng.choice(OBJECT_DICT[words[int(slot[5:])]]))
-        elif isinstance(slot, str): words.append(slot)
-        else: words.append(rng.choice(slot))
+        if slot == "VP":
+            words.append(_verb_phrase(rng))
+        elif slot == "RC":
+            words.append(_relative_clause(rng))
+        elif isinstance(slot, str) and slot.startswith("vobj:"):
+            words.append(rng.choice(OBJECT_DICT[words[int(slot[5:])]]))
+        elif isinstance(slot, str):
+            words.append(slot)
+        else:
+            words.append(rng.choice(slot))
     return _capitalise(" ".join(words)), _capitalise(" ".join(words[i] for i in hyp)), tag
+
 
 def repeats_word(premise: str) -> bool:
     "corpus_generator.py's `repeaters`: does the premise, without `the `, repeat a word (plurals read as singulars)?"
@@ -281,51 +473,94 @@ def repeats_word(premise: str) -> bool:
 
 # %% ../nbs/64_hans.ipynb
 PUBLISHED_PER_SUBCASE = 1000
-SPLITS = ("validation", "train")   # the Hugging Face `hans` names of heuristics_evaluation_set / heuristics_train_set
+SPLITS = ("validation", "train")  # the Hugging Face `hans` names of heuristics_evaluation_set / heuristics_train_set
 
-def _subcase_pairs(split: str, subcase_index: int, n: int, seed: int, exclude=frozenset()) -> list[tuple[str, str, str]]:
+
+def _subcase_pairs(
+    split: str, subcase_index: int, n: int, seed: int, exclude=frozenset()
+) -> list[tuple[str, str, str]]:
     heuristic, subcase, _, templates = SUBCASES[subcase_index]
     rng, seen, out = random.Random(f"hans/{seed}/{split}/{subcase}"), set(), []
     while len(out) < n:
         premise, hypothesis, tag = fill_template(templates, rng)
-        if (premise, hypothesis) in seen or (premise, hypothesis) in exclude or repeats_word(premise): continue
-        seen.add((premise, hypothesis)); out.append((premise, hypothesis, tag))
+        if (premise, hypothesis) in seen or (premise, hypothesis) in exclude or repeats_word(premise):
+            continue
+        seen.add((premise, hypothesis))
+        out.append((premise, hypothesis, tag))
     return out
+
 
 def generate_hans(split: str = "validation", per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0) -> list[dict]:
     "HANS rows (Hugging Face `hans` fields; label 0 = entailment, 1 = non-entailment): `per_subcase` pairs for each of the 30 sub-cases."
-    if split not in SPLITS: raise ValueError(f"unknown HANS split {split!r}; use one of {SPLITS}")
-    if not isinstance(per_subcase, int) or per_subcase < 1: raise ValueError(f"per_subcase must be a positive integer, got {per_subcase!r}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown HANS split {split!r}; use one of {SPLITS}")
+    if not isinstance(per_subcase, int) or per_subcase < 1:
+        raise ValueError(f"per_subcase must be a positive integer, got {per_subcase!r}")
     exclude = frozenset()
-    if split == "train":   # none of the evaluation set's pairs may appear in the training set
+    if split == "train":  # none of the evaluation set's pairs may appear in the training set
         n_val = max(per_subcase, PUBLISHED_PER_SUBCASE)
-        exclude = frozenset((p, h) for i in range(len(SUBCASES)) for p, h, _ in _subcase_pairs("validation", i, n_val, seed))
+        exclude = frozenset(
+            (p, h) for i in range(len(SUBCASES)) for p, h, _ in _subcase_pairs("validation", i, n_val, seed)
+        )
     rows = []
     for i, (heuristic, subcase, label, _) in enumerate(SUBCASES):
         for premise, hypothesis, tag in _subcase_pairs(split, i, per_subcase, seed, exclude):
-            rows.append({"premise": premise, "hypothesis": hypothesis, "label": LABELS.index(label), "heuristic": heuristic,
-                         "subcase": subcase, "template": tag, "pairID": f"ex{len(rows)}"})
+            rows.append(
+                {
+                    "premise": premise,
+                    "hypothesis": hypothesis,
+                    "label": LABELS.index(label),
+                    "heuristic": heuristic,
+                    "subcase": subcase,
+                    "template": tag,
+                    "pairID": f"ex{len(rows)}",
+                }
+            )
     return rows
 
 # %% ../nbs/64_hans.ipynb
-def _lower_split(s: str) -> list[str]: return s.lower().split()
+def _lower_split(s: str) -> list[str]:
+    return s.lower().split()
+
 
 def overlaps_lexically(premise: str, hypothesis: str) -> bool:
     "Every word of the hypothesis occurs in the premise (case-insensitive)."
     return set(_lower_split(hypothesis)) <= set(_lower_split(premise))
 
+
 def _spans(premise: str, hypothesis: str) -> list[int]:
-    p, h = _lower_split(premise), _lower_split(hypothesis)[:-1]   # the hypothesis without its full stop
-    return [i for i in range(len(p) - len(h) + 1) if p[i:i + len(h)] == h]
+    p, h = _lower_split(premise), _lower_split(hypothesis)[:-1]  # the hypothesis without its full stop
+    return [i for i in range(len(p) - len(h) + 1) if p[i : i + len(h)] == h]
+
 
 def is_subsequence(premise: str, hypothesis: str) -> bool:
     "The hypothesis without its full stop is a contiguous run of the premise's words."
     return bool(_spans(premise, hypothesis))
 
+
 # words after which a clause begins in these templates: punctuation, coordinators, complementiser `that`,
 # subordinators and sentence adverbs (with the last words of `whether or not`, `in case`, `of course`, `without a doubt`)
-CLAUSE_OPENERS = frozenset([",", "and", "or", "that", "not", "case", "course", "doubt", *CONJS, *CONST_ADV, *ADVS_EMBED_NOT_ENTAILED,
-                            *ADVS_EMBED_ENTAILED, *ADVS_OUTSIDE_NOT_ENTAILED, *ADVS_OUTSIDE_ENTAILED, *ADVS_ENTAILED, *ADVS_NONENTAILED])
+CLAUSE_OPENERS = frozenset(
+    [
+        ",",
+        "and",
+        "or",
+        "that",
+        "not",
+        "case",
+        "course",
+        "doubt",
+        *CONJS,
+        *CONST_ADV,
+        *ADVS_EMBED_NOT_ENTAILED,
+        *ADVS_EMBED_ENTAILED,
+        *ADVS_OUTSIDE_NOT_ENTAILED,
+        *ADVS_OUTSIDE_ENTAILED,
+        *ADVS_ENTAILED,
+        *ADVS_NONENTAILED,
+    ]
+)
+
 
 def is_clause(premise: str, hypothesis: str) -> bool:
     "The hypothesis is a run of the premise that starts where a clause starts and ends where one ends (`,` or the final `.`)."
@@ -333,7 +568,8 @@ def is_clause(premise: str, hypothesis: str) -> bool:
     return any((i == 0 or p[i - 1] in CLAUSE_OPENERS) and p[i + n] in (",", ".") for i in _spans(premise, hypothesis))
 
 # %% ../nbs/64_hans.ipynb
-FIXTURE_PER_SUBCASE = {"validation": 10, "train": 3}   # the committed slice, tests/fixtures/eval/hans
+FIXTURE_PER_SUBCASE = {"validation": 10, "train": 3}  # the committed slice, tests/fixtures/eval/hans
+
 
 def _sources_md(sizes: dict, seed: int) -> str:
     return f"""# eval/hans — HANS regenerated from its templates
@@ -358,13 +594,18 @@ sub-cases in its order, 1000 pairs each, distinct (premise, hypothesis) pairs, p
   `template`, `pairID` — the Hugging Face names; the parse fields (`*_parse`, `*_binary_parse`) are not made.
 """
 
-def write_hans(root, per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0, train_per_subcase: int | None = None) -> Path:
+
+def write_hans(
+    root, per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0, train_per_subcase: int | None = None
+) -> Path:
     "Write `<root>/eval/hans/{validation,train}.jsonl` and `SOURCES.md`; returns that directory."
     sizes = {"validation": per_subcase, "train": per_subcase if train_per_subcase is None else train_per_subcase}
     out = Path(root) / "eval" / "hans"
     out.mkdir(parents=True, exist_ok=True)
     for split, n in sizes.items():
         rows = generate_hans(split, n, seed)
-        (out / f"{split}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        (out / f"{split}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+        )
     (out / "SOURCES.md").write_text(_sources_md(sizes, seed), encoding="utf-8")
     return out

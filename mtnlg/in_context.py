@@ -9,7 +9,8 @@ __all__ = ['ENTAILMENT', 'WORDINGS', 'ORDERS', 'is_entailment', 'Prompter', 'Giv
            'summary_table', 'shots_figure', 'factors_figure', 'LabelBiasScorer']
 
 # %% ../nbs/71_in_context.ipynb
-import math, random
+import math
+import random
 from dataclasses import dataclass
 from functools import cached_property
 from scipy import stats
@@ -18,36 +19,52 @@ from .catalog import data_path
 from .probes import binomial_interval
 
 # %% ../nbs/71_in_context.ipynb
-ENTAILMENT = 0          # the entailment label in ANLI (0 ent., 1 neutral, 2 contradiction) and in HANS (0 ent., 1 non-ent.)
+ENTAILMENT = 0  # the entailment label in ANLI (0 ent., 1 neutral, 2 contradiction) and in HANS (0 ent., 1 non-ent.)
 
-def is_entailment(row) -> bool: return row["label"] == ENTAILMENT
 
-WORDINGS = {             # alternatives to chapter 61's prompt (`None`: the spec's own), in the spec's prompt schema
+def is_entailment(row) -> bool:
+    return row["label"] == ENTAILMENT
+
+
+WORDINGS = {  # alternatives to chapter 61's prompt (`None`: the spec's own), in the spec's prompt schema
     "anli_r2": {
         "chapter 61 (GPT-3: True, False, or Neither?)": None,
         "based on the previous passage (promptsource)": {
             "doc_to_text": '{{premise}} Based on the previous passage, is it true that "{{hypothesis}}"? Yes, no, or maybe?',
-            "doc_to_choice": ["Yes", "Maybe", "No"], "doc_to_target": "label"},
+            "doc_to_choice": ["Yes", "Maybe", "No"],
+            "doc_to_target": "label",
+        },
         "MNLI crowdsource (promptsource)": {
-            "doc_to_text": '{{premise}} Using only the above description and what you know about the world, '
-                           '"{{hypothesis}}" is definitely correct, incorrect, or inconclusive?',
-            "doc_to_choice": ["Correct", "Inconclusive", "Incorrect"], "doc_to_target": "label"}},
+            "doc_to_text": "{{premise}} Using only the above description and what you know about the world, "
+            '"{{hypothesis}}" is definitely correct, incorrect, or inconclusive?',
+            "doc_to_choice": ["Correct", "Inconclusive", "Incorrect"],
+            "doc_to_target": "label",
+        },
+    },
     "hans": {
         "chapter 61 (the paper's Fig. 4: True or False?)": None,
         "based on the previous passage (promptsource)": {
             "doc_to_text": '{{premise}} Based on the previous passage, is it true that "{{hypothesis}}"? Yes or no?',
-            "doc_to_choice": ["Yes", "No"], "doc_to_target": "label"},
+            "doc_to_choice": ["Yes", "No"],
+            "doc_to_target": "label",
+        },
         "MNLI crowdsource (promptsource)": {
-            "doc_to_text": '{{premise}} Using only the above description and what you know about the world, '
-                           'is "{{hypothesis}}" definitely correct? Yes or no?',
-            "doc_to_choice": ["Yes", "No"], "doc_to_target": "label"}},
+            "doc_to_text": "{{premise}} Using only the above description and what you know about the world, "
+            'is "{{hypothesis}}" definitely correct? Yes or no?',
+            "doc_to_choice": ["Yes", "No"],
+            "doc_to_target": "label",
+        },
+    },
 }
 
 # %% ../nbs/71_in_context.ipynb
-def _key(row) -> tuple: return row["premise"], row["hypothesis"]
+def _key(row) -> tuple:
+    return row["premise"], row["hypothesis"]
+
 
 class Prompter:
     "Task `name` in one wording (`prompt`: keys replacing the spec's prompt config; None: chapter 61's), over `data_dir`."
+
     def __init__(self, name: str, data_dir=None, prompt: dict | None = None):
         self.spec = task_spec(name)
         self.data_dir = data_dir if data_dir is not None else data_path(self.spec.eval_file.split("/")[0]).parent
@@ -55,9 +72,12 @@ class Prompter:
         self._rendered = {}
 
     @cached_property
-    def items(self) -> list[dict]: return list(self.task.eval_docs)
+    def items(self) -> list[dict]:
+        return list(self.task.eval_docs)
+
     @cached_property
-    def pool(self) -> list[dict]: return list(self.task.fewshot_docs())
+    def pool(self) -> list[dict]:
+        return list(self.task.fewshot_docs())
 
     def render(self, row) -> tuple[str, list[str], int]:
         "(question, choices, index of the gold choice) of `row`, as the harness renders them."
@@ -68,7 +88,8 @@ class Prompter:
             self._rendered[key] = q, choices, choices.index(gold) if isinstance(gold, str) else gold
         return self._rendered[key]
 
-    def entailment_choice(self, row) -> int: return self.render({**row, "label": ENTAILMENT})[2]
+    def entailment_choice(self, row) -> int:
+        return self.render({**row, "label": ENTAILMENT})[2]
 
     def context(self, shots, row) -> str:
         "The harness's few-shot context: each shot's question, target delimiter, answer, few-shot delimiter; then `row`'s question."
@@ -84,10 +105,15 @@ class Prompter:
 # %% ../nbs/71_in_context.ipynb
 class GivenShots:
     "A harness few-shot sampler that hands out the shots it was given (to compare with the harness's own context)."
-    def __init__(self, shots): self.shots = list(shots)
+
+    def __init__(self, shots):
+        self.shots = list(shots)
+
     def sample(self, n, eval_doc=None, **kwargs):
-        if n != len(self.shots): raise ValueError(f"{n} shots asked, {len(self.shots)} given")
+        if n != len(self.shots):
+            raise ValueError(f"{n} shots asked, {len(self.shots)} given")
         return list(self.shots)
+
 
 def harness_requests(prompter: Prompter, shots, row) -> list[tuple[str, str]]:
     "The requests the harness itself builds for `row` after `shots` (its `fewshot_context` + `construct_requests`)."
@@ -99,36 +125,51 @@ def harness_requests(prompter: Prompter, shots, row) -> list[tuple[str, str]]:
 # %% ../nbs/71_in_context.ipynb
 ORDERS = ("entailment first", "non-entailment first", "interleaved", "interleaved, non-entailment first", "random")
 
+
 def _alternate(first: list, second: list) -> list:
     out = [x for pair in zip(first, second) for x in pair]
     n = min(len(first), len(second))
     return out + first[n:] + second[n:]
 
-def select_shots(pool, k: int, seed: int, n_entailment: int | None = None, order: str = "random", exclude=()) -> list[dict]:
+
+def select_shots(
+    pool, k: int, seed: int, n_entailment: int | None = None, order: str = "random", exclude=()
+) -> list[dict]:
     """K shots from `pool` drawn with `seed`, none equal to a row of `exclude` (the scored items): at random if `n_entailment`
     is None, else exactly `n_entailment` entailment and `k - n_entailment` non-entailment shots, arranged by `order` (ORDERS)."""
-    if order not in ORDERS: raise ValueError(f"unknown order {order!r}; choose from {', '.join(ORDERS)}")
-    if k < 0: raise ValueError(f"k={k}: the number of shots cannot be negative")
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}; choose from {', '.join(ORDERS)}")
+    if k < 0:
+        raise ValueError(f"k={k}: the number of shots cannot be negative")
     banned = {_key(r) for r in exclude}
     rows = [r for r in pool if _key(r) not in banned]
     note = f" (after removing {len(pool) - len(rows)} scored item(s))" if len(rows) < len(pool) else ""
     rng = random.Random(seed)
     if n_entailment is None:
-        if order != "random": raise ValueError(f"order {order!r} needs label counts: pass n_entailment")
-        if k > len(rows): raise ValueError(f"{k} shots asked but the few-shot pool has {len(rows)} rows{note}")
+        if order != "random":
+            raise ValueError(f"order {order!r} needs label counts: pass n_entailment")
+        if k > len(rows):
+            raise ValueError(f"{k} shots asked but the few-shot pool has {len(rows)} rows{note}")
         return rng.sample(rows, len(rows))[:k]
-    if not 0 <= n_entailment <= k: raise ValueError(f"n_entailment={n_entailment} must lie in 0..k={k}")
+    if not 0 <= n_entailment <= k:
+        raise ValueError(f"n_entailment={n_entailment} must lie in 0..k={k}")
     groups = {True: [r for r in rows if is_entailment(r)], False: [r for r in rows if not is_entailment(r)]}
     want = {True: n_entailment, False: k - n_entailment}
     for label, n in want.items():
         if n > len(groups[label]):
-            raise ValueError(f"{n} {'entailment' if label else 'non-entailment'} shots asked but the few-shot pool has "
-                             f"{len(groups[label])}{note}")
-    ent, non = (rng.sample(groups[label], len(groups[label]))[:want[label]] for label in (True, False))
-    if order == "entailment first": return ent + non
-    if order == "non-entailment first": return non + ent
-    if order == "interleaved": return _alternate(ent, non)
-    if order == "interleaved, non-entailment first": return _alternate(non, ent)
+            raise ValueError(
+                f"{n} {'entailment' if label else 'non-entailment'} shots asked but the few-shot pool has "
+                f"{len(groups[label])}{note}"
+            )
+    ent, non = (rng.sample(groups[label], len(groups[label]))[: want[label]] for label in (True, False))
+    if order == "entailment first":
+        return ent + non
+    if order == "non-entailment first":
+        return non + ent
+    if order == "interleaved":
+        return _alternate(ent, non)
+    if order == "interleaved, non-entailment first":
+        return _alternate(non, ent)
     shots = ent + non
     rng.shuffle(shots)
     return shots
@@ -138,13 +179,16 @@ def fits(n_tokens: int, seq_length: int) -> bool:
     "Whether a prompt (context + continuation) of `n_tokens` is scored whole by a `seq_length` model (chapter 60's `model_window`)."
     return n_tokens <= seq_length + 1
 
+
 def largest_fitting_k(lengths_by_k: dict, seq_length: int) -> int:
     "The largest K such that every prompt length at K and at every smaller K fits; -1 if even K = 0 does not."
     best = -1
     for k in sorted(lengths_by_k):
-        if k != best + 1 or not all(fits(n, seq_length) for n in lengths_by_k[k]): break
+        if k != best + 1 or not all(fits(n, seq_length) for n in lengths_by_k[k]):
+            break
         best = k
     return best
+
 
 def prompt_length(scorer, requests) -> int:
     "Tokens of the longest (context + continuation) among one item's requests."
@@ -154,16 +198,22 @@ def prompt_length(scorer, requests) -> int:
 def score(scorer, requests_per_item) -> list[int]:
     "Index of the highest log-likelihood choice per item (one `loglikelihood` call for all of them)."
     from lm_eval.api.instance import Instance
+
     flat = [(i, r) for i, reqs in enumerate(requests_per_item) for r in reqs]
-    out = scorer.loglikelihood([Instance("loglikelihood", {}, r, j) for j, (_, r) in enumerate(flat)], disable_tqdm=True)
+    out = scorer.loglikelihood(
+        [Instance("loglikelihood", {}, r, j) for j, (_, r) in enumerate(flat)], disable_tqdm=True
+    )
     best = {}
-    for (i, _), (ll, _) in zip(flat, out): best.setdefault(i, []).append(ll)
+    for (i, _), (ll, _) in zip(flat, out):
+        best.setdefault(i, []).append(ll)
     return [max(range(len(best[i])), key=best[i].__getitem__) for i in range(len(requests_per_item))]
+
 
 def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     "(mean, low, high): Student-t interval for the mean of `values` (zero width for one value or no spread)."
     n, mean = len(values), sum(values) / len(values)
-    if n < 2: return mean, mean, mean
+    if n < 2:
+        return mean, mean, mean
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
@@ -171,12 +221,13 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
 # %% ../nbs/71_in_context.ipynb
 @dataclass(frozen=True)
 class Condition:
-    study: str                      # "shots", "balance", "order" or "wording"
-    label: str                      # the x-axis label of this point
+    study: str  # "shots", "balance", "order" or "wording"
+    label: str  # the x-axis label of this point
     k: int
     n_entailment: int | None = None
     order: str = "random"
-    wording: str | None = None      # a key of WORDINGS[task]; None: chapter 61's
+    wording: str | None = None  # a key of WORDINGS[task]; None: chapter 61's
+
 
 def run_condition(scorer, prompter: Prompter, items, cond: Condition, seeds) -> list[dict]:
     "One row per seed: accuracy, share predicted entailment, n scored, n skipped (prompt longer than the context)."
@@ -189,24 +240,54 @@ def run_condition(scorer, prompter: Prompter, items, cond: Condition, seeds) -> 
         gold = [prompter.render(items[i])[2] for i in keep]
         ent = [prompter.entailment_choice(items[i]) for i in keep]
         n = len(keep)
-        rows.append({"task": prompter.spec.name, "study": cond.study, "label": cond.label, "k": cond.k, "seed": seed,
-                     "acc": sum(p == g for p, g in zip(preds, gold)) / n if n else float("nan"),
-                     "p_entailment": sum(p == e for p, e in zip(preds, ent)) / n if n else float("nan"),
-                     "n": n, "skipped": len(items) - n, "shots_entailment": sum(map(is_entailment, shots))})
+        rows.append(
+            {
+                "task": prompter.spec.name,
+                "study": cond.study,
+                "label": cond.label,
+                "k": cond.k,
+                "seed": seed,
+                "acc": sum(p == g for p, g in zip(preds, gold)) / n if n else float("nan"),
+                "p_entailment": sum(p == e for p, e in zip(preds, ent)) / n if n else float("nan"),
+                "n": n,
+                "skipped": len(items) - n,
+                "shots_entailment": sum(map(is_entailment, shots)),
+            }
+        )
     return rows
+
 
 def summarize_seeds(rows: list[dict], level: float = 0.95) -> list[dict]:
     "Per (task, study, label): mean and t-interval over seeds (clipped to [0, 1]) of accuracy and of the share predicted entailment."
     groups = {}
-    for r in rows: groups.setdefault((r["task"], r["study"], r["label"]), []).append(r)
+    for r in rows:
+        groups.setdefault((r["task"], r["study"], r["label"]), []).append(r)
     out = []
     for (task, study, label), rs in groups.items():
         rs = [r for r in rs if r["n"]]
-        if not rs: continue
-        acc, pe = ([m, max(lo, 0.0), min(hi, 1.0)] for m, lo, hi in (t_interval([r[key] for r in rs], level) for key in ("acc", "p_entailment")))
-        out.append({"task": task, "study": study, "label": label, "k": rs[0]["k"], "seeds": len(rs),
-                    "n": min(r["n"] for r in rs), "skipped": max(r["skipped"] for r in rs),
-                    "acc": acc[0], "acc_lo": acc[1], "acc_hi": acc[2], "p_ent": pe[0], "p_ent_lo": pe[1], "p_ent_hi": pe[2]})
+        if not rs:
+            continue
+        acc, pe = (
+            [m, max(lo, 0.0), min(hi, 1.0)]
+            for m, lo, hi in (t_interval([r[key] for r in rs], level) for key in ("acc", "p_entailment"))
+        )
+        out.append(
+            {
+                "task": task,
+                "study": study,
+                "label": label,
+                "k": rs[0]["k"],
+                "seeds": len(rs),
+                "n": min(r["n"] for r in rs),
+                "skipped": max(r["skipped"] for r in rs),
+                "acc": acc[0],
+                "acc_lo": acc[1],
+                "acc_hi": acc[2],
+                "p_ent": pe[0],
+                "p_ent_lo": pe[1],
+                "p_ent_hi": pe[2],
+            }
+        )
     return out
 
 # %% ../nbs/71_in_context.ipynb
@@ -214,10 +295,14 @@ def choose_items(scorer, prompter: Prompter, n_items: int, seed: int = 0) -> tup
     "(items, n skipped): the first `n_items` of the shuffled evaluated split whose zero-shot prompt fits the context."
     order, chosen, skipped = random.Random(seed).sample(prompter.items, len(prompter.items)), [], 0
     for it in order:
-        if len(chosen) == n_items: break
-        if fits(prompt_length(scorer, prompter.requests([], it)), scorer.max_length): chosen.append(it)
-        else: skipped += 1
+        if len(chosen) == n_items:
+            break
+        if fits(prompt_length(scorer, prompter.requests([], it)), scorer.max_length):
+            chosen.append(it)
+        else:
+            skipped += 1
     return chosen, skipped
+
 
 def context_limit(scorer, prompter: Prompter, items, seeds, k_cap: int) -> tuple[int, dict]:
     "(largest K whose prompts all fit, {K: (prompts that fit, prompts)}) for randomly drawn shots, K = 0 .. `k_cap`."
@@ -228,21 +313,29 @@ def context_limit(scorer, prompter: Prompter, items, seeds, k_cap: int) -> tuple
         shots = [select_shots(prompter.pool, k, s, exclude=items) for s in seeds]
         lengths[k] = [prompt_length(scorer, prompter.requests(sh, it)) for sh in shots for it in items]
         table[k] = (sum(fits(n, scorer.max_length) for n in lengths[k]), len(lengths[k]))
-        if table[k][0] == 0: break                       # nothing fits any more: larger K will not either
+        if table[k][0] == 0:
+            break  # nothing fits any more: larger K will not either
     return largest_fitting_k(lengths, scorer.max_length), table
+
 
 def shot_grid(k_max: int) -> list[int]:
     "Every K up to 8, then doubling, and k_max itself."
     ks, k = list(range(min(k_max, 8) + 1)), 16
-    while k < k_max: ks.append(k); k *= 2
+    while k < k_max:
+        ks.append(k)
+        k *= 2
     return ks + [k_max] if k_max > 8 else ks
+
 
 def conditions(task: str, k_max: int, k: int) -> list[Condition]:
     "The shot sweep up to `k_max`; at K = `k`: balance (if k >= 1), order (if k >= 2: K/2 of each label), wording."
     out = [Condition("shots", str(j), j) for j in shot_grid(k_max)]
-    if k >= 1: out += [Condition("balance", f"{n}/{k} ent.", k, n) for n in range(k + 1)]
-    if k >= 2: out += [Condition("order", o, k, k // 2, o) for o in ORDERS]
+    if k >= 1:
+        out += [Condition("balance", f"{n}/{k} ent.", k, n) for n in range(k + 1)]
+    if k >= 2:
+        out += [Condition("order", o, k, k // 2, o) for o in ORDERS]
     return out + [Condition("wording", w, max(k, 0), wording=w) for w in WORDINGS[task]]
+
 
 def study_k(k_factor: int, k_max: int, pool, items) -> int:
     "K of the balance, order and wording studies: `k_factor`, capped by the context and by each label's share of the pool."
@@ -251,19 +344,45 @@ def study_k(k_factor: int, k_max: int, pool, items) -> int:
     ent = sum(map(is_entailment, rows))
     return min(k_factor, k_max, ent, len(rows) - ent)
 
-def run_study(scorer, task: str, n_items: int, seeds, k_factor: int = 4, k_cap: int = 16, data_dir=None,
-              prompters: dict | None = None) -> dict:
+
+def run_study(
+    scorer,
+    task: str,
+    n_items: int,
+    seeds,
+    k_factor: int = 4,
+    k_cap: int = 16,
+    data_dir=None,
+    prompters: dict | None = None,
+) -> dict:
     "Every condition of `task` over `seeds`: per-seed rows, the summary, and what was skipped and why."
     prompters = prompters or {w: Prompter(task, data_dir, p) for w, p in WORDINGS[task].items()}
     main = next(iter(prompters.values()))
     items, skipped = choose_items(scorer, main, n_items)
-    out = {"task": task, "paper_name": main.spec.paper_name, "chance": main.spec.chance, "n_items": len(items),
-           "skipped_at_zero": skipped, "items_in_split": len(main.items), "pool": len(main.pool), "k_max": -1, "k_study": -1,
-           "fit_table": {}, "seq_length": scorer.max_length, "rows": [], "summary": []}
-    if not items: return out                       # not even a zero-shot prompt fits: nothing to score
+    out = {
+        "task": task,
+        "paper_name": main.spec.paper_name,
+        "chance": main.spec.chance,
+        "n_items": len(items),
+        "skipped_at_zero": skipped,
+        "items_in_split": len(main.items),
+        "pool": len(main.pool),
+        "k_max": -1,
+        "k_study": -1,
+        "fit_table": {},
+        "seq_length": scorer.max_length,
+        "rows": [],
+        "summary": [],
+    }
+    if not items:
+        return out  # not even a zero-shot prompt fits: nothing to score
     k_max, table = context_limit(scorer, main, items, seeds, k_cap)
     k = study_k(k_factor, k_max, main.pool, items)
-    rows = [r for cond in conditions(task, k_max, k) for r in run_condition(scorer, prompters[cond.wording or next(iter(prompters))], items, cond, seeds)]
+    rows = [
+        r
+        for cond in conditions(task, k_max, k)
+        for r in run_condition(scorer, prompters[cond.wording or next(iter(prompters))], items, cond, seeds)
+    ]
     return {**out, "k_max": k_max, "k_study": k, "fit_table": table, "rows": rows, "summary": summarize_seeds(rows)}
 
 # %% ../nbs/71_in_context.ipynb
@@ -274,61 +393,97 @@ def summary_table(results: dict) -> str:
     for res in results.values():
         for s in res["summary"]:
             lo, hi = binomial_interval(s["acc"], s["n"])
-            lines.append(f"| {res['paper_name']} | {s['study']} | {s['label']} | {s['k']} | {s['seeds']} | {s['n']} (±{(hi - lo) / 2:.2f}) | "
-                         f"{s['skipped']} | {s['acc']:.3f} ({s['acc_lo']:.3f}–{s['acc_hi']:.3f}) | "
-                         f"{s['p_ent']:.2f} ({s['p_ent_lo']:.2f}–{s['p_ent_hi']:.2f}) |")
+            lines.append(
+                f"| {res['paper_name']} | {s['study']} | {s['label']} | {s['k']} | {s['seeds']} | {s['n']} (±{(hi - lo) / 2:.2f}) | "
+                f"{s['skipped']} | {s['acc']:.3f} ({s['acc_lo']:.3f}–{s['acc_hi']:.3f}) | "
+                f"{s['p_ent']:.2f} ({s['p_ent_lo']:.2f}–{s['p_ent_hi']:.2f}) |"
+            )
     return "\n".join(lines)
 
 # %% ../nbs/71_in_context.ipynb
 def shots_figure(results: dict, title: str = ""):
     "Accuracy against K per task: mean over seeds with its t-interval band, share predicted entailment, chance."
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6), squeeze=False)
     for ax, res in zip(axes[0], results.values()):
         pts = sorted((s for s in res["summary"] if s["study"] == "shots"), key=lambda s: s["k"])
         ks = [s["k"] for s in pts]
         ax.plot(ks, [s["acc"] for s in pts], "o-", label="accuracy (mean over seeds)")
-        ax.fill_between(ks, [s["acc_lo"] for s in pts], [s["acc_hi"] for s in pts], alpha=0.25, label="95% t-interval over seeds")
+        ax.fill_between(
+            ks, [s["acc_lo"] for s in pts], [s["acc_hi"] for s in pts], alpha=0.25, label="95% t-interval over seeds"
+        )
         ax.plot(ks, [s["p_ent"] for s in pts], "s--", color="tab:orange", label='share answered "entailment"')
         ax.axhline(res["chance"], color="grey", ls=":", label=f"chance ({res['chance']:.2f})")
-        ax.set(xlabel="shots K", ylabel="accuracy", ylim=(-0.02, 1.02), xticks=ks,
-               title=f"{res['paper_name']}: n={min((s['n'] for s in pts), default=0)} per seed, K ≤ {res['k_max']} fits {res['seq_length']} tokens")
+        ax.set(
+            xlabel="shots K",
+            ylabel="accuracy",
+            ylim=(-0.02, 1.02),
+            xticks=ks,
+            title=f"{res['paper_name']}: n={min((s['n'] for s in pts), default=0)} per seed, K ≤ {res['k_max']} fits {res['seq_length']} tokens",
+        )
         ax.legend(fontsize=7)
-    fig.suptitle(title); fig.tight_layout(); plt.close(fig)
+    fig.suptitle(title)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
+
 
 def factors_figure(results: dict, title: str = ""):
     "A row per task, a panel per study (balance, order, wording): accuracy and share answered entailment, t-intervals, chance."
-    import matplotlib.pyplot as plt, numpy as np
+    import matplotlib.pyplot as plt
+    import numpy as np
+
     fig, axes = plt.subplots(len(results), 3, figsize=(15, 3.8 * len(results)), squeeze=False)
     for row, res in zip(axes, results.values()):
         for ax, study in zip(row, ("balance", "order", "wording")):
             pts = [s for s in res["summary"] if s["study"] == study]
             x = np.arange(len(pts))
             for off, key, name in ((-0.2, "acc", "accuracy"), (0.2, "p_ent", 'share answered "entailment"')):
-                ax.bar(x + off, [p[key] for p in pts], 0.4, label=name, capsize=2,
-                       yerr=[[p[key] - p[key + "_lo"] for p in pts], [p[key + "_hi"] - p[key] for p in pts]])
+                ax.bar(
+                    x + off,
+                    [p[key] for p in pts],
+                    0.4,
+                    label=name,
+                    capsize=2,
+                    yerr=[[p[key] - p[key + "_lo"] for p in pts], [p[key + "_hi"] - p[key] for p in pts]],
+                )
             ax.axhline(res["chance"], color="grey", ls=":", label=f"chance ({res['chance']:.2f})")
             ax.set_xticks(x, [p["label"] for p in pts], rotation=15, ha="right", fontsize=7)
             k = f" at K = {pts[0]['k']}, n = {min(p['n'] for p in pts)} per seed" if pts else ""
             ax.set(ylim=(0, 1.05), title=f"{res['paper_name']}: {study}{k}")
-            if not pts: ax.text(0.5, 0.5, f"no room: the context holds K = {max(res['k_max'], 0)} shot(s)\n(balance needs 1, order 2)",
-                                ha="center", va="center", transform=ax.transAxes)
+            if not pts:
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"no room: the context holds K = {max(res['k_max'], 0)} shot(s)\n(balance needs 1, order 2)",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                )
             ax.legend(fontsize=6)
-    fig.suptitle(title); fig.tight_layout(); plt.close(fig)
+    fig.suptitle(title)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/71_in_context.ipynb
 class LabelBiasScorer:
     "A scorer with only majority-label and recency bias (tokens: words; context: `max_length`); a model-free reference."
+
     def __init__(self, recency: float = 0.5, max_length: int = 2048, fewshot_delimiter: str = "\n\n"):
         self.recency, self.max_length, self.delimiter = recency, max_length, fewshot_delimiter
-    def tok_encode(self, text: str) -> list[str]: return text.split()
+
+    def tok_encode(self, text: str) -> list[str]:
+        return text.split()
+
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         out = []
         for req in requests:
             context, continuation = req.args
-            answers = [block.split()[-1] for block in context.split(self.delimiter)[:-1]]    # each shot ends with its answer
+            answers = [
+                block.split()[-1] for block in context.split(self.delimiter)[:-1]
+            ]  # each shot ends with its answer
             c = continuation.strip()
             out.append((sum(a == c for a in answers) + self.recency * (answers[-1:] == [c]), False))
         return out

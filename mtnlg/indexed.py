@@ -9,7 +9,16 @@ __all__ = ['GPT2_SPLIT', 'token_dtype', 'write_indexed_dataset', 'read_index', '
            'BlendedSamples', 'blended_gpt_samples']
 
 # %% ../nbs/35_tokenize_index.ipynb
-import functools, itertools, json, math, os, re, shutil, struct, time, warnings
+import functools
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import time
+import warnings
 from array import array
 from pathlib import Path
 import numpy as np
@@ -20,67 +29,98 @@ from .blend import blending_indices
 
 # %% ../nbs/35_tokenize_index.ipynb
 _HEADER = b"MMIDIDX\x00\x00"
-_DTYPE_CODE = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.float64: 6, np.float32: 7, np.uint16: 8}
+_DTYPE_CODE = {
+    np.uint8: 1,
+    np.int8: 2,
+    np.int16: 3,
+    np.int32: 4,
+    np.int64: 5,
+    np.float64: 6,
+    np.float32: 7,
+    np.uint16: 8,
+}
 _CODE_DTYPE = {v: k for k, v in _DTYPE_CODE.items()}
+
 
 def token_dtype(vocab_size: int):
     "Megatron's choice: uint16 when every id fits (vocabularies under 65,500), else int32."
     return np.uint16 if vocab_size < 65500 else np.int32
+
 
 def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> int:
     """Write token arrays (one per document, from any iterable) as `prefix.bin` + `prefix.idx` in Megatron's format, each
     document's tokens as it comes; return the document count."""
     prefix, dtype = Path(prefix), np.dtype(dtype).type
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    lengths = array("i")                 # what the .idx needs, 4 bytes a document until the end
+    lengths = array("i")  # what the .idx needs, 4 bytes a document until the end
     with open(f"{prefix}.bin.tmp", "wb") as f:
         for doc in documents:
             a = np.asarray(doc)
             if a.size and (a.min() < np.iinfo(dtype).min or a.max() > np.iinfo(dtype).max):
                 raise ValueError(f"token ids {a.min()}..{a.max()} do not fit {np.dtype(dtype).name}")
-            f.write(a.astype(dtype).tobytes()); lengths.append(a.size)
+            f.write(a.astype(dtype).tobytes())
+            lengths.append(a.size)
     lengths = np.array(lengths, np.int32)
-    pointers = np.concatenate([[0], np.cumsum(lengths[:-1].astype(np.int64))]).astype(np.int64) * np.dtype(dtype).itemsize if len(lengths) else np.zeros(0, np.int64)
+    pointers = (
+        np.concatenate([[0], np.cumsum(lengths[:-1].astype(np.int64))]).astype(np.int64) * np.dtype(dtype).itemsize
+        if len(lengths)
+        else np.zeros(0, np.int64)
+    )
     with open(f"{prefix}.idx.tmp", "wb") as f:
         f.write(_HEADER + struct.pack("<Q", 1) + struct.pack("<B", _DTYPE_CODE[dtype]))
         f.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1))
         f.write(lengths.tobytes() + pointers.tobytes() + np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
-    os.replace(f"{prefix}.bin.tmp", f"{prefix}.bin"); os.replace(f"{prefix}.idx.tmp", f"{prefix}.idx")
+    os.replace(f"{prefix}.bin.tmp", f"{prefix}.bin")
+    os.replace(f"{prefix}.idx.tmp", f"{prefix}.idx")
     return len(lengths)
+
 
 def read_index(prefix) -> tuple:
     "A `.idx` file's token dtype, lengths, pointers and document indices (the `.bin` untouched)."
     idx = Path(f"{prefix}.idx")
-    if not idx.is_file(): raise FileNotFoundError(f"indexed dataset {str(idx)!r} not found")
+    if not idx.is_file():
+        raise FileNotFoundError(f"indexed dataset {str(idx)!r} not found")
     buf = idx.read_bytes()
-    if buf[:9] != _HEADER: raise ValueError(f"{idx} is not a Megatron index file (bad header)")
+    if buf[:9] != _HEADER:
+        raise ValueError(f"{idx} is not a Megatron index file (bad header)")
     version, code = struct.unpack("<Q", buf[9:17])[0], buf[17]
-    if version != 1: raise ValueError(f"{idx}: index version {version}, expected 1")
+    if version != 1:
+        raise ValueError(f"{idx}: index version {version}, expected 1")
     n_seq, n_doc = struct.unpack("<QQ", buf[18:34])
     o = 34
-    lengths = np.frombuffer(buf, np.int32, n_seq, o); o += 4 * n_seq
-    pointers = np.frombuffer(buf, np.int64, n_seq, o); o += 8 * n_seq
+    lengths = np.frombuffer(buf, np.int32, n_seq, o)
+    o += 4 * n_seq
+    pointers = np.frombuffer(buf, np.int64, n_seq, o)
+    o += 8 * n_seq
     return _CODE_DTYPE[code], lengths, pointers, np.frombuffer(buf, np.int64, n_doc, o)
+
 
 class IndexedTokens:
     "Read-only, memory-mapped view of a Megatron indexed dataset: `ds[i]` is document i's tokens."
+
     def __init__(self, prefix):
-        idx = Path(f"{prefix}.idx")
+        Path(f"{prefix}.idx")
         self.dtype, self.lengths, self.pointers, self.document_indices = read_index(prefix)
         size = Path(f"{prefix}.bin").stat().st_size
         self.bin = np.memmap(f"{prefix}.bin", dtype=self.dtype, mode="r") if size else np.zeros(0, self.dtype)
 
-    def __len__(self): return len(self.lengths)
+    def __len__(self):
+        return len(self.lengths)
+
     def __getitem__(self, i) -> np.ndarray:
         start = self.pointers[i] // np.dtype(self.dtype).itemsize
         return np.asarray(self.bin[start : start + self.lengths[i]])
+
     def tokens(self, i: int, offset: int, length: int) -> np.ndarray:
         "`length` tokens of document i from `offset`."
         start = self.pointers[i] // np.dtype(self.dtype).itemsize + offset
         return np.asarray(self.bin[start : start + length])
 
 # %% ../nbs/35_tokenize_index.ipynb
-GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""   # the ByteLevel pre-tokenizer's
+GPT2_SPLIT = (
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""  # the ByteLevel pre-tokenizer's
+)
+
 
 def byte_chars() -> list[str]:
     "GPT-2's printable stand-in for each byte value: what the ByteLevel pre-tokenizer turns a piece's UTF-8 bytes into."
@@ -88,25 +128,34 @@ def byte_chars() -> list[str]:
     moved = iter(range(256, 512))
     return [chr(b) if b in keep else chr(next(moved)) for b in range(256)]
 
+
 def _char_class(category: str) -> str:
     "Which of the split's classes a general category falls in: letter, number, separator or other."
     return category[0] if category[0] in "LNZ" else "O"
+
 
 @functools.cache
 def unvetted_chars() -> re.Pattern:
     """Any character that `regex` (Python) and the tokenizer's Oniguruma (Rust) might split differently: one not assigned
     in Unicode 3.2 (each engine knows its own later Unicode: `regex` letters that Oniguruma leaves unassigned) or whose
     class has changed since. A stdlib pattern: its character sets are bitmaps, six times faster to scan than `regex`'s."""
-    import regex, unicodedata
-    chars = "".join(map(chr, [*range(0xD800), *range(0xE000, 0x30000), *range(0xE0000, 0xE0080)]))   # Unicode 3.2's planes
+    import regex
+    import unicodedata
+
+    chars = "".join(
+        map(chr, [*range(0xD800), *range(0xE000, 0x30000), *range(0xE0000, 0xE0080)])
+    )  # Unicode 3.2's planes
     now = {m.group(): k for k in "LNZ" for m in regex.finditer(rf"\p{{{k}}}", chars)}
     old = unicodedata.ucd_3_2_0.category
     vetted = [ord(c) for c in chars if old(c) != "Cn" and now.get(c, "O") == _char_class(old(c))]
     ranges = []
     for c in vetted:
-        if ranges and ranges[-1][1] == c - 1: ranges[-1][1] = c
-        else: ranges.append([c, c])
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
     return re.compile("[^" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]")
+
 
 class ByteLevelBPE:
     """`tok`'s ids, computed faster for a GPT-2-style byte-level BPE: the text split into pieces by the pre-tokenizer's
@@ -114,30 +163,46 @@ class ByteLevelBPE:
     `max_pieces` pieces or `max_chars` characters of them, then forgotten and begun again; a piece longer than
     `longest` characters is merged each time). A document with an added token's text (`<|endoftext|>` in a trained
     tokenizer) or an unvetted character goes to `tok` itself."""
+
     def __init__(self, tok, max_pieces: int = 1 << 18, max_chars: int = 1 << 22, longest: int = 256):
         import regex
+
         self.tok, self.model, self.pieces = tok, tok.model, _Pieces(self._merged)
         self.max_pieces, self.max_chars, self.longest, self.held = max_pieces, max_chars, longest, 0
-        self.theirs = getattr(tok, "encode_batch_fast", tok.encode_batch)    # the same ids without character offsets
+        self.theirs = getattr(tok, "encode_batch_fast", tok.encode_batch)  # the same ids without character offsets
         self.split, self.chars, self.unvetted = regex.compile(GPT2_SPLIT).findall, byte_chars(), unvetted_chars().search
         self.added = [a["content"] for a in json.loads(tok.to_str())["added_tokens"]]
-        self.ids = list(range(tok.get_vocab_size(with_added_tokens=True)))     # one int object per id: remembered pieces share them
+        self.ids = list(
+            range(tok.get_vocab_size(with_added_tokens=True))
+        )  # one int object per id: remembered pieces share them
 
     @staticmethod
     def fits(tok) -> bool:
         "Whether `tok` is a byte-level BPE whose ids are its pieces' merges and nothing else (no normalizer, prefix space, dropout, template)."
         j = json.loads(tok.to_str())
         pre, post, model = j.get("pre_tokenizer") or {}, j.get("post_processor") or {"type": "ByteLevel"}, j["model"]
-        return (j.get("normalizer") is None and pre.get("type") == "ByteLevel" and pre.get("use_regex", True)
-                and not pre.get("add_prefix_space") and post.get("type") == "ByteLevel" and model["type"] == "BPE"
-                and not model.get("dropout") and j.get("truncation") is None and j.get("padding") is None)
+        return (
+            j.get("normalizer") is None
+            and pre.get("type") == "ByteLevel"
+            and pre.get("use_regex", True)
+            and not pre.get("add_prefix_space")
+            and post.get("type") == "ByteLevel"
+            and model["type"] == "BPE"
+            and not model.get("dropout")
+            and j.get("truncation") is None
+            and j.get("padding") is None
+        )
 
     def _merged(self, piece: str) -> tuple:
         "A piece's ids by `tok`'s model (on its bytes' stand-ins, as the pre-tokenizer hands it over), remembered."
         ids = tuple(self.ids[t.id] for t in self.model.tokenize("".join([self.chars[b] for b in piece.encode()])))
-        if len(piece) > self.longest: return ids                # a URL's or a number's long run: seldom seen twice
-        if len(self.pieces) >= self.max_pieces or self.held >= self.max_chars: self.pieces.clear(); self.held = 0
-        self.pieces[piece] = ids; self.held += len(piece)
+        if len(piece) > self.longest:
+            return ids  # a URL's or a number's long run: seldom seen twice
+        if len(self.pieces) >= self.max_pieces or self.held >= self.max_chars:
+            self.pieces.clear()
+            self.held = 0
+        self.pieces[piece] = ids
+        self.held += len(piece)
         return ids
 
     def _own(self, text: str) -> bool:
@@ -148,45 +213,69 @@ class ByteLevelBPE:
         texts, ids_of = list(texts), self.pieces.__getitem__
         out = [None] * len(texts)
         if theirs := [i for i, t in enumerate(texts) if not self._own(t)]:
-            for i, enc in zip(theirs, self.theirs([texts[i] for i in theirs])): out[i] = enc.ids
+            for i, enc in zip(theirs, self.theirs([texts[i] for i in theirs])):
+                out[i] = enc.ids
         for i, t in enumerate(texts):
-            if out[i] is None: out[i] = list(itertools.chain.from_iterable(map(ids_of, self.split(t))))
+            if out[i] is None:
+                out[i] = list(itertools.chain.from_iterable(map(ids_of, self.split(t))))
         return out
+
 
 class _Pieces(dict):
     "piece -> its ids; a piece not yet seen is merged by `merge`, which remembers it."
-    def __init__(self, merge): super().__init__(); self.merge = merge
-    def __missing__(self, piece): return self.merge(piece)
 
-_ENCODERS = {}                          # id(tok) -> (tok, its batch encoder): the tokenizers of this process's last few calls
+    def __init__(self, merge):
+        super().__init__()
+        self.merge = merge
+
+    def __missing__(self, piece):
+        return self.merge(piece)
+
+
+_ENCODERS = {}  # id(tok) -> (tok, its batch encoder): the tokenizers of this process's last few calls
+
 
 def batch_encoder(tok):
     "`tok`'s fastest batch encoder with its own ids: `ByteLevelBPE` when it fits, else `tok.encode_batch_fast`."
     if id(tok) not in _ENCODERS:
-        if len(_ENCODERS) >= 4: _ENCODERS.pop(next(iter(_ENCODERS)))
-        fast = getattr(tok, "encode_batch_fast", tok.encode_batch)          # the same ids without character offsets
-        _ENCODERS[id(tok)] = (tok, ByteLevelBPE(tok).encode_batch if ByteLevelBPE.fits(tok) else lambda texts: [e.ids for e in fast(list(texts))])
+        if len(_ENCODERS) >= 4:
+            _ENCODERS.pop(next(iter(_ENCODERS)))
+        fast = getattr(tok, "encode_batch_fast", tok.encode_batch)  # the same ids without character offsets
+        _ENCODERS[id(tok)] = (
+            tok,
+            ByteLevelBPE(tok).encode_batch
+            if ByteLevelBPE.fits(tok)
+            else lambda texts: [e.ids for e in fast(list(texts))],
+        )
     return _ENCODERS[id(tok)][1]
+
 
 def encode_documents(tok, texts) -> list[np.ndarray]:
     "Each text's BPE tokens followed by `<|endoftext|>` (Megatron's `--append-eod`); a text with no tokens gives an empty array."
     eot = eot_id(tok)
     return [np.array(ids + [eot]) if ids else np.zeros(0, np.int64) for ids in batch_encoder(tok)(texts)]
 
+
 def tokenize_shard(src, prefix, tok, dtype=None, batch: int | None = None) -> Manifest:
     """Tokenize one shard of documents into `prefix.bin/.idx` (tokens + end-of-text per document), a batch of documents
     at a time (at most `batch`, default chapter 30's `BATCH_DOCS`)."""
     t0, src = time.time(), Path(src)
     man = Manifest("tokenize", src.name, extra={"tokens": 0})
+
     def arrays():
         for docs in iter_batches(src, batch):
             man.docs_in += len(docs)
             for d, a in zip(docs, encode_documents(tok, [d["text"] for d in docs])):
-                if not a.size: man.drop("no tokens", d["id"]); continue
-                man.extra["tokens"] += a.size; yield a
+                if not a.size:
+                    man.drop("no tokens", d["id"])
+                    continue
+                man.extra["tokens"] += a.size
+                yield a
+
     man.kept = write_indexed_dataset(prefix, arrays(), dtype or token_dtype(tok.get_vocab_size()))
     man.seconds = time.time() - t0
     return man.check()
+
 
 def merge_indexed(prefixes, out_prefix) -> int:
     """Concatenate indexed datasets (e.g. one dataset's shards) into one — the bytes `write_indexed_dataset` would write
@@ -195,44 +284,63 @@ def merge_indexed(prefixes, out_prefix) -> int:
     prefixes, out_prefix = [str(p) for p in prefixes], Path(out_prefix)
     dtypes, n = set(), 0
     for p in prefixes:
-        dtype, lengths, *_ = read_index(p); dtypes.add(dtype); n += len(lengths)
-    if len(dtypes) > 1: raise ValueError(f"cannot merge indexed datasets of different dtypes {dtypes}")
+        dtype, lengths, *_ = read_index(p)
+        dtypes.add(dtype)
+        n += len(lengths)
+    if len(dtypes) > 1:
+        raise ValueError(f"cannot merge indexed datasets of different dtypes {dtypes}")
     dtype = dtypes.pop() if dtypes else np.uint16
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{out_prefix}.bin.tmp", "wb") as f:
         for p in prefixes:
-            with open(f"{p}.bin", "rb") as src: shutil.copyfileobj(src, f, 1 << 22)
+            with open(f"{p}.bin", "rb") as src:
+                shutil.copyfileobj(src, f, 1 << 22)
     with open(f"{out_prefix}.idx.tmp", "wb") as f:
         f.write(_HEADER + struct.pack("<Q", 1) + struct.pack("<B", _DTYPE_CODE[dtype]) + struct.pack("<QQ", n, n + 1))
-        for p in prefixes: f.write(read_index(p)[1].tobytes())
+        for p in prefixes:
+            f.write(read_index(p)[1].tobytes())
         start = 0
         for p in prefixes:
             lengths = read_index(p)[1].astype(np.int64)
-            f.write(((start + np.concatenate([[0], np.cumsum(lengths[:-1])])) * np.dtype(dtype).itemsize).astype(np.int64).tobytes()
-                    if len(lengths) else b"")
+            f.write(
+                ((start + np.concatenate([[0], np.cumsum(lengths[:-1])])) * np.dtype(dtype).itemsize)
+                .astype(np.int64)
+                .tobytes()
+                if len(lengths)
+                else b""
+            )
             start += int(lengths.sum())
-        for s in range(0, n + 1, 1 << 20): f.write(np.arange(s, min(n + 1, s + (1 << 20)), dtype=np.int64).tobytes())
-    os.replace(f"{out_prefix}.bin.tmp", f"{out_prefix}.bin"); os.replace(f"{out_prefix}.idx.tmp", f"{out_prefix}.idx")
+        for s in range(0, n + 1, 1 << 20):
+            f.write(np.arange(s, min(n + 1, s + (1 << 20)), dtype=np.int64).tobytes())
+    os.replace(f"{out_prefix}.bin.tmp", f"{out_prefix}.bin")
+    os.replace(f"{out_prefix}.idx.tmp", f"{out_prefix}.idx")
     return n
 
 # %% ../nbs/35_tokenize_index.ipynb
 def split_documents(split: str, n_docs: int) -> list:
     "Megatron's `--split`: each of train, valid, test's [begin, end) document range (None for an empty share)."
     shares, bounds = split_shares(split), [0.0]
-    for s in shares: bounds.append(bounds[-1] + s)
-    return [(int(round(lo * float(n_docs))), int(round(hi * float(n_docs)))) if hi > lo else None
-            for lo, hi in zip(bounds[:-1], bounds[1:])]
+    for s in shares:
+        bounds.append(bounds[-1] + s)
+    return [
+        (int(round(lo * float(n_docs))), int(round(hi * float(n_docs)))) if hi > lo else None
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+    ]
+
 
 def num_epochs(tokens_per_epoch: int, num_samples: int, seq_length: int) -> int:
     "Passes over the data that `num_samples` samples of `seq_length + 1` tokens need."
     return max(1, -(-(num_samples * seq_length + 1) // tokens_per_epoch))
 
+
 def separate_final_epoch(tokens_per_epoch: int, num_samples: int, seq_length: int) -> bool:
     "Whether the last pass is shuffled on its own: it serves under 80% of an epoch's samples."
     epochs = num_epochs(tokens_per_epoch, num_samples, seq_length)
-    if epochs == 1: return False
+    if epochs == 1:
+        return False
     from_final = num_samples - ((epochs - 1) * tokens_per_epoch - 1) // seq_length
     return from_final < int(0.80 * ((tokens_per_epoch - 1) // seq_length))
+
 
 def document_index(documents, epochs: int, rs: np.random.RandomState, separate_final: bool = False) -> np.ndarray:
     "`documents` repeated `epochs` times, shuffled as one array (the last epoch on its own if `separate_final`)."
@@ -241,6 +349,7 @@ def document_index(documents, epochs: int, rs: np.random.RandomState, separate_f
     index = np.tile(np.asarray(documents, np.int32), epochs)
     rs.shuffle(index)
     return index
+
 
 def sample_index(lengths: np.ndarray, doc_index: np.ndarray, seq_length: int) -> np.ndarray:
     "[num_samples + 1, 2]: (position in `doc_index`, token offset) where each sample starts, as Megatron's build_sample_idx."
@@ -251,20 +360,27 @@ def sample_index(lengths: np.ndarray, doc_index: np.ndarray, seq_length: int) ->
     p = np.searchsorted(starts, pos, side="right") - 1
     return np.stack([p, pos - starts[p]], axis=1)
 
+
 def shuffle_index(first: int, total: int, rs: np.random.RandomState) -> np.ndarray:
     "A permutation of [0, first) followed by one of [first, total)."
     a, b = np.arange(first, dtype=np.int64), np.arange(first, total, dtype=np.int64)
     rs.shuffle(a)
-    if first == total: return a
+    if first == total:
+        return a
     rs.shuffle(b)
     return np.concatenate([a, b])
 
+
 class GPTSamples:
     "Megatron's GPTDataset from scratch: samples of `seq_length + 1` tokens from `documents` (default: all) of one indexed dataset."
+
     def __init__(self, ds: IndexedTokens, seq_length: int, num_samples: int, seed: int = 0, documents=None):
         docs = np.arange(len(ds), dtype=np.int32) if documents is None else np.asarray(documents, np.int32)
         T = int(ds.lengths[docs].sum())
-        if T < seq_length + 1: raise ValueError(f"{len(docs)} documents hold {T} tokens, fewer than one sample (seq_length + 1 = {seq_length + 1})")
+        if T < seq_length + 1:
+            raise ValueError(
+                f"{len(docs)} documents hold {T} tokens, fewer than one sample (seq_length + 1 = {seq_length + 1})"
+            )
         epochs, separate = num_epochs(T, num_samples, seq_length), separate_final_epoch(T, num_samples, seq_length)
         rs = np.random.RandomState(seed)
         self.ds, self.seq, self.epochs = ds, seq_length, epochs
@@ -273,11 +389,14 @@ class GPTSamples:
         total = len(self.sample_idx) - 1
         self.shuffle = shuffle_index(((epochs - 1) * T - 1) // seq_length if separate else total, total, rs)
 
-    def __len__(self): return len(self.shuffle)
+    def __len__(self):
+        return len(self.shuffle)
+
     def __getitem__(self, i) -> np.ndarray:
         j = self.shuffle[i]
         (p0, o0), (p1, o1) = self.sample_idx[j], self.sample_idx[j + 1]
-        if p0 == p1: return self.ds.tokens(self.doc_index[p0], o0, o1 - o0 + 1).astype(np.int64)
+        if p0 == p1:
+            return self.ds.tokens(self.doc_index[p0], o0, o1 - o0 + 1).astype(np.int64)
         parts = [self.ds.tokens(self.doc_index[p0], o0, self.ds.lengths[self.doc_index[p0]] - o0)]
         parts += [self.ds[self.doc_index[p]] for p in range(p0 + 1, p1)]
         parts.append(self.ds.tokens(self.doc_index[p1], 0, o1 + 1))
@@ -286,17 +405,32 @@ class GPTSamples:
 # %% ../nbs/35_tokenize_index.ipynb
 class BlendedSamples:
     "Training samples drawn from several `GPTSamples`-like datasets with `weights` (Megatron's BlendedDataset)."
+
     def __init__(self, datasets: list, weights, size: int):
         self.datasets = datasets
         self.dataset_index, self.sample_index = blending_indices(weights, size)
         need = np.bincount(self.dataset_index, minlength=len(datasets))
         short = [i for i, (d, n) in enumerate(zip(datasets, need)) if len(d) < n]
-        if short: raise ValueError(f"datasets {short} have fewer samples than the blend needs ({need.tolist()})")
-    def __len__(self): return len(self.dataset_index)
-    def __getitem__(self, i): return self.datasets[self.dataset_index[i]][self.sample_index[i]]
+        if short:
+            raise ValueError(f"datasets {short} have fewer samples than the blend needs ({need.tolist()})")
 
-def blended_gpt_samples(prefixes: list, weights, seq_length: int, size: int, seed: int = 0,
-                        split: str = "100,0,0", part: str = "train", surplus: float = 0.005) -> BlendedSamples:
+    def __len__(self):
+        return len(self.dataset_index)
+
+    def __getitem__(self, i):
+        return self.datasets[self.dataset_index[i]][self.sample_index[i]]
+
+
+def blended_gpt_samples(
+    prefixes: list,
+    weights,
+    seq_length: int,
+    size: int,
+    seed: int = 0,
+    split: str = "100,0,0",
+    part: str = "train",
+    surplus: float = 0.005,
+) -> BlendedSamples:
     "About `size` blended samples of `seq_length + 1` tokens from the `part` split of indexed datasets `prefixes`, as megatron-core draws them."
     k = ("train", "valid", "test").index(part)
     w = (np.asarray(weights, np.float64) / np.sum(weights)).tolist()
@@ -304,6 +438,9 @@ def blended_gpt_samples(prefixes: list, weights, seq_length: int, size: int, see
     for p, wd in zip(prefixes, w):
         ds = IndexedTokens(p)
         docs = split_documents(split, len(ds))[k]
-        if docs is None: raise ValueError(f"split {split!r} gives the {part} part no documents")
-        datasets.append(GPTSamples(ds, seq_length, int(math.ceil(math.ceil(size * wd) * (1 + surplus))), seed, range(*docs)))
+        if docs is None:
+            raise ValueError(f"split {split!r} gives the {part} part no documents")
+        datasets.append(
+            GPTSamples(ds, seq_length, int(math.ceil(math.ceil(size * wd) * (1 + surplus))), seed, range(*docs))
+        )
     return BlendedSamples(datasets, w, sum(int(math.ceil(size * wd)) for wd in w))

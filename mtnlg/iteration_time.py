@@ -14,23 +14,41 @@ from typing import Callable
 from .config import Config, ModelConfig
 from .topology import Layout
 from .pipeline_parallel import bubble_formula
-from .counting import (GiB, GPU, GPUS, PAPER_ROWS, Assumptions, Setup, check_setup, flops_per_iteration, largest_term,
-                            matmul_efficiency_of,
-                            layer_forward_flops, logits_forward_flops, memory_per_gpu, recompute_flops, stage_params)
+from mtnlg.counting import (
+    GiB,
+    GPU,
+    GPUS,
+    PAPER_ROWS,
+    Assumptions,
+    Setup,
+    check_setup,
+    flops_per_iteration,
+    largest_term,
+    matmul_efficiency_of,
+    layer_forward_flops,
+    logits_forward_flops,
+    memory_per_gpu,
+    recompute_flops,
+    stage_params,
+)
 
 # %% ../nbs/51_iteration_time.ipynb
 def link(gpu: GPU, asm: Assumptions, inter_node: bool) -> tuple[float, float]:
     "(latency s, achieved bandwidth bytes/s) of the link a collective uses."
-    if inter_node: return asm.ib_latency_s, gpu.ib_gbps * 1e9 * asm.ib_efficiency
+    if inter_node:
+        return asm.ib_latency_s, gpu.ib_gbps * 1e9 * asm.ib_efficiency
     return asm.nvlink_latency_s, gpu.nvlink_gbps * 1e9 * asm.nvlink_efficiency
+
 
 def allreduce_time(nbytes: float, n: int, latency: float, bandwidth: float) -> float:
     "Ring all-reduce: 2(n-1) steps of latency, 2(n-1)/n * S bytes through each link."
     return 0.0 if n == 1 else 2 * (n - 1) * latency + 2 * (n - 1) / n * nbytes / bandwidth
 
+
 def reduce_scatter_time(nbytes: float, n: int, latency: float, bandwidth: float) -> float:
     "Ring reduce-scatter (or all-gather): half an all-reduce."
     return allreduce_time(nbytes, n, latency, bandwidth) / 2
+
 
 def p2p_time(nbytes: float, latency: float, bandwidth: float) -> float:
     return latency + nbytes / bandwidth
@@ -39,52 +57,76 @@ def p2p_time(nbytes: float, latency: float, bandwidth: float) -> float:
 @dataclass(frozen=True)
 class Op:
     "One operation of a layer's forward on one GPU: FLOPs and bytes moved through HBM."
+
     name: str
     flops: float
     bytes: float
-    kind: str                                   # matmul | attention | memory (elementwise / reductions)
-    backward_bytes: float = 0.0                 # what its backward moves through HBM (memory-bound ops and the attention core)
+    kind: str  # matmul | attention | memory (elementwise / reductions)
+    backward_bytes: float = 0.0  # what its backward moves through HBM (memory-bound ops and the attention core)
+
     @property
-    def intensity(self) -> float: return self.flops / self.bytes
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
     def time(self, gpu: GPU) -> float:
         "Lower bound in seconds: the slower of compute at peak and traffic at full HBM bandwidth."
         return max(self.flops / (gpu.peak_tflops * 1e12), self.bytes / (gpu.hbm_gbps * 1e9))
 
+
 FUSIONS = ("none", "megatron", "flash", "sdpa")
 
 # %% ../nbs/51_iteration_time.ipynb
-def layer_ops(model: ModelConfig, tp: int = 1, micro_batch: int = 1, fusion: str = "none", e: int = 2,
-              sequence_parallel: bool = False) -> list[Op]:
+def layer_ops(
+    model: ModelConfig,
+    tp: int = 1,
+    micro_batch: int = 1,
+    fusion: str = "none",
+    e: int = 2,
+    sequence_parallel: bool = False,
+) -> list[Op]:
     """A transformer layer's forward, op by op, for one of `tp` ranks (`e` bytes per activation). `fusion`: none
     (one PyTorch kernel per step), megatron (the paper's fused kernels), flash (megatron + one attention kernel), sdpa
     (this book's engine: one kernel per step, PyTorch's own LayerNorm and one SDPA attention kernel).
     With `sequence_parallel` the LayerNorms and the bias-dropout-adds run on this rank's 1/t of the tokens."""
-    if fusion not in FUSIONS: raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
     s, h, f, a = model.seq_length, model.hidden_size, model.ffn_size // tp, model.num_attention_heads // tp
-    T, d, hl = micro_batch * s, model.head_dim, h // tp               # tokens, head size, this rank's hidden
+    T, d, hl = micro_batch * s, model.head_dim, h // tp  # tokens, head size, this rank's hidden
     fused = fusion in ("megatron", "flash")
-    ss = micro_batch * a * s * s                                      # elements of the score matrix
-    gemm = lambda name, n, k, m: Op(name, 2.0 * n * k * m, (n * k + k * m + n * m) * e, "matmul")   # read A, B; write C
-    def mem(name, elems, passes, flops_per_elem, extra=0, back=3, back_extra=0):   # `passes` reads+writes of `elems`;
+    ss = micro_batch * a * s * s  # elements of the score matrix
+    gemm = lambda name, n, k, m: Op(name, 2.0 * n * k * m, (n * k + k * m + n * m) * e, "matmul")  # read A, B; write C
+
+    def mem(name, elems, passes, flops_per_elem, extra=0, back=3, back_extra=0):  # `passes` reads+writes of `elems`;
         # backward, unless said: read the output's gradient and the saved input, write the input's gradient (3 passes)
         return Op(name, flops_per_elem * elems, passes * elems * e + extra, "memory", back * elems * e + back_extra)
-    Ts = T // tp if sequence_parallel else T                          # tokens of the replicated region on this rank
+
+    Ts = T // tp if sequence_parallel else T  # tokens of the replicated region on this rank
     ln = lambda name: mem(name, Ts * h, 8 if fusion == "none" else 2, 8, 2 * h * e, 10 if fusion == "none" else 3)
     # bias + dropout + residual add: backward reads the gradient and the 1-byte mask, writes one gradient (the residual's
     # is the same tensor); unfused, the bias's gradient is one more read
-    bda = lambda name: mem(name, Ts * h, 3 if fused else 7, 3, h * e + (0 if fused else Ts * h), 2 if fused else 3, Ts * h)
+    bda = lambda name: mem(
+        name, Ts * h, 3 if fused else 7, 3, h * e + (0 if fused else Ts * h), 2 if fused else 3, Ts * h
+    )
     ops = [ln("LayerNorm 1"), gemm("QKV GEMM", T, h, 3 * hl)]
-    if fusion in ("flash", "sdpa"):     # backward reads Q, K, V, O and O's gradient, writes Q's, K's and V's
+    if fusion in ("flash", "sdpa"):  # backward reads Q, K, V, O and O's gradient, writes Q's, K's and V's
         ops.append(Op("flash attention", 4.0 * ss * d, 4 * T * hl * e, "attention", 8 * T * hl * e))
-    else:        # the probabilities' dropout is its own kernel in Megatron (read, write, a 1-byte mask; backward the same)
+    else:  # the probabilities' dropout is its own kernel in Megatron (read, write, a 1-byte mask; backward the same)
         # backward of the two products: the scores' gradient is read twice (for Q's and K's); P's written, P read
-        ops += [Op("attention scores", 2.0 * ss * d, (2 * T * hl + ss) * e, "attention", (4 * T * hl + 2 * ss) * e),
-                mem("scale+mask+softmax", ss, 2 if fused else 6, 5, 0 if fused else ss, 3 if fused else 6),
-                mem("attention dropout", ss, 2, 1, ss, 2, ss),
-                Op("attention x V", 2.0 * ss * d, (ss + 2 * T * hl) * e, "attention", (2 * ss + 4 * T * hl) * e)]
-    ops += [gemm("proj GEMM", T, hl, h), bda("bias+dropout+add 1"), ln("LayerNorm 2"),
-            gemm("fc1 GEMM", T, h, f), mem("bias+GeLU", T * f, 2 if fused else 4, 10, f * e, 3 if fused else 4),
-            gemm("fc2 GEMM", T, f, h), bda("bias+dropout+add 2")]
+        ops += [
+            Op("attention scores", 2.0 * ss * d, (2 * T * hl + ss) * e, "attention", (4 * T * hl + 2 * ss) * e),
+            mem("scale+mask+softmax", ss, 2 if fused else 6, 5, 0 if fused else ss, 3 if fused else 6),
+            mem("attention dropout", ss, 2, 1, ss, 2, ss),
+            Op("attention x V", 2.0 * ss * d, (ss + 2 * T * hl) * e, "attention", (2 * ss + 4 * T * hl) * e),
+        ]
+    ops += [
+        gemm("proj GEMM", T, hl, h),
+        bda("bias+dropout+add 1"),
+        ln("LayerNorm 2"),
+        gemm("fc1 GEMM", T, h, f),
+        mem("bias+GeLU", T * f, 2 if fused else 4, 10, f * e, 3 if fused else 4),
+        gemm("fc2 GEMM", T, f, h),
+        bda("bias+dropout+add 2"),
+    ]
     return ops
 
 # %% ../nbs/51_iteration_time.ipynb
@@ -92,8 +134,15 @@ def ridge_point(gpu: GPU) -> float:
     "FLOPs per byte above which a kernel is compute-bound: peak / bandwidth."
     return gpu.peak_tflops * 1e12 / (gpu.hbm_gbps * 1e9)
 
-def layer_time(model: ModelConfig, gpu: GPU | str, tp: int = 1, micro_batch: int = 1, fusion: str = "none",
-               sequence_parallel: bool = False) -> float:
+
+def layer_time(
+    model: ModelConfig,
+    gpu: GPU | str,
+    tp: int = 1,
+    micro_batch: int = 1,
+    fusion: str = "none",
+    sequence_parallel: bool = False,
+) -> float:
     "Roofline lower bound (s) of one layer's forward on one GPU: the sum over its ops."
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     return sum(o.time(gpu) for o in layer_ops(model, tp, micro_batch, fusion, sequence_parallel=sequence_parallel))
@@ -101,14 +150,24 @@ def layer_time(model: ModelConfig, gpu: GPU | str, tp: int = 1, micro_batch: int
 # %% ../nbs/51_iteration_time.ipynb
 ATTENTION_CORE = ("attention scores", "scale+mask+softmax", "attention dropout", "attention x V", "flash attention")
 
-def layer_traffic(model: ModelConfig, tp: int, micro_batch: int, fusion: str, recompute: str = "none",
-                  sequence_parallel: bool = False, e: int = 2) -> float:
+
+def layer_traffic(
+    model: ModelConfig,
+    tp: int,
+    micro_batch: int,
+    fusion: str,
+    recompute: str = "none",
+    sequence_parallel: bool = False,
+    e: int = 2,
+) -> float:
     """HBM bytes one layer's training step moves outside its weight GEMMs, per micro-batch on one TP rank: the
     elementwise kernels and the attention core (with `s x s` tensors, their writes and reads), forward and backward,
     and again what recomputation replays (full: the forward; selective: the attention core's)."""
     ops = [o for o in layer_ops(model, tp, micro_batch, fusion, e, sequence_parallel) if o.kind != "matmul"]
     forward = sum(o.bytes for o in ops)
-    replay = {"full": forward, "selective": sum(o.bytes for o in ops if o.name in ATTENTION_CORE), "none": 0.0}[recompute]
+    replay = {"full": forward, "selective": sum(o.bytes for o in ops if o.name in ATTENTION_CORE), "none": 0.0}[
+        recompute
+    ]
     return forward + sum(o.backward_bytes for o in ops) + replay
 
 # %% ../nbs/51_iteration_time.ipynb
@@ -116,20 +175,24 @@ def layer_traffic(model: ModelConfig, tp: int, micro_batch: int, fusion: str, re
 class System:
     """The software traits of a training system that change an iteration's time: each a yes/no (or a fraction) read
     off the system's code or paper, none fitted."""
+
     name: str
-    interleaving: bool          # runs Megatron's interleaved 1F1B (virtual stages)
-    pp_scatter_gather: bool     # a stage boundary's activation leaves as 1/t per TP rank (own NIC), all-gathered over NVLink
-    p2p_batched: bool           # a 1F1B step's send and receive go out in one call, both directions at once (2 transfers
-                                # per micro-batch); else 4 blocking ones: receive, send activation; receive, send gradient
-    zero1: bool                 # ZeRO-1: each replica steps Adam on its 1/d shard, then the updated weights are all-gathered
-                                # (else every replica steps Adam on all); the gradients are all-reduced either way
-    grad_accum_bytes: float     # bytes moved per parameter per micro-batch to add its gradient into the accumulated one,
-                                # outside the weight-gradient GEMMs (bf16/fp16 runs; fp32 runs: autograd's in-place add, 12)
-    dp_overlap: float = 0.0     # fraction of the data-parallel gradient reduction hidden behind the backward pass
-    tp_backward_overlap: bool = False   # the backward collective of each column-parallel input gradient runs while the
-                                # weight-gradient GEMM does (Megatron-LM's async TP communication, 2022): not exposed
-    fusion: str = "megatron"    # the kernels between the GEMMs (`layer_ops`): Megatron's fused ones, s x s attention
+    interleaving: bool  # runs Megatron's interleaved 1F1B (virtual stages)
+    pp_scatter_gather: (
+        bool  # a stage boundary's activation leaves as 1/t per TP rank (own NIC), all-gathered over NVLink
+    )
+    p2p_batched: bool  # a 1F1B step's send and receive go out in one call, both directions at once (2 transfers
+    # per micro-batch); else 4 blocking ones: receive, send activation; receive, send gradient
+    zero1: bool  # ZeRO-1: each replica steps Adam on its 1/d shard, then the updated weights are all-gathered
+    # (else every replica steps Adam on all); the gradients are all-reduced either way
+    grad_accum_bytes: float  # bytes moved per parameter per micro-batch to add its gradient into the accumulated one,
+    # outside the weight-gradient GEMMs (bf16/fp16 runs; fp32 runs: autograd's in-place add, 12)
+    dp_overlap: float = 0.0  # fraction of the data-parallel gradient reduction hidden behind the backward pass
+    tp_backward_overlap: bool = False  # the backward collective of each column-parallel input gradient runs while the
+    # weight-gradient GEMM does (Megatron-LM's async TP communication, 2022): not exposed
+    fusion: str = "megatron"  # the kernels between the GEMMs (`layer_ops`): Megatron's fused ones, s x s attention
     grad_reduce_bytes: int = 4  # bytes per parameter the data-parallel all-reduce moves (fp32 gradients; fp16 runs: 2)
+
 
 SYSTEMS = {
     # DeepSpeed's PipelineEngine, the installed 0.19 (this book's engine): TrainSchedule's SendActivation / RecvActivation /
@@ -140,35 +203,63 @@ SYSTEMS = {
     # adds the new ones into them (read 2 + 2, write 2) and `update_hp_grads` runs `hp.add_(lp.to(fp32))` (the fp32 copy:
     # read 2, write 4; the add: read 4 + 4, write 4): 26 bytes.
     # Between its GEMMs it runs PyTorch's kernels, one per step, and one SDPA attention kernel (fusion "sdpa").
-    "deepspeed": System("DeepSpeed pipeline engine (0.19)", interleaving=False, pp_scatter_gather=True, p2p_batched=False,
-                        zero1=True, grad_accum_bytes=26, fusion="sdpa"),
+    "deepspeed": System(
+        "DeepSpeed pipeline engine (0.19)",
+        interleaving=False,
+        pp_scatter_gather=True,
+        p2p_batched=False,
+        zero1=True,
+        grad_accum_bytes=26,
+        fusion="sdpa",
+    ),
     # The same engine as BLOOM ran it (the `olruwase/bf16-updates` branch, merged as DeepSpeed PR #1801 in April 2022):
     # `clear_lp_grads` sets the bf16 gradients to None, so autograd writes fresh ones, and `update_hp_grads` as above:
     # 18 bytes. MT-NLG's 2021 bf16 build was never published; we give it this, DeepSpeed's first published bf16 pipeline.
-    "deepspeed-2022": System("DeepSpeed pipeline engine (bf16, 2022)", interleaving=False, pp_scatter_gather=True,
-                             p2p_batched=False, zero1=True, grad_accum_bytes=18),
+    "deepspeed-2022": System(
+        "DeepSpeed pipeline engine (bf16, 2022)",
+        interleaving=False,
+        pp_scatter_gather=True,
+        p2p_batched=False,
+        zero1=True,
+        grad_accum_bytes=18,
+    ),
     # Megatron-LM's PTD-P (Narayanan et al. 2021, §2.2.2, §4.1): interleaved schedule, scatter/gather, batched
     # isend/irecv in both directions; gradients all-reduced after the flush (no distributed optimizer in 2021). Its fp16
     # runs accumulate in fp16: `param.main_grad.add_(param.grad)` in megatron/model/distributed.py (or autograd's own
     # add without contiguous buffers), read 2 + 2, write 2: 6 bytes; and that fp16 buffer is what is all-reduced (fp32
     # accumulation and reduction, `--accumulate-allreduce-grads-in-fp32`, is off by default and forced only for bf16): 2 bytes.
-    "megatron-lm": System("Megatron-LM PTD-P (2021)", interleaving=True, pp_scatter_gather=True, p2p_batched=True,
-                          zero1=False, grad_accum_bytes=6, grad_reduce_bytes=2),
+    "megatron-lm": System(
+        "Megatron-LM PTD-P (2021)",
+        interleaving=True,
+        pp_scatter_gather=True,
+        p2p_batched=True,
+        zero1=False,
+        grad_accum_bytes=6,
+        grad_reduce_bytes=2,
+    ),
     # Megatron-LM as Korthikanti et al. ran it in 2022 (bf16 mixed precision on Selene, no data parallelism in their
     # Table 5): the 2021 traits, plus two the same 530B layout on the same 2240 GPUs shows (159 TFLOP/s in 2021's
     # Table 2, ~175 in 2022) and the code names: the column-parallel layers' input-gradient collective overlapped with
     # the weight-gradient GEMM (their §6.2: "we overlap all-reduce communication with the linear weight's gradient
     # computation"), and gradient-accumulation fusion (`LinearWithGradAccumulationAndAsyncCommunication`: the
     # weight-gradient GEMM accumulates straight into the fp32 `main_grad`, C = AB + C, no separate pass: 0 bytes).
-    "megatron-lm-2022": System("Megatron-LM (2022)", interleaving=True, pp_scatter_gather=True, p2p_batched=True,
-                               zero1=False, grad_accum_bytes=0, tp_backward_overlap=True),
+    "megatron-lm-2022": System(
+        "Megatron-LM (2022)",
+        interleaving=True,
+        pp_scatter_gather=True,
+        p2p_batched=True,
+        zero1=False,
+        grad_accum_bytes=0,
+        tp_backward_overlap=True,
+    ),
 }
-MT_NLG_SYSTEM = "deepspeed-2022"     # what the paper's rows are predicted with (see its comment above)
+MT_NLG_SYSTEM = "deepspeed-2022"  # what the paper's rows are predicted with (see its comment above)
 
 # %% ../nbs/51_iteration_time.ipynb
 def interleaved_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
     "Idle fraction of an iteration of equal stages: (p-1)/(v·m + p-1), i.e. (p-1)/(v·m) of the useful time (Narayanan et al. §2.2.2)."
     return (pp - 1) / (virtual_stages * micro_batches + pp - 1)
+
 
 def pipeline_time(stage_s: list[float], micro_batches: int, virtual_stages: int = 1) -> float:
     """Seconds of one 1F1B pipeline pass: the slowest stage sets the pace for all `m` micro-batches, and fill and
@@ -181,12 +272,21 @@ def peak_flops(gpu: GPU, precision: str = "bf16") -> float:
     "Dense tensor-core peak (FLOP/s) a run's matmuls get: bf16, or TF32 for an fp32 run."
     return (gpu.peak_tflops if precision == "bf16" else gpu.tf32_tflops) * 1e12
 
+
 def matmul_flops(gpu: GPU, precision: str = "bf16") -> float:
     "FLOP/s a step's GEMMs achieve on `gpu`: its peak times its one fitted number, `matmul_efficiency_of(gpu)`."
     return peak_flops(gpu, precision) * matmul_efficiency_of(gpu)
 
-def stage_parts(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", precision: str = "bf16",
-                asm: Assumptions = Assumptions(), gpus_per_node: int = 8, system: System | str = "deepspeed") -> dict:
+
+def stage_parts(
+    model: ModelConfig,
+    L: Setup,
+    gpu: GPU | str = "a100-80gb",
+    precision: str = "bf16",
+    asm: Assumptions = Assumptions(),
+    gpus_per_node: int = 8,
+    system: System | str = "deepspeed",
+) -> dict:
     """Seconds one micro-batch takes on a GPU of each stage, by part (a list per part, one entry per stage): compute
     (the GEMMs at `matmul_efficiency`), memory-bound (the kernels between them), tp comm, pp comm and grad accum."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
@@ -212,22 +312,34 @@ def stage_parts(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", prec
     # layers' backward stay exposed: half an all-reduce each)
     hidden = (1 if L.sp else 2) if system.tp_backward_overlap else 0
     pp_link = link(gpu, asm, inter_node=t * d >= gpus_per_node)
-    if L.sp:                                   # the stage's output is already this rank's 1/t of the sequence: no gather
+    if L.sp:  # the stage's output is already this rank's 1/t of the sequence: no gather
         transfer = p2p_time(activation / t, *pp_link)
-    elif system.pp_scatter_gather and t > 1:   # 1/t over each NIC, then an all-gather over NVLink at the receiver
+    elif system.pp_scatter_gather and t > 1:  # 1/t over each NIC, then an all-gather over NVLink at the receiver
         transfer = p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
-    else: transfer = p2p_time(activation, *pp_link)
-    pp_comm = 0.0 if p == 1 else v * (2 if system.p2p_batched else 4) * transfer   # v chunk boundaries per micro-batch
-    accum_bytes = system.grad_accum_bytes if precision == "bf16" else 12     # fp32: autograd adds into .grad, read 4 + 4, write 4
-    return {"compute": compute,
-            "memory-bound": [n * traffic for n in split],      # the memory-bound kernels between the GEMMs, one after another
-            "tp comm": [n * (per_layer_allreduces - hidden) * collective for n in split],
-            "pp comm": [pp_comm] * p,
-            "grad accum": [stage_params(model, L, i) * accum_bytes / hbm for i in range(p)]}   # every micro-batch, every parameter
+    else:
+        transfer = p2p_time(activation, *pp_link)
+    pp_comm = 0.0 if p == 1 else v * (2 if system.p2p_batched else 4) * transfer  # v chunk boundaries per micro-batch
+    accum_bytes = (
+        system.grad_accum_bytes if precision == "bf16" else 12
+    )  # fp32: autograd adds into .grad, read 4 + 4, write 4
+    return {
+        "compute": compute,
+        "memory-bound": [n * traffic for n in split],  # the memory-bound kernels between the GEMMs, one after another
+        "tp comm": [n * (per_layer_allreduces - hidden) * collective for n in split],
+        "pp comm": [pp_comm] * p,
+        "grad accum": [stage_params(model, L, i) * accum_bytes / hbm for i in range(p)],
+    }  # every micro-batch, every parameter
 
 # %% ../nbs/51_iteration_time.ipynb
-def after_flush(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", precision: str = "bf16",
-                asm: Assumptions = Assumptions(), gpus_per_node: int = 8, system: System | str = "deepspeed") -> tuple[float, float]:
+def after_flush(
+    model: ModelConfig,
+    L: Setup,
+    gpu: GPU | str = "a100-80gb",
+    precision: str = "bf16",
+    asm: Assumptions = Assumptions(),
+    gpus_per_node: int = 8,
+    system: System | str = "deepspeed",
+) -> tuple[float, float]:
     """Seconds of what runs once per iteration after the pipeline's last backward: (the gradient all-reduce, with ZeRO-1's
     all-gather of the updated weights and the tied embedding's all-reduce; Adam's update of this replica's parameters)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
@@ -238,7 +350,8 @@ def after_flush(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", prec
     n = max(stage_params(model, L, i) for i in range(p))
     dp_link = link(gpu, asm, inter_node=t * d > gpus_per_node)
     dp_comm = allreduce_time(n * g_bytes, d, *dp_link)
-    if system.zero1: dp_comm += reduce_scatter_time(n * w_bytes, d, *dp_link)   # an all-gather moves what a reduce-scatter does
+    if system.zero1:
+        dp_comm += reduce_scatter_time(n * w_bytes, d, *dp_link)  # an all-gather moves what a reduce-scatter does
     if p > 1:
         emb = model.padded_vocab_size(t) * model.hidden_size // t * g_bytes
         dp_comm += allreduce_time(emb, 2, *link(gpu, asm, inter_node=True))
@@ -249,65 +362,102 @@ def after_flush(model: ModelConfig, L: Setup, gpu: GPU | str = "a100-80gb", prec
 @dataclass
 class Prediction:
     "Predicted iteration of `layout`: times in seconds, memory in bytes, throughput per GPU."
+
     layout: Setup
     gpu: str
     iteration_s: float
-    breakdown: dict          # seconds: compute (GEMMs), memory-bound, tp comm, pp comm, grad accum, bubble, dp comm, optimizer
-    memory: dict             # bytes of the fullest GPU, by kind
+    breakdown: dict  # seconds: compute (GEMMs), memory-bound, tp comm, pp comm, grad accum, bubble, dp comm, optimizer
+    memory: dict  # bytes of the fullest GPU, by kind
     micro_batches: int
-    hw_tflops: float         # hardware FLOPs (with recomputation) per GPU per second: the paper's accounting
-    mfu: float               # model FLOPs (no recomputation) / (GPUs x peak x time)
+    hw_tflops: float  # hardware FLOPs (with recomputation) per GPU per second: the paper's accounting
+    mfu: float  # model FLOPs (no recomputation) / (GPUs x peak x time)
     fits: bool
     problems: list = field(default_factory=list)
-    stage_s: list = field(default_factory=list)   # seconds per micro-batch of each stage
+    stage_s: list = field(default_factory=list)  # seconds per micro-batch of each stage
     system: str = ""
 
-def predict(model: ModelConfig, L: Setup, global_batch: int, gpu: GPU | str = "a100-80gb", precision: str = "bf16",
-            asm: Assumptions = Assumptions(), gpus_per_node: int = 8, system: System | str = "deepspeed") -> Prediction:
+
+def predict(
+    model: ModelConfig,
+    L: Setup,
+    global_batch: int,
+    gpu: GPU | str = "a100-80gb",
+    precision: str = "bf16",
+    asm: Assumptions = Assumptions(),
+    gpus_per_node: int = 8,
+    system: System | str = "deepspeed",
+) -> Prediction:
     "Predict the iteration time and memory of training `model` with layout `L` on `system` (raises ValueError for impossible layouts)."
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
     check_setup(model, L, global_batch, gpus_per_node)
     if L.virtual_stages > 1 and not system.interleaving:
-        raise ValueError(f"{system.name} has no interleaved schedule: virtual stages {L.virtual_stages} need megatron-lm")
+        raise ValueError(
+            f"{system.name} has no interleaved schedule: virtual stages {L.virtual_stages} need megatron-lm"
+        )
     m = global_batch // (L.micro_batch * L.dp)
-    parts = stage_parts(model, L, gpu, precision, asm, gpus_per_node, system)       # per micro-batch, per GPU of each stage
+    parts = stage_parts(model, L, gpu, precision, asm, gpus_per_node, system)  # per micro-batch, per GPU of each stage
     stage = [c + w + x + pp + a for c, w, x, pp, a in zip(*parts.values())]
     pipeline = pipeline_time(stage, m, L.virtual_stages)
     dp_comm, optimizer = after_flush(model, L, gpu, precision, asm, gpus_per_node, system)
     total = pipeline + (1 - system.dp_overlap) * dp_comm + optimizer
     slow = max(range(L.pp), key=lambda i: stage[i])
-    breakdown = {k: m * v[slow] for k, v in parts.items()} | {"bubble": pipeline - m * stage[slow],
-                 "dp comm": (1 - system.dp_overlap) * dp_comm, "optimizer": optimizer}
+    breakdown = {k: m * v[slow] for k, v in parts.items()} | {
+        "bubble": pipeline - m * stage[slow],
+        "dp comm": (1 - system.dp_overlap) * dp_comm,
+        "optimizer": optimizer,
+    }
     mem = memory_per_gpu(model, L, global_batch, precision, asm, system.zero1)
     capacity = gpu.memory_gib * GiB
     fits = mem["total"] <= capacity
-    over = f"stage {mem['stage']} needs {mem['total']/GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by {(mem['total'] - capacity)/GiB:.1f} GiB"
+    over = f"stage {mem['stage']} needs {mem['total'] / GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by {(mem['total'] - capacity) / GiB:.1f} GiB"
     hw = flops_per_iteration(model, global_batch, L.recompute, L.tp)
     mf = flops_per_iteration(model, global_batch, "none", L.tp)
-    return Prediction(L, gpu.name, total, breakdown, mem, m, hw / (L.gpus * total) / 1e12,
-                      mf / (L.gpus * total * peak_flops(gpu, precision)), fits,
-                      [] if fits else [f"does not fit: {over} ({largest_term(mem)} {mem[largest_term(mem)]/GiB:.1f} GiB)"],
-                      stage, system.name)
+    return Prediction(
+        L,
+        gpu.name,
+        total,
+        breakdown,
+        mem,
+        m,
+        hw / (L.gpus * total) / 1e12,
+        mf / (L.gpus * total * peak_flops(gpu, precision)),
+        fits,
+        [] if fits else [f"does not fit: {over} ({largest_term(mem)} {mem[largest_term(mem)] / GiB:.1f} GiB)"],
+        stage,
+        system.name,
+    )
 
 # %% ../nbs/51_iteration_time.ipynb
-def paper_predictions(cfg: Config, asm: Assumptions = Assumptions(), system: System | str = MT_NLG_SYSTEM,
-                      gpu: GPU | str = "a100-80gb") -> list[dict]:
+def paper_predictions(
+    cfg: Config, asm: Assumptions = Assumptions(), system: System | str = MT_NLG_SYSTEM, gpu: GPU | str = "a100-80gb"
+) -> list[dict]:
     """Predicted vs reported iteration time and TFLOP/s per GPU for the paper's three runs (TP 8 x PP 35, DP 8/10/12)
     on `gpu`, the paper's A100 (a record at another efficiency: what a fit tries)."""
     rows = []
     for nodes, dp, t_paper, tflops_paper in PAPER_ROWS:
         L = Setup(Layout(8, 35, dp), 1, "full")
         pr = predict(cfg.model, L, cfg.schedule.global_batch_size, gpu, cfg.precision, asm, system=system)
-        rows.append({"nodes": nodes, "gpus": L.gpus, "paper_s": t_paper, "predicted_s": pr.iteration_s,
-                     "error": pr.iteration_s / t_paper - 1, "paper_tflops": tflops_paper,
-                     "predicted_tflops": pr.hw_tflops, "bubble": bubble_formula(35, pr.micro_batches), "prediction": pr})
+        rows.append(
+            {
+                "nodes": nodes,
+                "gpus": L.gpus,
+                "paper_s": t_paper,
+                "predicted_s": pr.iteration_s,
+                "error": pr.iteration_s / t_paper - 1,
+                "paper_tflops": tflops_paper,
+                "predicted_tflops": pr.hw_tflops,
+                "bubble": bubble_formula(35, pr.micro_batches),
+                "prediction": pr,
+            }
+        )
     return rows
 
 # %% ../nbs/51_iteration_time.ipynb
 def plot_paper_rows(rows: list[dict]):
     "Left: predicted vs reported iteration time and TFLOP/s per GPU. Right: where the predicted time goes."
     import matplotlib.pyplot as plt
+
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     nodes = [r["nodes"] for r in rows]
     ax.plot(nodes, [r["paper_s"] for r in rows], "ko", ms=8, label="paper: iteration time")
@@ -327,7 +477,8 @@ def plot_paper_rows(rows: list[dict]):
         bottom = [a + b for a, b in zip(bottom, v)]
     bx.set(xlabel="nodes", ylabel="seconds", title="predicted iteration time, by part")
     bx.legend(fontsize=8)
-    fig.tight_layout(); plt.close(fig)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/51_iteration_time.ipynb
@@ -340,11 +491,15 @@ def fit_efficiency(gpu: GPU | str, errors: Callable[[GPU], list[float]]) -> floa
     grid = [e / 100 for e in range(10, 100)]
     coarse_errors = [worst(e) for e in grid]
     if min(coarse_errors) == max(coarse_errors):
-        raise ValueError(f"the rows' errors do not move with {gpu.name}'s matmul_efficiency (the same {coarse_errors[0]:.1%} "
-                         f"at every value from {grid[0]} to {grid[-1]}): they are not predicted on that record, so "
-                         f"nothing fits it")
-    coarse = grid[coarse_errors.index(min(coarse_errors))]     # the worst error falls, then rises: refine around
+        raise ValueError(
+            f"the rows' errors do not move with {gpu.name}'s matmul_efficiency (the same {coarse_errors[0]:.1%} "
+            f"at every value from {grid[0]} to {grid[-1]}): they are not predicted on that record, so "
+            f"nothing fits it"
+        )
+    coarse = grid[coarse_errors.index(min(coarse_errors))]  # the worst error falls, then rises: refine around
     if coarse in (grid[0], grid[-1]):
-        raise ValueError(f"{gpu.name}'s best matmul_efficiency lies at the search's edge ({coarse}): the model cannot "
-                         f"reach these rows' times with an efficiency between {grid[0]} and {grid[-1]}")
+        raise ValueError(
+            f"{gpu.name}'s best matmul_efficiency lies at the search's edge ({coarse}): the model cannot "
+            f"reach these rows' times with an efficiency between {grid[0]} and {grid[-1]}"
+        )
     return min((round(coarse + d / 1000, 3) for d in range(-10, 11)), key=worst)

@@ -11,28 +11,42 @@ __all__ = ['ELEMENTWISE_BLOCK', 'ATTENTION_BLOCKS', 'KERNELS', 'LIGER_MISSING', 
            'triton_dropout_add', 'liger', 'model_ops']
 
 # %% ../nbs/20_kernels.ipynb
-import functools, math
+import functools
+import math
 from types import SimpleNamespace
-import torch, torch.nn.functional as F, torch.distributed as dist
+import torch
+import torch.nn.functional as F
+import torch.distributed as dist
+
 try:
-    import triton, triton.language as tl
+    import triton
+    import triton.language as tl
+
     HAVE_TRITON = True
-except ImportError:          # no triton wheel for this platform (macOS, Windows): `reference` and `compile` still work
+except ImportError:  # no triton wheel for this platform (macOS, Windows): `reference` and `compile` still work
     HAVE_TRITON, triton, tl = False, SimpleNamespace(jit=lambda fn: fn), SimpleNamespace(constexpr=None)
 
 # %% ../nbs/20_kernels.ipynb
 def _interpreted() -> bool:
     "Whether our kernels were built for Triton's interpreter (TRITON_INTERPRET=1 before triton's import)."
     from triton.runtime.interpreter import InterpretedFunction
+
     return isinstance(_bias_gelu_fwd, InterpretedFunction)
 
-def _check_device(*ts):
-    if not HAVE_TRITON: raise ImportError("model.kernels=triton needs `pip install 'triton>=3.3'` (wheels for Linux)")
-    if any(t.device.type != "cuda" for t in ts) and not _interpreted():
-        raise RuntimeError("Triton kernels need CUDA tensors, or TRITON_INTERPRET=1 set before triton is first imported "
-                           "(megatron-core imports it: set it before importing mtnlg) to run on a CPU")
 
-def _warps(block: int) -> int: return 4 if block <= 2048 else 8 if block <= 8192 else 16
+def _check_device(*ts):
+    if not HAVE_TRITON:
+        raise ImportError("model.kernels=triton needs `pip install 'triton>=3.3'` (wheels for Linux)")
+    if any(t.device.type != "cuda" for t in ts) and not _interpreted():
+        raise RuntimeError(
+            "Triton kernels need CUDA tensors, or TRITON_INTERPRET=1 set before triton is first imported "
+            "(megatron-core imports it: set it before importing mtnlg) to run on a CPU"
+        )
+
+
+def _warps(block: int) -> int:
+    return 4 if block <= 2048 else 8 if block <= 8192 else 16
+
 
 ELEMENTWISE_BLOCK = 1024
 
@@ -45,15 +59,18 @@ def softmax_reference(x: torch.Tensor, scale: float = 1.0, causal: bool = True) 
         z = z.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=x.device).triu(sk - sq + 1), float("-inf"))
     return z.softmax(-1).to(x.dtype)
 
+
 @triton.jit
 def _softmax_fwd(X, Y, n_cols, sq, scale, CAUSAL: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     visible = cols < n_cols
-    if CAUSAL: visible = visible & (cols <= row % sq + n_cols - sq)
+    if CAUSAL:
+        visible = visible & (cols <= row % sq + n_cols - sq)
     z = tl.load(X + row * n_cols + cols, mask=visible, other=-float("inf")).to(tl.float32) * scale
     p = tl.exp(z - tl.max(z, 0))
     tl.store(Y + row * n_cols + cols, (p / tl.sum(p, 0)).to(Y.dtype.element_ty), mask=cols < n_cols)
+
 
 @triton.jit
 def _softmax_bwd(Y, DY, DX, n_cols, scale, BLOCK: tl.constexpr):
@@ -64,6 +81,7 @@ def _softmax_bwd(Y, DY, DX, n_cols, scale, BLOCK: tl.constexpr):
     dx = scale * y * (dy - tl.sum(dy * y, 0))
     tl.store(DX + row * n_cols + cols, dx.to(DX.dtype.element_ty), mask=cols < n_cols)
 
+
 class _Softmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, scale, causal):
@@ -71,14 +89,17 @@ class _Softmax(torch.autograd.Function):
         x = x.contiguous()
         y, (sq, sk), block = torch.empty_like(x), x.shape[-2:], max(16, triton.next_power_of_2(x.shape[-1]))
         _softmax_fwd[(x.numel() // sk,)](x, y, sk, sq, scale, CAUSAL=causal, BLOCK=block, num_warps=_warps(block))
-        ctx.save_for_backward(y); ctx.scale = scale
+        ctx.save_for_backward(y)
+        ctx.scale = scale
         return y
+
     @staticmethod
     def backward(ctx, dy):
-        y, = ctx.saved_tensors
+        (y,) = ctx.saved_tensors
         dx, sk, block = torch.empty_like(y), y.shape[-1], max(16, triton.next_power_of_2(y.shape[-1]))
         _softmax_bwd[(y.numel() // sk,)](y, dy.contiguous(), dx, sk, ctx.scale, BLOCK=block, num_warps=_warps(block))
         return dx, None, None
+
 
 def softmax_triton(x: torch.Tensor, scale: float = 1.0, causal: bool = True) -> torch.Tensor:
     "`softmax_reference` in one Triton pass per row (forward and backward)."
@@ -89,12 +110,14 @@ def bias_gelu_reference(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     "GeLU(x + bias), exact (erf) GeLU."
     return F.gelu(x + bias)
 
+
 @triton.jit
 def _bias_gelu_fwd(X, B, Y, n, N, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     z = tl.load(X + offs, mask=m, other=0.0).to(tl.float32) + tl.load(B + offs % N, mask=m, other=0.0).to(tl.float32)
     tl.store(Y + offs, (0.5 * z * (1 + tl.math.erf(z * 0.7071067811865476))).to(Y.dtype.element_ty), mask=m)
+
 
 @triton.jit
 def _bias_gelu_bwd(X, B, DY, DX, n, N, BLOCK: tl.constexpr):
@@ -105,49 +128,64 @@ def _bias_gelu_bwd(X, B, DY, DX, n, N, BLOCK: tl.constexpr):
     dy = tl.load(DY + offs, mask=m, other=0.0).to(tl.float32)
     tl.store(DX + offs, (dy * dgelu).to(DX.dtype.element_ty), mask=m)
 
+
 class _BiasGeLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, bias):
         _check_device(x, bias)
         x = x.contiguous()
         y = torch.empty_like(x)
-        _bias_gelu_fwd[(triton.cdiv(x.numel(), ELEMENTWISE_BLOCK),)](x, bias, y, x.numel(), bias.numel(), BLOCK=ELEMENTWISE_BLOCK)
+        _bias_gelu_fwd[(triton.cdiv(x.numel(), ELEMENTWISE_BLOCK),)](
+            x, bias, y, x.numel(), bias.numel(), BLOCK=ELEMENTWISE_BLOCK
+        )
         ctx.save_for_backward(x, bias)
         return y
+
     @staticmethod
     def backward(ctx, dy):
         x, bias = ctx.saved_tensors
         dx = torch.empty_like(x)
-        _bias_gelu_bwd[(triton.cdiv(x.numel(), ELEMENTWISE_BLOCK),)](x, bias, dy.contiguous(), dx, x.numel(), bias.numel(),
-                                                                    BLOCK=ELEMENTWISE_BLOCK)
-        return dx, dx.view(-1, bias.numel()).sum(0)                 # PyTorch accumulates in fp32
+        _bias_gelu_bwd[(triton.cdiv(x.numel(), ELEMENTWISE_BLOCK),)](
+            x, bias, dy.contiguous(), dx, x.numel(), bias.numel(), BLOCK=ELEMENTWISE_BLOCK
+        )
+        return dx, dx.view(-1, bias.numel()).sum(0)  # PyTorch accumulates in fp32
+
 
 def bias_gelu_triton(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     "`bias_gelu_reference` in one pass (forward and backward); bf16 in, fp32 inside."
     return _BiasGeLU.apply(x, bias)
 
 # %% ../nbs/20_kernels.ipynb
-def bias_dropout_add_reference(x, bias, residual, p: float = 0.0, mask: torch.Tensor | None = None, training: bool = True):
+def bias_dropout_add_reference(
+    x, bias, residual, p: float = 0.0, mask: torch.Tensor | None = None, training: bool = True
+):
     "residual + dropout_p(x + bias), with `mask` (True = keep) when given, else torch's dropout."
     z = x if bias is None else x + bias
-    if mask is not None and p > 0: return residual + z * mask.to(z.dtype) * (1.0 / (1.0 - p))
+    if mask is not None and p > 0:
+        return residual + z * mask.to(z.dtype) * (1.0 / (1.0 - p))
     return residual + F.dropout(z, p, training)
+
 
 @triton.jit
 def _dropout_mask(M, n, p, seed, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(M + offs, (tl.rand(seed, offs.to(tl.int32)) >= p).to(tl.int8), mask=offs < n)
 
+
 @triton.jit
-def _bias_dropout_add_fwd(X, B, R, Y, n, N, p, scale, seed, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr,
-                          BLOCK: tl.constexpr):
+def _bias_dropout_add_fwd(
+    X, B, R, Y, n, N, p, scale, seed, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, BLOCK: tl.constexpr
+):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     z = tl.load(X + offs, mask=m, other=0.0).to(tl.float32)
-    if HAS_BIAS: z = z + tl.load(B + offs % N, mask=m, other=0.0).to(tl.float32)
-    if DROPOUT: z = tl.where(tl.rand(seed, offs.to(tl.int32)) >= p, z * scale, 0.0)
+    if HAS_BIAS:
+        z = z + tl.load(B + offs % N, mask=m, other=0.0).to(tl.float32)
+    if DROPOUT:
+        z = tl.where(tl.rand(seed, offs.to(tl.int32)) >= p, z * scale, 0.0)
     y = tl.load(R + offs, mask=m, other=0.0).to(tl.float32) + z
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=m)
+
 
 @triton.jit
 def _dropout_bwd(DY, DX, n, p, scale, seed, BLOCK: tl.constexpr):
@@ -156,12 +194,14 @@ def _dropout_bwd(DY, DX, n, p, scale, seed, BLOCK: tl.constexpr):
     dx = tl.where(tl.rand(seed, offs.to(tl.int32)) >= p, dy * scale, 0.0)
     tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=offs < n)
 
+
 def dropout_mask(seed: int, shape, p: float, device="cpu") -> torch.Tensor:
     "The keep-mask (bool) the Triton kernels draw for `seed`: what `bias_dropout_add_triton` applied."
     mask = torch.empty(shape, dtype=torch.int8, device=device)
     _check_device(mask)
     _dropout_mask[(triton.cdiv(mask.numel(), ELEMENTWISE_BLOCK),)](mask, mask.numel(), p, seed, BLOCK=ELEMENTWISE_BLOCK)
     return mask.bool()
+
 
 class _BiasDropoutAdd(torch.autograd.Function):
     @staticmethod
@@ -171,30 +211,47 @@ class _BiasDropoutAdd(torch.autograd.Function):
         y = torch.empty_like(residual, dtype=torch.promote_types(x.dtype, residual.dtype))
         n, N = x.numel(), x.shape[-1]
         _bias_dropout_add_fwd[(triton.cdiv(n, ELEMENTWISE_BLOCK),)](
-            x, x if bias is None else bias, residual, y, n, N, p, 1.0 / (1.0 - p), seed,
-            HAS_BIAS=bias is not None, DROPOUT=p > 0, BLOCK=ELEMENTWISE_BLOCK)
+            x,
+            x if bias is None else bias,
+            residual,
+            y,
+            n,
+            N,
+            p,
+            1.0 / (1.0 - p),
+            seed,
+            HAS_BIAS=bias is not None,
+            DROPOUT=p > 0,
+            BLOCK=ELEMENTWISE_BLOCK,
+        )
         ctx.p, ctx.seed, ctx.has_bias, ctx.dtypes = p, seed, bias is not None, (x.dtype, residual.dtype)
         return y
+
     @staticmethod
     def backward(ctx, dy):
         dy = dy.contiguous()
         if ctx.p > 0:
             dx = torch.empty_like(dy, dtype=ctx.dtypes[0])
-            _dropout_bwd[(triton.cdiv(dy.numel(), ELEMENTWISE_BLOCK),)](dy, dx, dy.numel(), ctx.p, 1.0 / (1.0 - ctx.p),
-                                                                       ctx.seed, BLOCK=ELEMENTWISE_BLOCK)
-        else: dx = dy.to(ctx.dtypes[0])
+            _dropout_bwd[(triton.cdiv(dy.numel(), ELEMENTWISE_BLOCK),)](
+                dy, dx, dy.numel(), ctx.p, 1.0 / (1.0 - ctx.p), ctx.seed, BLOCK=ELEMENTWISE_BLOCK
+            )
+        else:
+            dx = dy.to(ctx.dtypes[0])
         db = dx.view(-1, dx.shape[-1]).sum(0) if ctx.has_bias else None
         return dx, db, dy.to(ctx.dtypes[1]), None, None
 
+
 def bias_dropout_add_triton(x, bias, residual, p: float = 0.0, seed: int = 0):
     "`bias_dropout_add_reference` in one pass, its dropout mask drawn from Philox with `seed` (none stored)."
-    if not 0 <= p < 1: raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     return _BiasDropoutAdd.apply(x, bias, residual, p, seed)
 
 # %% ../nbs/20_kernels.ipynb
 def layer_norm_reference(x, weight, bias, eps: float = 1e-5):
     "LayerNorm over the last dim with an affine weight and bias: what `nn.LayerNorm` computes."
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
 
 @triton.jit
 def _ln_fwd(X, W, B, Y, Mean, Rstd, N, eps, BLOCK: tl.constexpr):
@@ -204,9 +261,13 @@ def _ln_fwd(X, W, B, Y, Mean, Rstd, N, eps, BLOCK: tl.constexpr):
     mean = tl.sum(x, 0) / N
     xc = tl.where(m, x - mean, 0.0)
     rstd = 1 / tl.sqrt(tl.sum(xc * xc, 0) / N + eps)
-    tl.store(Mean + row, mean); tl.store(Rstd + row, rstd)
-    y = xc * rstd * tl.load(W + cols, mask=m, other=0.0).to(tl.float32) + tl.load(B + cols, mask=m, other=0.0).to(tl.float32)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+    y = xc * rstd * tl.load(W + cols, mask=m, other=0.0).to(tl.float32) + tl.load(B + cols, mask=m, other=0.0).to(
+        tl.float32
+    )
     tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=m)
+
 
 @triton.jit
 def _ln_bwd_dx(X, W, DY, DX, Mean, Rstd, N, BLOCK: tl.constexpr):
@@ -215,9 +276,12 @@ def _ln_bwd_dx(X, W, DY, DX, Mean, Rstd, N, BLOCK: tl.constexpr):
     xhat = tl.where(m, (tl.load(X + row * N + cols, mask=m, other=0.0).to(tl.float32) - tl.load(Mean + row)), 0.0)
     rstd = tl.load(Rstd + row)
     xhat = xhat * rstd
-    g = tl.load(DY + row * N + cols, mask=m, other=0.0).to(tl.float32) * tl.load(W + cols, mask=m, other=0.0).to(tl.float32)
+    g = tl.load(DY + row * N + cols, mask=m, other=0.0).to(tl.float32) * tl.load(W + cols, mask=m, other=0.0).to(
+        tl.float32
+    )
     dx = (g - tl.sum(g, 0) / N - xhat * (tl.sum(g * xhat, 0) / N)) * rstd
     tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=m)
+
 
 @triton.jit
 def _ln_bwd_dwdb(X, DY, Mean, Rstd, DW, DB, M, N, rows_per_program, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -238,19 +302,23 @@ def _ln_bwd_dwdb(X, DY, Mean, Rstd, DW, DB, M, N, rows_per_program, BLOCK_M: tl.
     tl.store(DW + group * N + cols, tl.sum(dw, 0), mask=cols < N)
     tl.store(DB + group * N + cols, tl.sum(db, 0), mask=cols < N)
 
+
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         _check_device(x, weight, bias)
         N = x.shape[-1]
-        if N > 65536: raise ValueError(f"layer_norm_triton holds a row in registers: at most 65536 columns, got {N}")
+        if N > 65536:
+            raise ValueError(f"layer_norm_triton holds a row in registers: at most 65536 columns, got {N}")
         x2 = x.reshape(-1, N).contiguous()
         M, block = x2.shape[0], max(16, triton.next_power_of_2(N))
         y = torch.empty_like(x2)
         mean, rstd = (torch.empty(M, dtype=torch.float32, device=x.device) for _ in range(2))
         _ln_fwd[(M,)](x2, weight, bias, y, mean, rstd, N, eps, BLOCK=block, num_warps=_warps(block))
-        ctx.save_for_backward(x2, weight, mean, rstd); ctx.block, ctx.shape = block, x.shape
+        ctx.save_for_backward(x2, weight, mean, rstd)
+        ctx.block, ctx.shape = block, x.shape
         return y.view(x.shape)
+
     @staticmethod
     def backward(ctx, dy):
         x, weight, mean, rstd = ctx.saved_tensors
@@ -260,12 +328,14 @@ class _LayerNorm(torch.autograd.Function):
         _ln_bwd_dx[(M,)](x, weight, dy, dx, mean, rstd, N, BLOCK=block, num_warps=_warps(block))
         bm, bn = 32, 128 if x.is_cuda else 16
         groups = max(1, min(triton.cdiv(M, bm), triton.cdiv(8 * 132, triton.cdiv(N, bn)))) if x.is_cuda else 2
-        rows_per = triton.cdiv(triton.cdiv(M, groups), bm) * bm            # whole BLOCK_M steps per group
+        rows_per = triton.cdiv(triton.cdiv(M, groups), bm) * bm  # whole BLOCK_M steps per group
         groups = triton.cdiv(M, rows_per)
         dw, db = (torch.empty(groups, N, dtype=torch.float32, device=x.device) for _ in range(2))
-        _ln_bwd_dwdb[(triton.cdiv(N, bn), groups)](x, dy, mean, rstd, dw, db, M, N, rows_per, BLOCK_M=bm, BLOCK_N=bn,
-                                                   num_warps=8 if x.is_cuda else 4)
+        _ln_bwd_dwdb[(triton.cdiv(N, bn), groups)](
+            x, dy, mean, rstd, dw, db, M, N, rows_per, BLOCK_M=bm, BLOCK_N=bn, num_warps=8 if x.is_cuda else 4
+        )
         return dx.view(ctx.shape), dw.sum(0).to(weight.dtype), db.sum(0).to(weight.dtype), None
+
 
 def layer_norm_triton(x, weight, bias, eps: float = 1e-5):
     "`layer_norm_reference` in Triton: one program per row forward and for dx, column blocks for dw and db."
@@ -277,38 +347,63 @@ def attention_reference(q, k, v):
     scores = q.float() @ k.float().transpose(-1, -2)
     return (softmax_reference(scores, 1 / math.sqrt(q.shape[-1])) @ v.float()).to(q.dtype)
 
+
 def attention_sdpa(q, k, v):
     "PyTorch's fused causal attention (FlashAttention / memory-efficient kernels on a GPU)."
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
 
 @triton.jit
 def _tile_mask(idx, n, dims, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
     "In-bounds mask of a [len(idx), BLOCK_D] tile: rows idx < n and, if the head is padded, columns < HEAD_DIM."
     mask = idx[:, None] < n
-    if BLOCK_D != HEAD_DIM: mask = mask & (dims[None, :] < HEAD_DIM)
+    if BLOCK_D != HEAD_DIM:
+        mask = mask & (dims[None, :] < HEAD_DIM)
     return mask
 
+
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, sb, sh, ss, ob, oh, os_, H, S, qk_scale, HEAD_DIM: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
-              UPCAST: tl.constexpr):
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    sb,
+    sh,
+    ss,
+    ob,
+    oh,
+    os_,
+    H,
+    S,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     start_m, bh = tl.program_id(0) * BLOCK_M, tl.program_id(1)
     qkv, o = (bh // H).to(tl.int64) * sb + (bh % H) * sh, (bh // H).to(tl.int64) * ob + (bh % H) * oh
     rows, cols0, dims = start_m + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
     q_mask = _tile_mask(rows, S, dims, HEAD_DIM, BLOCK_D)
     q = tl.load(Q + qkv + rows[:, None] * ss + dims[None, :], mask=q_mask, other=0.0)
-    if UPCAST: q = q.to(tl.float32)      # the interpreter's dot cannot multiply bf16: exact in fp32 anyway
+    if UPCAST:
+        q = q.to(tl.float32)  # the interpreter's dot cannot multiply bf16: exact in fp32 anyway
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start_n in range(0, tl.minimum(start_m + BLOCK_M, S), BLOCK_N):        # key blocks up to the diagonal
+    for start_n in range(0, tl.minimum(start_m + BLOCK_M, S), BLOCK_N):  # key blocks up to the diagonal
         cols = start_n + cols0
         kv_mask = _tile_mask(cols, S, dims, HEAD_DIM, BLOCK_D)
         k = tl.load(K + qkv + cols[:, None] * ss + dims[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + qkv + cols[:, None] * ss + dims[None, :], mask=kv_mask, other=0.0)
-        if UPCAST: k, v = k.to(tl.float32), v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale         # base-2 scaled scores
-        if start_n + BLOCK_N > start_m:                                         # only blocks that cross the diagonal
+        if UPCAST:
+            k, v = k.to(tl.float32), v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # base-2 scaled scores
+        if start_n + BLOCK_N > start_m:  # only blocks that cross the diagonal
             s = tl.where((rows[:, None] >= cols[None, :]) & (cols[None, :] < S), s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
@@ -319,28 +414,54 @@ def _attn_fwd(Q, K, V, O, LSE, sb, sh, ss, ob, oh, os_, H, S, qk_scale, HEAD_DIM
     tl.store(O + o + rows[:, None] * os_ + dims[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty), mask=q_mask)
     tl.store(LSE + bh.to(tl.int64) * S + rows, m_i + tl.log2(l_i), mask=rows < S)
 
+
 @triton.jit
-def _attn_bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, sb, sh, ss, ob, oh, os_, H, S, qk_scale, sm_scale,
-                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                   PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _attn_bwd_dkdv(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    Delta,
+    DK,
+    DV,
+    sb,
+    sh,
+    ss,
+    ob,
+    oh,
+    os_,
+    H,
+    S,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     start_n, bh = tl.program_id(0) * BLOCK_N, tl.program_id(1)
     qkv, o = (bh // H).to(tl.int64) * sb + (bh % H) * sh, (bh // H).to(tl.int64) * ob + (bh % H) * oh
     cols, rows0, dims = start_n + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
     kv_mask = _tile_mask(cols, S, dims, HEAD_DIM, BLOCK_D)
     k = tl.load(K + qkv + cols[:, None] * ss + dims[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + qkv + cols[:, None] * ss + dims[None, :], mask=kv_mask, other=0.0)
-    if UPCAST: k, v = k.to(tl.float32), v.to(tl.float32)
+    if UPCAST:
+        k, v = k.to(tl.float32), v.to(tl.float32)
     dk, dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32), tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    for start_m in range((start_n // BLOCK_M) * BLOCK_M, S, BLOCK_M):            # query blocks from the diagonal on
+    for start_m in range((start_n // BLOCK_M) * BLOCK_M, S, BLOCK_M):  # query blocks from the diagonal on
         rows = start_m + rows0
         q_mask = _tile_mask(rows, S, dims, HEAD_DIM, BLOCK_D)
         q = tl.load(Q + qkv + rows[:, None] * ss + dims[None, :], mask=q_mask, other=0.0)
         do = tl.load(DO + o + rows[:, None] * os_ + dims[None, :], mask=q_mask, other=0.0)
-        if UPCAST: q, do = q.to(tl.float32), do.to(tl.float32)
+        if UPCAST:
+            q, do = q.to(tl.float32), do.to(tl.float32)
         lse = tl.load(LSE + bh.to(tl.int64) * S + rows, mask=rows < S, other=0.0)
         delta = tl.load(Delta + bh.to(tl.int64) * S + rows, mask=rows < S, other=0.0)
         p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale - lse[:, None])
-        if (start_m < start_n + BLOCK_N) | (start_m + BLOCK_M > S):             # diagonal or last (ragged) block
+        if (start_m < start_n + BLOCK_N) | (start_m + BLOCK_M > S):  # diagonal or last (ragged) block
             p = tl.where((rows[:, None] >= cols[None, :]) & (rows[:, None] < S) & (cols[None, :] < S), p, 0.0)
         dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PRECISION)
         ds = p * (tl.dot(do, tl.trans(v), input_precision=PRECISION) - delta[:, None])
@@ -348,17 +469,41 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, sb, sh, ss, ob, oh, os_, H, 
     tl.store(DK + o + cols[:, None] * os_ + dims[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + o + cols[:, None] * os_ + dims[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
+
 @triton.jit
-def _attn_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, sb, sh, ss, ob, oh, os_, H, S, qk_scale, sm_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _attn_bwd_dq(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    Delta,
+    DQ,
+    sb,
+    sh,
+    ss,
+    ob,
+    oh,
+    os_,
+    H,
+    S,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     start_m, bh = tl.program_id(0) * BLOCK_M, tl.program_id(1)
     qkv, o = (bh // H).to(tl.int64) * sb + (bh % H) * sh, (bh // H).to(tl.int64) * ob + (bh % H) * oh
     rows, cols0, dims = start_m + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
     q_mask = _tile_mask(rows, S, dims, HEAD_DIM, BLOCK_D)
     q = tl.load(Q + qkv + rows[:, None] * ss + dims[None, :], mask=q_mask, other=0.0)
     do = tl.load(DO + o + rows[:, None] * os_ + dims[None, :], mask=q_mask, other=0.0)
-    if UPCAST: q, do = q.to(tl.float32), do.to(tl.float32)
+    if UPCAST:
+        q, do = q.to(tl.float32), do.to(tl.float32)
     lse = tl.load(LSE + bh.to(tl.int64) * S + rows, mask=rows < S, other=0.0)
     delta = tl.load(Delta + bh.to(tl.int64) * S + rows, mask=rows < S, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -367,7 +512,8 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, sb, sh, ss, ob, oh, os_, H, S, qk_
         kv_mask = _tile_mask(cols, S, dims, HEAD_DIM, BLOCK_D)
         k = tl.load(K + qkv + cols[:, None] * ss + dims[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + qkv + cols[:, None] * ss + dims[None, :], mask=kv_mask, other=0.0)
-        if UPCAST: k, v = k.to(tl.float32), v.to(tl.float32)
+        if UPCAST:
+            k, v = k.to(tl.float32), v.to(tl.float32)
         p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale - lse[:, None])
         if start_n + BLOCK_N > start_m:
             p = tl.where((rows[:, None] >= cols[None, :]) & (rows[:, None] < S) & (cols[None, :] < S), p, 0.0)
@@ -380,18 +526,23 @@ ATTENTION_BLOCKS = {  # padded head size -> (BLOCK_M, BLOCK_N, num_warps, num_st
     "forward": {64: (64, 64, 4, 3), 128: (64, 64, 4, 3), 256: (64, 32, 8, 2)},
     "dkdv": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (16, 64, 8, 1)},
     "dq": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (64, 16, 8, 1)},
-}   # (32, 128, 8 warps, 2 stages) for dK/dV at head size 128 gave wrong bf16 gradients on Triton 3.6 / H100: avoided
+}  # (32, 128, 8 warps, 2 stages) for dK/dV at head size 128 gave wrong bf16 gradients on Triton 3.6 / H100: avoided
+
 
 def _attn_meta(x, kernel: str) -> dict:
     "Launch parameters: fp32 stays fp32 (no TF32); the interpreter multiplies bf16 blocks in fp32."
     D, upcast = x.shape[-1], not x.is_cuda and x.dtype != torch.float32
     block_d = max(16, triton.next_power_of_2(D))
-    meta = dict(HEAD_DIM=D, BLOCK_D=block_d, UPCAST=upcast, PRECISION="ieee" if x.dtype == torch.float32 or upcast else "tf32")
-    if not x.is_cuda:                                # unequal blocks in backward, as on a GPU, exercise the masks
+    meta = dict(
+        HEAD_DIM=D, BLOCK_D=block_d, UPCAST=upcast, PRECISION="ieee" if x.dtype == torch.float32 or upcast else "tf32"
+    )
+    if not x.is_cuda:  # unequal blocks in backward, as on a GPU, exercise the masks
         return meta | dict(BLOCK_M=32 if kernel == "dq" else 16, BLOCK_N=32 if kernel == "dkdv" else 16, num_warps=4)
-    if block_d > 256: raise ValueError(f"attention_triton supports head sizes up to 256, got {D}")
+    if block_d > 256:
+        raise ValueError(f"attention_triton supports head sizes up to 256, got {D}")
     m, n, w, st = ATTENTION_BLOCKS[kernel][max(64, block_d)]
     return meta | dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=st)
+
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
@@ -403,26 +554,52 @@ class _FlashAttention(torch.autograd.Function):
         o = torch.empty(B, S, H, D, dtype=q.dtype, device=q.device).transpose(1, 2)
         lse = torch.empty(B * H, S, dtype=torch.float32, device=q.device)
         meta = _attn_meta(q, "forward")
-        _attn_fwd[(triton.cdiv(S, meta["BLOCK_M"]), B * H)](q, k, v, o, lse, q.stride(0), q.stride(1), q.stride(2),
-                                                             o.stride(0), o.stride(1), o.stride(2), H, S,
-                                                             1.4426950408889634 / math.sqrt(D), **meta)
+        _attn_fwd[(triton.cdiv(S, meta["BLOCK_M"]), B * H)](
+            q,
+            k,
+            v,
+            o,
+            lse,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            o.stride(0),
+            o.stride(1),
+            o.stride(2),
+            H,
+            S,
+            1.4426950408889634 / math.sqrt(D),
+            **meta,
+        )
         ctx.save_for_backward(q, k, v, o, lse)
         return o
+
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         B, H, S, D = q.shape
-        do = do.transpose(1, 2).contiguous().transpose(1, 2)                       # o's layout
+        do = do.transpose(1, 2).contiguous().transpose(1, 2)  # o's layout
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, S).contiguous()
         dq, dk, dv = (torch.empty(B, S, H, D, dtype=q.dtype, device=q.device).transpose(1, 2) for _ in range(3))
         scale = 1 / math.sqrt(D)
-        args = (q.stride(0), q.stride(1), q.stride(2), o.stride(0), o.stride(1), o.stride(2), H, S,
-                scale * 1.4426950408889634, scale)
+        args = (
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            o.stride(0),
+            o.stride(1),
+            o.stride(2),
+            H,
+            S,
+            scale * 1.4426950408889634,
+            scale,
+        )
         meta = _attn_meta(q, "dkdv")
         _attn_bwd_dkdv[(triton.cdiv(S, meta["BLOCK_N"]), B * H)](q, k, v, do, lse, delta, dk, dv, *args, **meta)
         meta = _attn_meta(q, "dq")
         _attn_bwd_dq[(triton.cdiv(S, meta["BLOCK_M"]), B * H)](q, k, v, do, lse, delta, dq, *args, **meta)
         return dq, dk, dv
+
 
 def attention_triton(q, k, v):
     "Causal attention over [batch, heads, seq, head_dim] in Triton, flash-style (no dropout)."
@@ -432,6 +609,7 @@ def attention_triton(q, k, v):
 def linear_cross_entropy_reference(h, weight, labels):
     "Per-token cross-entropy of `labels` under logits `h @ weight.T` (computed in h's dtype, softmax in fp32): the model's output layer and loss."
     return F.cross_entropy((h @ weight.t()).float(), labels, reduction="none")
+
 
 @triton.jit
 def _ce_stats(Z, Labels, Max, SumExp, Target, n_cols, vocab_start, BLOCK: tl.constexpr):
@@ -444,13 +622,14 @@ def _ce_stats(Z, Labels, Max, SumExp, Target, n_cols, vocab_start, BLOCK: tl.con
         cols = start + tl.arange(0, BLOCK)
         z = tl.load(Z + row * n_cols + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
         new = tl.maximum(m, z)
-        safe = tl.where(new == -float("inf"), 0.0, new)      # a lane with nothing yet: exp(-inf - 0) = 0, not nan
+        safe = tl.where(new == -float("inf"), 0.0, new)  # a lane with nothing yet: exp(-inf - 0) = 0, not nan
         s = s * tl.exp(m - safe) + tl.exp(z - safe)
         m, t = new, t + tl.where(cols == label, z, 0.0)
     top = tl.max(m, 0)
     tl.store(Max + row, top)
     tl.store(SumExp + row, tl.sum(s * tl.exp(m - top), 0))
     tl.store(Target + row, tl.sum(t, 0))
+
 
 @triton.jit
 def _ce_grad(Z, Labels, Lse, DLoss, n_cols, vocab_start, BLOCK: tl.constexpr):
@@ -463,6 +642,7 @@ def _ce_grad(Z, Labels, Lse, DLoss, n_cols, vocab_start, BLOCK: tl.constexpr):
         dz = (tl.exp(z - lse) - tl.where(cols == label, 1.0, 0.0)) * g
         tl.store(Z + row * n_cols + cols, dz.to(Z.dtype.element_ty), mask=cols < n_cols)
 
+
 def _stats_torch(z, labels, vocab_start):
     "`_ce_stats` in PyTorch: (max, sum of exp(z - max), label's logit or 0) per row, in fp32; z is used up (in place)."
     z, local = z.float(), labels - vocab_start
@@ -471,42 +651,49 @@ def _stats_torch(z, labels, vocab_start):
     target = z.gather(1, local.clamp(0, z.shape[1] - 1)[:, None])[:, 0] * here
     return top, z.sub_(top[:, None]).exp_().sum(-1), target
 
+
 def _grad_torch(z, labels, lse, dloss, vocab_start):
     "`_ce_grad` in PyTorch, in place."
     local = labels - vocab_start
     here = (local >= 0) & (local < z.shape[1])
-    dz = z.float()                                   # z itself in fp32: every step below in place, no second chunk
+    dz = z.float()  # z itself in fp32: every step below in place, no second chunk
     dz.sub_(lse[:, None]).exp_()
     dz[here.nonzero()[:, 0], local[here]] -= 1
     z.copy_(dz.mul_(dloss[:, None]))
+
 
 def _ce_launch(kernel, z, *args):
     block = min(4096, max(16, triton.next_power_of_2(z.shape[1])))
     kernel[(z.shape[0],)](z, *args, BLOCK=block, num_warps=_warps(block))
 
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """Cross-entropy of `h @ weight.T` a chunk of `chunk` rows at a time: forward keeps one log-sum-exp per row and no
     logits; backward recomputes each chunk's logits, turns them in place into their gradient, and multiplies out."""
+
     @staticmethod
     def forward(ctx, h, weight, labels, chunk, group, use_triton):
-        if use_triton: _check_device(h, weight)
+        if use_triton:
+            _check_device(h, weight)
         tp = 1 if group is None else dist.get_world_size(group)
         start = (0 if group is None else dist.get_rank(group)) * weight.shape[0]
         lse = torch.empty(h.shape[0], device=h.device, dtype=torch.float32)
         target = torch.empty_like(lse)
         for r in range(0, h.shape[0], chunk):
-            z, rows = (h[r:r + chunk] @ weight.t()).contiguous(), slice(r, r + chunk)
+            z, rows = (h[r : r + chunk] @ weight.t()).contiguous(), slice(r, r + chunk)
             if use_triton:
                 top, total, t = (torch.empty(z.shape[0], device=z.device, dtype=torch.float32) for _ in range(3))
                 _ce_launch(_ce_stats, z, labels[rows], top, total, t, z.shape[1], start)
-            else: top, total, t = _stats_torch(z, labels[rows], start)
-            if tp > 1:                           # combine the vocabulary slices: global max, rescaled sums, the one label
+            else:
+                top, total, t = _stats_torch(z, labels[rows], start)
+            if tp > 1:  # combine the vocabulary slices: global max, rescaled sums, the one label
                 local = top.clone()
                 dist.all_reduce(top, dist.ReduceOp.MAX, group=group)
                 total = total * (local - top).exp()
-                dist.all_reduce(total, group=group); dist.all_reduce(t, group=group)
+                dist.all_reduce(total, group=group)
+                dist.all_reduce(t, group=group)
             lse[rows], target[rows] = top + total.log(), t
-            del z                                                   # before the next chunk's logits exist
+            del z  # before the next chunk's logits exist
         ctx.save_for_backward(h, weight, labels, lse)
         ctx.chunk, ctx.start, ctx.use_triton = chunk, start, use_triton
         return lse - target
@@ -518,14 +705,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
         dh, dw = torch.empty_like(h), torch.zeros(weight.shape, device=weight.device, dtype=torch.float32)
         for r in range(0, h.shape[0], ctx.chunk):
             rows = slice(r, r + ctx.chunk)
-            z = (h[rows] @ weight.t()).contiguous()               # recomputed: one more matmul instead of T x V kept
-            if ctx.use_triton: _ce_launch(_ce_grad, z, labels[rows], lse[rows], dloss[rows], z.shape[1], ctx.start)
-            else: _grad_torch(z, labels[rows], lse[rows], dloss[rows], ctx.start)
-            dh[rows] = z @ weight                                   # this rank's share: copy_to_tp sums them over TP
-            if dw.dtype == z.dtype: dw.addmm_(z.t(), h[rows])       # fp32: straight into the accumulator
-            else: dw += z.t() @ h[rows]                             # bf16: one product, widened as it is added
+            z = (h[rows] @ weight.t()).contiguous()  # recomputed: one more matmul instead of T x V kept
+            if ctx.use_triton:
+                _ce_launch(_ce_grad, z, labels[rows], lse[rows], dloss[rows], z.shape[1], ctx.start)
+            else:
+                _grad_torch(z, labels[rows], lse[rows], dloss[rows], ctx.start)
+            dh[rows] = z @ weight  # this rank's share: copy_to_tp sums them over TP
+            if dw.dtype == z.dtype:
+                dw.addmm_(z.t(), h[rows])  # fp32: straight into the accumulator
+            else:
+                dw += z.t() @ h[rows]  # bf16: one product, widened as it is added
             del z
         return dh, dw.to(weight.dtype), None, None, None, None
+
 
 def linear_cross_entropy(h, weight, labels, chunk: int = 1024, group=None, kernel: str = "triton"):
     """Per-token cross-entropy of `labels` under `h @ weight.T` [tokens, vocab] without ever holding more than `chunk`
@@ -533,18 +725,24 @@ def linear_cross_entropy(h, weight, labels, chunk: int = 1024, group=None, kerne
     softmax is combined over the group; `h`'s gradient is then this rank's share, which the model's `copy_to_tp`
     sums. `kernel`: triton (the two kernels above), torch (the same arithmetic in PyTorch) or liger (liger-kernel's fused
     linear cross-entropy, per token: `reduction="none"`; its own chunks, one GPU's whole vocabulary only)."""
-    if kernel not in ("triton", "torch", "liger"): raise ValueError(f"kernel must be 'triton', 'torch' or 'liger', got {kernel!r}")
+    if kernel not in ("triton", "torch", "liger"):
+        raise ValueError(f"kernel must be 'triton', 'torch' or 'liger', got {kernel!r}")
     if kernel == "liger":
-        if group is not None: raise ValueError("liger's fused linear cross-entropy has no tensor-parallel form: TP 1 only")
+        if group is not None:
+            raise ValueError("liger's fused linear cross-entropy has no tensor-parallel form: TP 1 only")
         return liger().liger_fused_linear_cross_entropy(h, weight, labels.contiguous(), reduction="none")
-    if h.dim() != 2 or labels.shape != h.shape[:1]: raise ValueError(f"h must be [tokens, hidden] and labels [tokens], got {tuple(h.shape)} and {tuple(labels.shape)}")
-    if chunk < 1: raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if h.dim() != 2 or labels.shape != h.shape[:1]:
+        raise ValueError(
+            f"h must be [tokens, hidden] and labels [tokens], got {tuple(h.shape)} and {tuple(labels.shape)}"
+        )
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
     return _LinearCrossEntropy.apply(h, weight, labels.contiguous(), chunk, group, kernel == "triton")
+
 
 def linear_cross_entropy_triton(h, weight, labels, chunk: int = 16):
     "`linear_cross_entropy` with the Triton kernels, small chunks: the form the kernel tests call."
     return linear_cross_entropy(h, weight, labels, chunk)
-
 
 # %% ../nbs/20_kernels.ipynb
 @functools.cache
@@ -552,9 +750,11 @@ def compiled(fn):
     "`torch.compile(fn)`, made once per function."
     return torch.compile(fn)
 
+
 def dropout_add_reference(x, residual, p: float = 0.0, training: bool = True):
     "residual + dropout_p(x): the model's `x + self.drop(out)`, as one function `torch.compile` can fuse."
     return residual + F.dropout(x, p, training)
+
 
 KERNELS = {  # name: (reference, triton); the compile variant is compiled(reference)
     "softmax": (softmax_reference, softmax_triton),
@@ -570,37 +770,47 @@ def kernel_inputs(name: str, shape, dtype=torch.float32, device="cpu", seed: int
     "Arguments of kernel `name` for `shape` (random, from `seed`), in `dtype` on `device`."
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_()
-    if name == "attention": return r(*shape), r(*shape), r(*shape)
-    if name == "linear_cross_entropy":                    # tokens, hidden, vocabulary
+    if name == "attention":
+        return r(*shape), r(*shape), r(*shape)
+    if name == "linear_cross_entropy":  # tokens, hidden, vocabulary
         T, H, V = shape
         return r(T, H), r(V, H) / 2, torch.randint(0, V, (T,), generator=g).to(device)
     if name == "softmax":
         b, h, s = shape
         return r(b, h, s, s) * 3, 1 / math.sqrt(64), True
     M, N = shape
-    if name == "bias_gelu": return r(M, N) * 2, r(N)
-    if name == "layer_norm": return r(M, N) * 2 + 1, 1 + r(N) / 4, r(N), 1e-5
-    if name == "bias_dropout_add": return r(M, N), r(N), r(M, N), 0.1, 1000 + seed
+    if name == "bias_gelu":
+        return r(M, N) * 2, r(N)
+    if name == "layer_norm":
+        return r(M, N) * 2 + 1, 1 + r(N) / 4, r(N), 1e-5
+    if name == "bias_dropout_add":
+        return r(M, N), r(N), r(M, N), 0.1, 1000 + seed
     raise ValueError(f"unknown kernel {name!r}; choose among {', '.join(KERNELS)}")
+
 
 def _run(fn, args, grad_seed=1):
     "fn(*args) and the gradients of its inputs for a fixed random upstream gradient (fp32 copies of the inputs)."
-    args = [a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
+    args = [
+        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
+    ]
     y = fn(*args)
     dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(grad_seed)).to(y)
     grads = torch.autograd.grad(y, [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad], dy)
     return [y, *grads]
+
 
 def kernel_errors(name: str, shape, dtype=torch.float32, variant: str = "triton", device="cpu", seed: int = 0) -> dict:
     """{"forward": e, "backward": e}: the largest |variant - reference| of the output and of every input's gradient,
     each relative to the reference's largest magnitude (absolute where that is below 1); the reference runs in fp32 on the same inputs."""
     reference, fast = KERNELS[name]
     args = list(kernel_inputs(name, shape, dtype, device, seed))
-    if name == "bias_dropout_add":        # the reference applies the very mask the kernel draws from its seed
+    if name == "bias_dropout_add":  # the reference applies the very mask the kernel draws from its seed
         reference = lambda x, b, r, p, s: bias_dropout_add_reference(x, b, r, p, dropout_mask(s, x.shape, p, x.device))
     fn = {"triton": fast, "compile": compiled(reference), "reference": reference, "sdpa": attention_sdpa}[variant]
     ours = _run(fn, args)
-    truth = _run(reference, [a.detach().float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args])
+    truth = _run(
+        reference, [a.detach().float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    )
     err = [((a.float() - b).abs().max() / b.abs().max().clamp_min(1.0)).item() for a, b in zip(ours, truth)]
     return {"forward": err[0], "backward": max(err[1:])}
 
@@ -609,29 +819,51 @@ def _seed() -> int:
     "A dropout seed drawn from the default CPU generator: equal on TP ranks, replayed by activation recomputation."
     return int(torch.randint(0, 2**31 - 1, (1,)))
 
+
 def triton_dropout_add(x, residual, p: float = 0.0, training: bool = True):
     "residual + dropout_p(x) by the Triton kernel, its seed drawn from the default generator."
     return bias_dropout_add_triton(x, None, residual, p if training else 0.0, _seed() if training and p > 0 else 0)
 
-LIGER_MISSING = ("model.kernels=liger needs liger-kernel, LinkedIn's maintained Triton kernels (pip install liger-kernel; "
-                 "optional, not in the requirements: it runs on a CUDA GPU)")
+
+LIGER_MISSING = (
+    "model.kernels=liger needs liger-kernel, LinkedIn's maintained Triton kernels (pip install liger-kernel; "
+    "optional, not in the requirements: it runs on a CUDA GPU)"
+)
+
 
 def liger():
     "liger-kernel's functional API, or a clear error: an optional package, imported only when `model.kernels` = liger."
-    try: from liger_kernel.transformers import functional
-    except ImportError as e: raise ImportError(LIGER_MISSING) from e
+    try:
+        from liger_kernel.transformers import functional
+    except ImportError as e:
+        raise ImportError(LIGER_MISSING) from e
     return functional
+
 
 def model_ops(kind: str) -> SimpleNamespace:
     """The kernels `model.kernels` = kind supplies: layer_norm, bias_gelu, dropout_add, attention (None: SDPA). `liger`:
     liger-kernel's LayerNorm, the rest the model's own PyTorch (its fused linear cross-entropy: `linear_cross_entropy`)."""
     if kind == "liger":
-        return SimpleNamespace(layer_norm=liger().liger_layer_norm, bias_gelu=bias_gelu_reference,
-                               dropout_add=dropout_add_reference, attention=None)
+        return SimpleNamespace(
+            layer_norm=liger().liger_layer_norm,
+            bias_gelu=bias_gelu_reference,
+            dropout_add=dropout_add_reference,
+            attention=None,
+        )
     if kind == "triton":
-        return SimpleNamespace(layer_norm=layer_norm_triton, bias_gelu=bias_gelu_triton,
-                               dropout_add=triton_dropout_add, attention=attention_triton)
+        return SimpleNamespace(
+            layer_norm=layer_norm_triton,
+            bias_gelu=bias_gelu_triton,
+            dropout_add=triton_dropout_add,
+            attention=attention_triton,
+        )
     if kind == "compile":
-        return SimpleNamespace(layer_norm=compiled(layer_norm_reference), bias_gelu=compiled(bias_gelu_reference),
-                               dropout_add=compiled(dropout_add_reference), attention=None)
-    raise ValueError(f"kernels must be 'triton', 'compile' or 'liger' here ('reference' keeps the model's own code), got {kind!r}")
+        return SimpleNamespace(
+            layer_norm=compiled(layer_norm_reference),
+            bias_gelu=compiled(bias_gelu_reference),
+            dropout_add=compiled(dropout_add_reference),
+            attention=None,
+        )
+    raise ValueError(
+        f"kernels must be 'triton', 'compile' or 'liger' here ('reference' keeps the model's own code), got {kind!r}"
+    )

@@ -9,10 +9,14 @@ __all__ = ['tp_layers', 'RowParallelLinearWithGroup', 'megatron_on_this_device',
            'seeded_build', 'GPT', 'dense_reference_loss', 'recompute_in_backward', 'saved_tensor_bytes']
 
 # %% ../nbs/01_model.ipynb
-import contextlib, math
+import contextlib
+import math
 from functools import partial
 from types import SimpleNamespace
-import torch, torch.nn as nn, torch.nn.functional as F, torch.utils.checkpoint
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint
 from .config import Config, ModelConfig, load_config, count_parameters
 from .topology import init_distributed, seed_everything, model_parallel_rng
 from . import tensor_parallel as scratch_tp
@@ -25,136 +29,221 @@ def tp_layers(kind: str = "megatron") -> SimpleNamespace:
     """The tensor-parallel building blocks `kind` names: megatron-core's or chapter 11's (same signatures). megatron-core's
     are handed this process's TP group, as it asks callers to do (it falls back to its global one, with a warning)."""
     if kind == "megatron":
-        group = parallel_state.get_tensor_model_parallel_group() if parallel_state.model_parallel_is_initialized() else None
+        group = (
+            parallel_state.get_tensor_model_parallel_group() if parallel_state.model_parallel_is_initialized() else None
+        )
         bind = lambda f, arg: partial(f, **{arg: group}) if group is not None else f
         lib, copy = megatron_tp, bind(megatron_tp.copy_to_tensor_model_parallel_region, "group")
         layers = {n: bind(getattr(lib, n), "tp_group") for n in ("ColumnParallelLinear", "VocabParallelEmbedding")}
         layers["RowParallelLinear"] = bind(RowParallelLinearWithGroup, "tp_group")
         megatron_on_this_device()
-        sequence = dict(scatter_to_sequence=bind(lib.scatter_to_sequence_parallel_region, "group"),
-                        gather_from_sequence=bind(lib.gather_from_sequence_parallel_region, "group"),
-                        linear_gathering_sequence=lambda x, w, b=None: lib.linear_with_grad_accumulation_and_async_allreduce(
-                            x, w, b, gradient_accumulation_fusion=False, allreduce_dgrad=False, sequence_parallel=True,
-                            tp_group=group))
+        sequence = dict(
+            scatter_to_sequence=bind(lib.scatter_to_sequence_parallel_region, "group"),
+            gather_from_sequence=bind(lib.gather_from_sequence_parallel_region, "group"),
+            linear_gathering_sequence=lambda x, w, b=None: lib.linear_with_grad_accumulation_and_async_allreduce(
+                x,
+                w,
+                b,
+                gradient_accumulation_fusion=False,
+                allreduce_dgrad=False,
+                sequence_parallel=True,
+                tp_group=group,
+            ),
+        )
     elif kind == "scratch":
         lib, copy = scratch_tp, scratch_tp.copy_to_tp
         layers = {n: getattr(lib, n) for n in ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding")}
-        sequence = {n: getattr(lib, n) for n in ("scatter_to_sequence", "gather_from_sequence", "linear_gathering_sequence")}
-    else: raise ValueError(f"tp_layers must be 'megatron' or 'scratch', got {kind!r}")
-    return SimpleNamespace(**layers, **sequence, vocab_parallel_cross_entropy=lib.vocab_parallel_cross_entropy, copy_to_tp=copy)
+        sequence = {
+            n: getattr(lib, n) for n in ("scatter_to_sequence", "gather_from_sequence", "linear_gathering_sequence")
+        }
+    else:
+        raise ValueError(f"tp_layers must be 'megatron' or 'scratch', got {kind!r}")
+    return SimpleNamespace(
+        **layers, **sequence, vocab_parallel_cross_entropy=lib.vocab_parallel_cross_entropy, copy_to_tp=copy
+    )
+
 
 class RowParallelLinearWithGroup(megatron_tp.RowParallelLinear):
     """megatron-core's row-parallel layer, which calls its own linear function with `tp_group=None` (a deprecation
     warning on every call, and a graph break under `torch.compile`): here it hands over the group it was built with."""
+
     def _forward_impl(self, *args, tp_group=None, **kwargs):
         return super()._forward_impl(*args, tp_group=self.tp_group if tp_group is None else tp_group, **kwargs)
 
+
 class _CudaNamingTheCPU:
     "torch.cuda, except that `current_device()` is the CPU."
-    def __getattr__(self, name): return getattr(torch.cuda, name)
+
+    def __getattr__(self, name):
+        return getattr(torch.cuda, name)
+
     @staticmethod
-    def current_device(): return torch.device("cpu")
+    def current_device():
+        return torch.device("cpu")
+
 
 class _TorchOnCPU:
     "torch, as megatron-core's tensor-parallel modules see it on a machine without CUDA."
+
     cuda = _CudaNamingTheCPU()
-    def __getattr__(self, name): return getattr(torch, name)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
 
 def megatron_on_this_device():
     """megatron-core's sequence-parallel paths allocate their gather and reduce-scatter buffers on
     `torch.cuda.current_device()`, which a CPU-only torch does not have. Without CUDA, point that one call at the CPU
     in the three modules that make it; the communication and the arithmetic stay the library's own. (A no-op on a GPU.)"""
-    if torch.cuda.is_available(): return
+    if torch.cuda.is_available():
+        return
     from megatron.core import utils
     from megatron.core.tensor_parallel import layers, mappings
+
     for module in (utils, layers, mappings):
-        if not isinstance(module.torch, _TorchOnCPU): module.torch = _TorchOnCPU()
+        if not isinstance(module.torch, _TorchOnCPU):
+            module.torch = _TorchOnCPU()
 
 # %% ../nbs/01_model.ipynb
 def init_normal(std: float):
     return lambda t: nn.init.normal_(t, mean=0.0, std=std)
 
+
 def megatron_config(cfg: ModelConfig, dtype=torch.float32, sequence_parallel: bool = False) -> ModelParallelConfig:
     "megatron-core's layer config; sequence parallelism only where there is a tensor-parallel group to split over."
     tp = parallel_state.get_tensor_model_parallel_world_size()
-    return ModelParallelConfig(tensor_model_parallel_size=tp, sequence_parallel=sequence_parallel and tp > 1,
-                               use_cpu_initialization=True, perform_initialization=True, params_dtype=dtype)
+    return ModelParallelConfig(
+        tensor_model_parallel_size=tp,
+        sequence_parallel=sequence_parallel and tp > 1,
+        use_cpu_initialization=True,
+        perform_initialization=True,
+        params_dtype=dtype,
+    )
 
 # %% ../nbs/01_model.ipynb
 class ParallelAttention(nn.Module):
     "Causal self-attention with heads split over tensor-parallel ranks."
+
     def __init__(self, cfg: ModelConfig, mp: ModelParallelConfig):
         super().__init__()
         tp, L = parallel_state.get_tensor_model_parallel_world_size(), tp_layers(cfg.tp_layers)
         self.heads, self.head_dim, self.dropout = cfg.num_attention_heads // tp, cfg.head_dim, cfg.attention_dropout
         self.recompute, self.sequence_parallel = cfg.recompute, mp.sequence_parallel
-        self.fused = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels).attention   # chapter 20
+        self.fused = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels).attention  # chapter 20
         self.backend = cfg.attention_backend
         out_std = cfg.init_method_std / math.sqrt(2 * cfg.num_layers)
         # compiled layers add the biases themselves (`add_bias`), where the compiler can fuse them with what follows
-        self.qkv = L.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, config=mp, bias=True,
-                                        init_method=init_normal(cfg.init_method_std), gather_output=False,
-                                        skip_bias_add=cfg.compile_blocks)
-        self.proj = L.RowParallelLinear(cfg.hidden_size, cfg.hidden_size, config=mp, bias=True, input_is_parallel=True,
-                                      init_method=init_normal(out_std), skip_bias_add=cfg.compile_blocks)
+        self.qkv = L.ColumnParallelLinear(
+            cfg.hidden_size,
+            3 * cfg.hidden_size,
+            config=mp,
+            bias=True,
+            init_method=init_normal(cfg.init_method_std),
+            gather_output=False,
+            skip_bias_add=cfg.compile_blocks,
+        )
+        self.proj = L.RowParallelLinear(
+            cfg.hidden_size,
+            cfg.hidden_size,
+            config=mp,
+            bias=True,
+            input_is_parallel=True,
+            init_method=init_normal(out_std),
+            skip_bias_add=cfg.compile_blocks,
+        )
         # a compiled layer runs its attention core eagerly, between its two graphs: the core is one kernel already (SDPA),
         # and its dropout draws from the tensor-parallel stream, whose fork (get/set of the RNG state) Dynamo cannot trace
-        if cfg.compile_blocks: self.attend = torch.compiler.disable(self.attend)
+        if cfg.compile_blocks:
+            self.attend = torch.compiler.disable(self.attend)
 
-    def forward(self, x):          # x: [batch, seq, hidden]; under sequence parallelism [seq/tp, batch, hidden]
+    def forward(self, x):  # x: [batch, seq, hidden]; under sequence parallelism [seq/tp, batch, hidden]
         return self.project_out(self.attend(*self.project_in(x)))
 
     def project_in(self, x):
         "Q, K and V, each [b, heads, s, d], from the column-parallel product."
-        qkv = add_bias(*self.qkv(x))   # [b, s, 3*hidden/tp]; under sequence parallelism gathered: [s, b, 3*hidden/tp]
+        qkv = add_bias(*self.qkv(x))  # [b, s, 3*hidden/tp]; under sequence parallelism gathered: [s, b, 3*hidden/tp]
         heads = qkv.unflatten(-1, (self.heads, 3, self.head_dim))
         return heads.permute(3, 1, 2, 0, 4) if self.sequence_parallel else heads.permute(3, 0, 2, 1, 4)
 
     def project_out(self, out):
         "The heads' outputs ([b, heads, s, d]) back in the input's layout, through the row-parallel product."
         out = out.permute(2, 0, 1, 3) if self.sequence_parallel else out.transpose(1, 2)
-        return add_bias(*self.proj(out.flatten(2)))       # sequence parallel: reduce-scattered
+        return add_bias(*self.proj(out.flatten(2)))  # sequence parallel: reduce-scattered
 
     def attend(self, q, k, v):
         "The attention core, recomputed in backward under selective recomputation."
-        if self.recompute == "selective" and torch.is_grad_enabled(): return recompute_in_backward(self.core, q, k, v)
+        if self.recompute == "selective" and torch.is_grad_enabled():
+            return recompute_in_backward(self.core, q, k, v)
         return self.core(q, k, v)
 
     def core(self, q, k, v):
         "softmax(QK^T/sqrt(d)) V with dropout on the probabilities: the part whose memory grows with seq^2."
         p = self.dropout if self.training else 0.0
-        if self.fused is not None and p == 0: return self.fused(q, k, v)   # flash kernel without dropout (chapter 20)
-        with model_parallel_rng.fork(q.device), sdpa_backend(self.backend):   # different heads -> different dropout masks
-            try: return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        if self.fused is not None and p == 0:
+            return self.fused(q, k, v)  # flash kernel without dropout (chapter 20)
+        with (
+            model_parallel_rng.fork(q.device),
+            sdpa_backend(self.backend),
+        ):  # different heads -> different dropout masks
+            try:
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
             except RuntimeError as e:
-                if self.backend == "auto" or "No available kernel" not in str(e): raise
-                raise RuntimeError(f"model.attention_backend={self.backend}: SDPA's {self.backend} kernel cannot run this attention "
-                                   f"({q.device.type}, {q.dtype}, head size {q.shape[-1]}, dropout {p}); PyTorch's warnings above "
-                                   f"say why; model.attention_backend=auto picks one that can") from None
+                if self.backend == "auto" or "No available kernel" not in str(e):
+                    raise
+                raise RuntimeError(
+                    f"model.attention_backend={self.backend}: SDPA's {self.backend} kernel cannot run this attention "
+                    f"({q.device.type}, {q.dtype}, head size {q.shape[-1]}, dropout {p}); PyTorch's warnings above "
+                    f"say why; model.attention_backend=auto picks one that can"
+                ) from None
+
 
 def sdpa_backend(name: str):
     "A context in which SDPA runs `name`'s kernel (or raises that it cannot); auto: PyTorch picks, as without one."
-    if name == "auto": return contextlib.nullcontext()
+    if name == "auto":
+        return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                        "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name])
+
+    return sdpa_kernel(
+        {
+            "flash": SDPBackend.FLASH_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "math": SDPBackend.MATH,
+        }[name]
+    )
+
 
 class ParallelMLP(nn.Module):
     "h -> 4h (column-parallel) -> GeLU -> h (row-parallel)."
+
     def __init__(self, cfg: ModelConfig, mp: ModelParallelConfig):
         super().__init__()
         out_std, L = cfg.init_method_std / math.sqrt(2 * cfg.num_layers), tp_layers(cfg.tp_layers)
         self.ops = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels)
-        self.fc1 = L.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, config=mp, bias=True, gather_output=False,
-                                        init_method=init_normal(cfg.init_method_std),
-                                        skip_bias_add=self.ops is not None or cfg.compile_blocks)
-        self.fc2 = L.RowParallelLinear(cfg.ffn_size, cfg.hidden_size, config=mp, bias=True, input_is_parallel=True,
-                                     init_method=init_normal(out_std), skip_bias_add=cfg.compile_blocks)
+        self.fc1 = L.ColumnParallelLinear(
+            cfg.hidden_size,
+            cfg.ffn_size,
+            config=mp,
+            bias=True,
+            gather_output=False,
+            init_method=init_normal(cfg.init_method_std),
+            skip_bias_add=self.ops is not None or cfg.compile_blocks,
+        )
+        self.fc2 = L.RowParallelLinear(
+            cfg.ffn_size,
+            cfg.hidden_size,
+            config=mp,
+            bias=True,
+            input_is_parallel=True,
+            init_method=init_normal(out_std),
+            skip_bias_add=cfg.compile_blocks,
+        )
 
     def forward(self, x):
-        h, bias = self.fc1(x)                               # bias: None unless a fused kernel or the compiler adds it
+        h, bias = self.fc1(x)  # bias: None unless a fused kernel or the compiler adds it
         h = self.ops.bias_gelu(h, bias) if self.ops is not None else F.gelu(add_bias(h, bias))
         return add_bias(*self.fc2(h))
+
 
 def add_bias(y, bias=None):
     "A linear layer's output with its bias added, if the layer left it out (`skip_bias_add`): the same sum either way."
@@ -163,18 +252,22 @@ def add_bias(y, bias=None):
 # %% ../nbs/01_model.ipynb
 class LayerNorm(nn.LayerNorm):
     "`nn.LayerNorm` (same parameters), computed by chapter 20's kernel when `kernels` is not `reference`."
+
     def __init__(self, hidden: int, eps: float, kernels_choice: str = "reference", sequence_parallel: bool = False):
         super().__init__(hidden, eps=eps)
         self.fused = None if kernels_choice == "reference" else kernels.model_ops(kernels_choice).layer_norm
-        scratch_tp.mark_sequence_parallel(self, sequence_parallel)   # on a slice of the sequence: grads summed over TP
+        scratch_tp.mark_sequence_parallel(self, sequence_parallel)  # on a slice of the sequence: grads summed over TP
 
     def forward(self, x):
         return super().forward(x) if self.fused is None else self.fused(x, self.weight, self.bias, self.eps)
 
+
 class TransformerBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, mp: ModelParallelConfig):
         super().__init__()
-        self.ln1, self.ln2 = (LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel) for _ in range(2))
+        self.ln1, self.ln2 = (
+            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel) for _ in range(2)
+        )
         self.attn, self.mlp = ParallelAttention(cfg, mp), ParallelMLP(cfg, mp)
         self.drop = nn.Dropout(cfg.hidden_dropout)
         self.dropout_add = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels).dropout_add
@@ -193,7 +286,7 @@ class TransformerBlock(nn.Module):
         if self.dropout_add is None:
             x = x + self.dropout(self.drop, y)
             return x + self.dropout(self.drop, self.mlp(self.ln2(x)))
-        fused = lambda y, x: self.dropout_add(y, x, self.drop.p, self.training)           # one fused pass each
+        fused = lambda y, x: self.dropout_add(y, x, self.drop.p, self.training)  # one fused pass each
         x = self.dropout(fused, y, x)
         return self.dropout(fused, self.mlp(self.ln2(x)), x)
 
@@ -201,26 +294,33 @@ class TransformerBlock(nn.Module):
         "Hidden dropout: one mask for the whole sequence; under sequence parallelism each rank draws its slice's own."
         return sequence_dropout(drop, self.sequence_parallel, *args)
 
+
 def sequence_dropout(drop, sequence_parallel: bool, *args):
     "`drop(*args)`, from chapter 10's per-TP-rank stream when each rank holds another slice of the sequence (as Megatron)."
-    if not sequence_parallel: return drop(*args)
-    with model_parallel_rng.fork(args[0].device): return drop(*args)
+    if not sequence_parallel:
+        return drop(*args)
+    with model_parallel_rng.fork(args[0].device):
+        return drop(*args)
+
 
 class Embedding(nn.Module):
     "Vocab-parallel token embedding + learned positions + dropout."
+
     def __init__(self, cfg: ModelConfig, mp: ModelParallelConfig):
         super().__init__()
         self.kind, self.sequence_parallel = cfg.tp_layers, mp.sequence_parallel
         vocab = cfg.padded_vocab_size(parallel_state.get_tensor_model_parallel_world_size())
-        self.tokens = tp_layers(self.kind).VocabParallelEmbedding(vocab, cfg.hidden_size, init_method=init_normal(cfg.init_method_std), config=mp)
+        self.tokens = tp_layers(self.kind).VocabParallelEmbedding(
+            vocab, cfg.hidden_size, init_method=init_normal(cfg.init_method_std), config=mp
+        )
         self.positions = nn.Embedding(cfg.seq_length, cfg.hidden_size)
         init_normal(cfg.init_method_std)(self.positions.weight)
         self.drop = nn.Dropout(cfg.hidden_dropout)
 
-    def forward(self, tokens):                               # tokens: [batch, seq]
+    def forward(self, tokens):  # tokens: [batch, seq]
         pos = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.tokens(tokens) + self.positions(pos)        # [b, s, h] on every rank
-        if self.sequence_parallel:                           # megatron's [s, b, h], this rank's s/tp tokens
+        x = self.tokens(tokens) + self.positions(pos)  # [b, s, h] on every rank
+        if self.sequence_parallel:  # megatron's [s, b, h], this rank's s/tp tokens
             x = tp_layers(self.kind).scatter_to_sequence(x.transpose(0, 1).contiguous())
         return sequence_dropout(self.drop, self.sequence_parallel, x)
 
@@ -228,68 +328,94 @@ class Embedding(nn.Module):
         "The tied output layer: logits for this rank's vocabulary slice (the pipeline's last stage calls this)."
         return parallel_lm_logits(hidden, self.tokens.weight, self.kind, self.sequence_parallel)
 
+
 def parallel_lm_logits(hidden, embedding_weight, kind: str = "megatron", sequence_parallel: bool = False):
     """Logits [b, s, vocab/tp] for this rank's slice of the vocabulary, using the (tied) token-embedding matrix; under
     sequence parallelism `hidden` is this rank's [s/tp, b, h] slice, gathered inside the product (backward: reduce-scattered)."""
-    if sequence_parallel: return tp_layers(kind).linear_gathering_sequence(hidden, embedding_weight).transpose(0, 1)
+    if sequence_parallel:
+        return tp_layers(kind).linear_gathering_sequence(hidden, embedding_weight).transpose(0, 1)
     return F.linear(tp_layers(kind).copy_to_tp(hidden), embedding_weight)
+
 
 def token_losses(logits, labels, kind: str = "megatron"):
     "Per-token cross-entropy (nats) from vocabulary-sliced logits: no rank ever holds all of them."
-    if not logits.is_contiguous() and logits.transpose(0, 1).is_contiguous():   # sequence parallel: [s, b, v] underneath
+    if not logits.is_contiguous() and logits.transpose(0, 1).is_contiguous():  # sequence parallel: [s, b, v] underneath
         return token_losses(logits.transpose(0, 1), labels.transpose(0, 1).contiguous(), kind).transpose(0, 1)
     return tp_layers(kind).vocab_parallel_cross_entropy(logits.float(), labels)
+
 
 def chunked_token_losses(hidden, embedding_weight, labels, cfg: ModelConfig, sequence_parallel: bool = False):
     """`token_losses(parallel_lm_logits(hidden, embedding_weight), labels)` without the logits: chapter 20's linear
     cross-entropy, `cfg.loss_chunk` tokens' logits at a time, combined over the tensor-parallel group."""
     tp = parallel_state.get_tensor_model_parallel_world_size()
     group = parallel_state.get_tensor_model_parallel_group() if tp > 1 else None
-    if sequence_parallel:      # gather the sequence slices; backward: reduce-scatter every rank's share of their gradient
+    if sequence_parallel:  # gather the sequence slices; backward: reduce-scatter every rank's share of their gradient
         x = tp_layers(cfg.tp_layers).gather_from_sequence(hidden).transpose(0, 1)
-    else: x = tp_layers(cfg.tp_layers).copy_to_tp(hidden)    # backward: sum every rank's share of the hidden gradient
-    losses = kernels.linear_cross_entropy(x.flatten(0, 1), embedding_weight, labels.flatten(), cfg.loss_chunk, group,
-                                          cfg.kernels if cfg.kernels in ("triton", "liger") else "torch")
+    else:
+        x = tp_layers(cfg.tp_layers).copy_to_tp(hidden)  # backward: sum every rank's share of the hidden gradient
+    losses = kernels.linear_cross_entropy(
+        x.flatten(0, 1),
+        embedding_weight,
+        labels.flatten(),
+        cfg.loss_chunk,
+        group,
+        cfg.kernels if cfg.kernels in ("triton", "liger") else "torch",
+    )
     return losses.view(labels.shape)
 
 # %% ../nbs/01_model.ipynb
 def seeded_build(seed: int | None, build):
     "`build()` with the default RNG seeded to `seed`, leaving the caller's stream untouched (`None`: just `build()`)."
-    if seed is None: return build()
+    if seed is None:
+        return build()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
+
 
 class GPT(nn.Module):
     """The MT-NLG architecture. `forward(tokens, labels)` returns per-token losses; without labels, this rank's logits.
     With `init_seed`, layer `i` of the flat sequence (0: embedding, 1..l: blocks) is initialised from seed `init_seed + i`,
     as DeepSpeed's `PipelineModule(seed_layers=True)` does, so a pipelined model starts with exactly these weights."""
-    def __init__(self, cfg: ModelConfig, dtype=torch.float32, init_seed: int | None = None, sequence_parallel: bool = False):
+
+    def __init__(
+        self, cfg: ModelConfig, dtype=torch.float32, init_seed: int | None = None, sequence_parallel: bool = False
+    ):
         super().__init__()
-        if not parallel_state.model_parallel_is_initialized(): init_distributed()
+        if not parallel_state.model_parallel_is_initialized():
+            init_distributed()
         mp = megatron_config(cfg, dtype, sequence_parallel)
         seed = (lambda i: None) if init_seed is None else (lambda i: init_seed + i)
         self.cfg, self.sequence_parallel = cfg, mp.sequence_parallel
         self.embedding = seeded_build(seed(0), lambda: Embedding(cfg, mp))
-        self.blocks = nn.ModuleList(seeded_build(seed(1 + i), lambda: TransformerBlock(cfg, mp)) for i in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(
+            seeded_build(seed(1 + i), lambda: TransformerBlock(cfg, mp)) for i in range(cfg.num_layers)
+        )
         self.final_ln = LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel)
 
     def forward(self, tokens, labels=None):
         if tokens.shape[1] > self.cfg.seq_length:
-            raise ValueError(f"sequence of {tokens.shape[1]} tokens is longer than model.seq_length={self.cfg.seq_length}")
+            raise ValueError(
+                f"sequence of {tokens.shape[1]} tokens is longer than model.seq_length={self.cfg.seq_length}"
+            )
         tp = parallel_state.get_tensor_model_parallel_world_size()
         if self.sequence_parallel and tokens.shape[1] % tp:
-            raise ValueError(f"sequence parallelism splits the sequence over {tp} TP ranks: {tokens.shape[1]} tokens do not divide")
+            raise ValueError(
+                f"sequence parallelism splits the sequence over {tp} TP ranks: {tokens.shape[1]} tokens do not divide"
+            )
         x = self.embedding(tokens)
-        for block in self.blocks: x = block(x)
+        for block in self.blocks:
+            x = block(x)
         x = self.final_ln(x)
-        if labels is not None and self.cfg.loss_chunk:          # the loss without the logits (chapter 20)
+        if labels is not None and self.cfg.loss_chunk:  # the loss without the logits (chapter 20)
             return chunked_token_losses(x, self.embedding.tokens.weight, labels, self.cfg, self.sequence_parallel)
         logits = self.embedding.logits(x)
-        if labels is None: return logits
-        return self.token_losses(logits, labels)               # [batch, seq] losses in nats
+        if labels is None:
+            return logits
+        return self.token_losses(logits, labels)  # [batch, seq] losses in nats
 
-    def token_losses(self, logits, labels): return token_losses(logits, labels, self.cfg.tp_layers)
+    def token_losses(self, logits, labels):
+        return token_losses(logits, labels, self.cfg.tp_layers)
 
 # %% ../nbs/01_model.ipynb
 def dense_reference_loss(model: GPT, tokens, labels):
@@ -298,7 +424,11 @@ def dense_reference_loss(model: GPT, tokens, labels):
     x = h.tokens.weight[tokens] + h.positions.weight[: tokens.shape[1]]
     for blk in model.blocks:
         y = F.layer_norm(x, (c.hidden_size,), blk.ln1.weight, blk.ln1.bias, c.layernorm_epsilon)
-        q, k, v = (y @ blk.attn.qkv.weight.T + blk.attn.qkv.bias).unflatten(-1, (c.num_attention_heads, 3, c.head_dim)).unbind(-2)
+        q, k, v = (
+            (y @ blk.attn.qkv.weight.T + blk.attn.qkv.bias)
+            .unflatten(-1, (c.num_attention_heads, 3, c.head_dim))
+            .unbind(-2)
+        )
         att = (q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2)) / math.sqrt(c.head_dim)
         att = att.masked_fill(torch.ones_like(att, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
         o = (att @ v.transpose(1, 2)).transpose(1, 2).flatten(2)
@@ -312,24 +442,38 @@ def dense_reference_loss(model: GPT, tokens, labels):
 def recompute_in_backward(fn, *args):
     """`fn(*args)`, keeping only `args` for backward, where `fn` runs again. Both random streams are replayed, so the
     recomputed dropout masks are the ones forward drew and gradients equal those without recomputation, bit for bit."""
-    tracked = dict(model_parallel_rng.states)             # the tensor-parallel stream as forward finds it
+    tracked = dict(model_parallel_rng.states)  # the tensor-parallel stream as forward finds it
+
     @contextlib.contextmanager
     def replay_tracked_stream():
         current = dict(model_parallel_rng.states)
         model_parallel_rng.states.update(tracked)
-        try: yield
-        finally: model_parallel_rng.states.clear(); model_parallel_rng.states.update(current)
-    return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=True,
-                                             context_fn=lambda: (contextlib.nullcontext(), replay_tracked_stream()))
+        try:
+            yield
+        finally:
+            model_parallel_rng.states.clear()
+            model_parallel_rng.states.update(current)
+
+    return torch.utils.checkpoint.checkpoint(
+        fn,
+        *args,
+        use_reentrant=False,
+        preserve_rng_state=True,
+        context_fn=lambda: (contextlib.nullcontext(), replay_tracked_stream()),
+    )
+
 
 def saved_tensor_bytes(fn, *args, exclude=()) -> tuple[object, int]:
     """(`fn(*args)`, bytes of the distinct storages autograd saves for backward while it runs), not counting the
     tensors in `exclude` (pass the parameters: weights are not activations)."""
     skip, seen = {t.untyped_storage().data_ptr() for t in exclude}, {}
+
     def pack(t):
         st = t.untyped_storage()
-        if st.data_ptr() not in skip: seen[st.data_ptr()] = st.nbytes()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
         return t
+
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn(*args)
     return out, sum(seen.values())

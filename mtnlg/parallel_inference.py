@@ -9,7 +9,10 @@ __all__ = ['inference_layout', 'inference_config', 'trained_rows', 'InferenceSta
 # %% ../nbs/65_parallel_inference.ipynb
 import contextlib
 from dataclasses import replace
-import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.distributed as dist
 from megatron.core import parallel_state
 from tokenizers import Tokenizer
 from .config import Config, ConfigError, ModelConfig, stage_params_per_rank
@@ -25,21 +28,31 @@ def inference_layout(ckpt: Checkpoint, world_size: int, tp: int | None = None, p
     parallel; a layout that cannot split the model, or that does not divide the world, fails with what to change."""
     tp, pp = int(tp or ckpt.layout.tp), int(pp or ckpt.layout.pp)
     if world_size % (tp * pp):
-        raise ConfigError(f"{world_size} processes do not split into replicas of TP {tp} x PP {pp} = {tp * pp} ranks: launch a "
-                          f"multiple of {tp * pp}, or choose another layout (--set parallel.tensor_parallel=T "
-                          f"--set parallel.pipeline_parallel=P)")
+        raise ConfigError(
+            f"{world_size} processes do not split into replicas of TP {tp} x PP {pp} = {tp * pp} ranks: launch a "
+            f"multiple of {tp * pp}, or choose another layout (--set parallel.tensor_parallel=T "
+            f"--set parallel.pipeline_parallel=P)"
+        )
     layout = Layout(tp, pp, world_size // (tp * pp))
     # reading has no global batch to split: the batch arguments below satisfy layout_problems' training checks
     if problems := layout_problems(ckpt.config.model, layout, global_batch=layout.pp * layout.dp):
         raise ConfigError(f"{ckpt.dir} cannot be read as {layout}: " + "; ".join(problems))
     return layout
 
+
 def inference_config(ckpt: Checkpoint, layout: Layout, sequence_parallel: bool = False) -> Config:
     "The checkpoint's config on `layout`, its vocabulary padded for this TP from the multiple the run used."
     cfg = ckpt.single_device_config
-    cfg.parallel = replace(cfg.parallel, tensor_parallel=layout.tp, pipeline_parallel=layout.pp, data_parallel=layout.dp,
-                           world_size=layout.world_size, sequence_parallel=sequence_parallel and layout.tp > 1)
+    cfg.parallel = replace(
+        cfg.parallel,
+        tensor_parallel=layout.tp,
+        pipeline_parallel=layout.pp,
+        data_parallel=layout.dp,
+        world_size=layout.world_size,
+        sequence_parallel=sequence_parallel and layout.tp > 1,
+    )
     return cfg
+
 
 def trained_rows(ckpt: Checkpoint) -> int:
     "Rows of the token embedding the run trained: its vocabulary padded to a multiple of 128 x its TP."
@@ -49,45 +62,64 @@ def trained_rows(ckpt: Checkpoint) -> int:
 class InferenceStage(nn.Module):
     """Pipeline stage `stage` of `num_stages` of our GPT, this rank's tensor-parallel slice of it, for reading: the
     embedding on the first stage, its blocks, the final LayerNorm and the tied output layer on the last. Built empty."""
-    def __init__(self, cfg: ModelConfig, stage: int, num_stages: int, sequence_parallel: bool = False, dtype=torch.float32):
+
+    def __init__(
+        self, cfg: ModelConfig, stage: int, num_stages: int, sequence_parallel: bool = False, dtype=torch.float32
+    ):
         super().__init__()
         mp = replace(megatron_config(cfg, dtype, sequence_parallel), perform_initialization=False)
         bounds = partition_uniform(cfg.num_layers, num_stages)
         self.cfg, self.offset, self.sequence_parallel = cfg, bounds[stage], mp.sequence_parallel
         self.first, self.last = stage == 0, stage == num_stages - 1
         self.embedding = Embedding(cfg, mp) if self.first or self.last else None
-        if self.last and not self.first: self.embedding.positions = None   # the output layer borrows the token matrix only
+        if self.last and not self.first:
+            self.embedding.positions = None  # the output layer borrows the token matrix only
         self.blocks = nn.ModuleList(TransformerBlock(cfg, mp) for _ in range(bounds[stage + 1] - bounds[stage]))
-        self.final_ln = LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel) if self.last else None
+        self.final_ln = (
+            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel) if self.last else None
+        )
         mark_slices(self)
 
     def gpt_name(self, name: str) -> str:
         "This stage's parameter name -> the whole `GPT`'s, which the checkpoint uses (blocks counted from the stage's first)."
-        if not name.startswith("blocks."): return name
-        i, rest = name[len("blocks."):].split(".", 1)
+        if not name.startswith("blocks."):
+            return name
+        i, rest = name[len("blocks.") :].split(".", 1)
         return f"blocks.{self.offset + int(i)}.{rest}"
+
 
 def mark_slices(module: nn.Module):
     """Tag megatron-core's tensor-parallel parameters with the dimension they are split along, as its layers do only
     when they draw initial values (`perform_initialization`): with megatron-core's own `set_tensor_model_parallel_attributes`."""
     from megatron.core.tensor_parallel import layers as mc
-    split = {mc.ColumnParallelLinear: {"weight": 0, "bias": 0}, mc.RowParallelLinear: {"weight": 1},
-             mc.VocabParallelEmbedding: {"weight": 0}}
+
+    split = {
+        mc.ColumnParallelLinear: {"weight": 0, "bias": 0},
+        mc.RowParallelLinear: {"weight": 1},
+        mc.VocabParallelEmbedding: {"weight": 0},
+    }
     for m in module.modules():
         for kind, dims in split.items():
-            if not isinstance(m, kind): continue
+            if not isinstance(m, kind):
+                continue
             for name, dim in dims.items():
                 if (p := getattr(m, name, None)) is not None and not getattr(p, "tensor_model_parallel", False):
                     mc.set_tensor_model_parallel_attributes(p, True, dim, 1)
+
 
 def held_bytes(module: nn.Module) -> int:
     "Bytes of every parameter and buffer `module` holds."
     return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
+
 def predicted_bytes(cfg: Config, stage: int, dtype=torch.float32) -> int:
     "What chapter 50's count says one rank of pipeline stage `stage` holds: its parameters, in `dtype`."
     p = cfg.parallel
-    return stage_params_per_rank(cfg.model, p.tensor_parallel, p.pipeline_parallel, stage) * torch.empty(0, dtype=dtype).element_size()
+    return (
+        stage_params_per_rank(cfg.model, p.tensor_parallel, p.pipeline_parallel, stage)
+        * torch.empty(0, dtype=dtype).element_size()
+    )
+
 
 def load_stage(ckpt: Checkpoint, cfg: Config, layout: Layout, rank: int, dtype=torch.float32) -> InferenceStage:
     "Rank `rank`'s stage of `layout`, every parameter read from only the parts of the shards that overlap its slice."
@@ -97,8 +129,10 @@ def load_stage(ckpt: Checkpoint, cfg: Config, layout: Layout, rank: int, dtype=t
         for name, p in stage.named_parameters():
             p.copy_(ckpt.model_slice(stage.gpt_name(name), p.shape, tp_dim(p), c.model, layout.tp))
     if (held := held_bytes(stage)) != (want := predicted_bytes(cfg, c.pipe, dtype)):
-        raise RuntimeError(f"rank {rank} (stage {c.pipe}, TP rank {c.model}) holds {held:,} bytes of weights; chapter 50's "
-                           f"count for its slice is {want:,}: the stage holds more (or less) than its slices")
+        raise RuntimeError(
+            f"rank {rank} (stage {c.pipe}, TP rank {c.model}) holds {held:,} bytes of weights; chapter 50's "
+            f"count for its slice is {want:,}: the stage holds more (or less) than its slices"
+        )
     return stage.eval()
 
 # %% ../nbs/65_parallel_inference.ipynb
@@ -106,14 +140,19 @@ def load_stage(ckpt: Checkpoint, cfg: Config, layout: Layout, rank: int, dtype=t
 def sequence_parallel_off(module: nn.Module):
     "Inside the block every part of `module` runs on whole sequences, as without sequence parallelism (same weights)."
     parts = [m for m in module.modules() if getattr(m, "sequence_parallel", False)]
-    for m in parts: m.sequence_parallel = False
-    try: yield
+    for m in parts:
+        m.sequence_parallel = False
+    try:
+        yield
     finally:
-        for m in parts: m.sequence_parallel = True
+        for m in parts:
+            m.sequence_parallel = True
+
 
 class ModelParallelGPT(nn.Module):
     """A GPT split TP x PP over a job's ranks, for reading: this rank's stage and the messages between stages.
     `token_scores` and `next_token_logits` (chapters 60 and 62) return the same numbers on every rank of a replica."""
+
     def __init__(self, stage: InferenceStage, layout: Layout, trained_rows: int):
         super().__init__()
         self.stage, self.layout, self.cfg, self.trained_rows = stage, layout, stage.cfg, trained_rows
@@ -121,10 +160,11 @@ class ModelParallelGPT(nn.Module):
         self.replica = c.data
         self.prev = None if stage.first else layout.rank(c.pipe - 1, c.data, c.model)
         self.next = None if stage.last else layout.rank(c.pipe + 1, c.data, c.model)
-        self.speaker = layout.rank(layout.pp - 1, c.data, 0)      # the last stage's first TP rank speaks for the replica
+        self.speaker = layout.rank(layout.pp - 1, c.data, 0)  # the last stage's first TP rank speaks for the replica
 
     @property
-    def dtype(self): return next(self.parameters()).dtype
+    def dtype(self):
+        return next(self.parameters()).dtype
 
     def _from_last_stage(self, t: torch.Tensor) -> torch.Tensor:
         "`t` as the replica's last stage computed it, on every rank of the replica."
@@ -143,23 +183,31 @@ class ModelParallelGPT(nn.Module):
         st, outs, sending = self.stage, [], []
         for t in tokens.tensor_split(min(self.layout.pp, len(tokens))):
             b, s = t.shape
-            if st.first: x = st.embedding(t)
-            elif st.sequence_parallel: x = self._receive(s // self.layout.tp, b, self.cfg.hidden_size)
-            else: x = self._receive(b, s, self.cfg.hidden_size)
-            for block in st.blocks: x = block(x)
+            if st.first:
+                x = st.embedding(t)
+            elif st.sequence_parallel:
+                x = self._receive(s // self.layout.tp, b, self.cfg.hidden_size)
+            else:
+                x = self._receive(b, s, self.cfg.hidden_size)
+            for block in st.blocks:
+                x = block(x)
             if not st.last:
-                x = x.contiguous(); sending.append((x, dist.isend(x, self.next))); continue
+                x = x.contiguous()
+                sending.append((x, dist.isend(x, self.next)))
+                continue
             x = st.final_ln(x)
-            if st.sequence_parallel: x = tp_layers(self.cfg.tp_layers).gather_from_sequence(x).transpose(0, 1)
+            if st.sequence_parallel:
+                x = tp_layers(self.cfg.tp_layers).gather_from_sequence(x).transpose(0, 1)
             outs.append(x)
-        for _, work in sending: work.wait()
+        for _, work in sending:
+            work.wait()
         return torch.cat(outs) if st.last else None
 
     @torch.no_grad()
     def token_scores(self, tokens, rows, cols, targets) -> tuple[torch.Tensor, torch.Tensor]:
         "Chapter 60's `token_scores`, stage by stage: log P(target) and 1.0 where it is not the most likely token."
         if self.stage.sequence_parallel and (pad := -tokens.shape[1] % self.layout.tp):
-            tokens = F.pad(tokens, (0, pad))        # causal: positions after the text change nothing before them
+            tokens = F.pad(tokens, (0, pad))  # causal: positions after the text change nothing before them
         h = self.hidden(tokens)
         out = torch.empty(2, len(targets), device=tokens.device)
         if self.stage.last:
@@ -169,16 +217,26 @@ class ModelParallelGPT(nn.Module):
         return out[0], out[1]
 
     @torch.no_grad()
-    def next_token_logits(self, tokens: torch.Tensor, cache: KVCache, valid: torch.Tensor | None = None) -> torch.Tensor:
+    def next_token_logits(
+        self, tokens: torch.Tensor, cache: KVCache, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
         "Chapter 62's next-token logits [batch, vocab], each stage caching its own layers; the same on every rank."
         st, (b, s) = self.stage, tokens.shape
         positions, mask = cache.extend(all_valid(tokens) if valid is None else valid, self.cfg.seq_length)
         with sequence_parallel_off(st):
-            x = st.embedding.tokens(tokens) + st.embedding.positions(positions) if st.first else self._receive(b, s, self.cfg.hidden_size)
+            x = (
+                st.embedding.tokens(tokens) + st.embedding.positions(positions)
+                if st.first
+                else self._receive(b, s, self.cfg.hidden_size)
+            )
             x = cached_blocks(st.blocks, x, cache, mask)
-            if not st.last: dist.send(x.contiguous(), self.next)
-            logits = (full_logits(st, st.final_ln(x[:, -1])) if st.last else
-                      torch.empty(b, self.cfg.vocab_size, dtype=self.dtype, device=tokens.device))
+            if not st.last:
+                dist.send(x.contiguous(), self.next)
+            logits = (
+                full_logits(st, st.final_ln(x[:, -1]))
+                if st.last
+                else torch.empty(b, self.cfg.vocab_size, dtype=self.dtype, device=tokens.device)
+            )
         return self._from_last_stage(logits.contiguous())
 
     def agree(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -189,16 +247,24 @@ class ModelParallelGPT(nn.Module):
         """`work(items)`, replica r doing items r, r + DP, r + 2·DP, ... (each a request, lengths alike); every rank of
         every replica returns every answer, in order."""
         dp = self.layout.dp
-        if dp == 1: return work(items)
+        if dp == 1:
+            return work(items)
         parts = [None] * dp
-        dist.all_gather_object(parts, work(items[self.replica::dp]), group=parallel_state.get_data_parallel_group())
+        dist.all_gather_object(parts, work(items[self.replica :: dp]), group=parallel_state.get_data_parallel_group())
         out = [None] * len(items)
-        for r, part in enumerate(parts): out[r::dp] = part
+        for r, part in enumerate(parts):
+            out[r::dp] = part
         return out
 
 # %% ../nbs/65_parallel_inference.ipynb
-def load_model_parallel(checkpoint, tp: int | None = None, pp: int | None = None, sequence_parallel: bool = False,
-                        device=None, dtype=torch.float32) -> tuple[ModelParallelGPT, Tokenizer, Config]:
+def load_model_parallel(
+    checkpoint,
+    tp: int | None = None,
+    pp: int | None = None,
+    sequence_parallel: bool = False,
+    device=None,
+    dtype=torch.float32,
+) -> tuple[ModelParallelGPT, Tokenizer, Config]:
     """(model, tokenizer, config): `checkpoint` (any layout) split over this job's ranks as TP x PP (default: as it was
     trained), the rest of the job data-parallel replicas; each rank reads only its slices. Collective."""
     ckpt = Checkpoint(checkpoint)
@@ -206,7 +272,7 @@ def load_model_parallel(checkpoint, tp: int | None = None, pp: int | None = None
     layout = inference_layout(ckpt, env["world_size"], tp, pp)
     cfg = inference_config(ckpt, layout, sequence_parallel)
     init_distributed(layout)
-    ckpt.verify_all()                               # every file checked once, the files dealt over the ranks
+    ckpt.verify_all()  # every file checked once, the files dealt over the ranks
     stage = load_stage(ckpt, cfg, layout, dist.get_rank(), dtype)
     model = ModelParallelGPT(stage, layout, trained_rows(ckpt)).to(device or "cpu")
     return model.eval(), Tokenizer.from_file(str(ckpt.tokenizer_file)), cfg

@@ -10,7 +10,8 @@ __all__ = ['Step', 'partition_uniform', 'layer_flops', 'partition_balanced', 'gp
 # %% ../nbs/12_pipeline_parallel.ipynb
 import time
 from collections import namedtuple
-import torch, torch.nn as nn
+import torch
+import torch.nn as nn
 import torch.distributed as dist
 
 # %% ../nbs/12_pipeline_parallel.ipynb
@@ -27,32 +28,42 @@ def layer_flops(model) -> list[float]:
     block = 8 * h * h + 4 * h * f + 4 * s * h
     return [0.0] + [float(block)] * model.num_layers + [0.0, float(2 * h * V)]
 
+
 def partition_balanced(costs: list[float], num_stages: int) -> list[int]:
     "Stage boundaries over items of cost `costs`: contiguous, none empty, the most expensive stage as cheap as possible."
     n, inf = len(costs), float("inf")
-    if not 1 <= num_stages <= n: raise ValueError(f"cannot cut {n} layers into {num_stages} non-empty stages")
+    if not 1 <= num_stages <= n:
+        raise ValueError(f"cannot cut {n} layers into {num_stages} non-empty stages")
     prefix = [0.0]
-    for c in costs: prefix.append(prefix[-1] + c)
-    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]   # best[j][i]: least bottleneck of the first i items in j stages
-    start = [[0] * (n + 1) for _ in range(num_stages + 1)]    # where the j-th stage starts in that optimum
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    best = [
+        [inf] * (n + 1) for _ in range(num_stages + 1)
+    ]  # best[j][i]: least bottleneck of the first i items in j stages
+    start = [[0] * (n + 1) for _ in range(num_stages + 1)]  # where the j-th stage starts in that optimum
     best[0][0] = 0.0
     for j in range(1, num_stages + 1):
         for i in range(j, n + 1):
             for k in range(j - 1, i):
                 b = max(best[j - 1][k], prefix[i] - prefix[k])
-                if b < best[j][i] * (1 - 1e-12): best[j][i], start[j][i] = b, k
+                if b < best[j][i] * (1 - 1e-12):
+                    best[j][i], start[j][i] = b, k
     bounds = [n]
-    for j in range(num_stages, 0, -1): bounds.append(start[j][bounds[-1]])
+    for j in range(num_stages, 0, -1):
+        bounds.append(start[j][bounds[-1]])
     return bounds[::-1]
 
-
 # %% ../nbs/12_pipeline_parallel.ipynb
-Step = namedtuple("Step", ["kind", "micro"])       # kind: "F" (forward) or "B" (backward)
+Step = namedtuple("Step", ["kind", "micro"])  # kind: "F" (forward) or "B" (backward)
+
 
 def gpipe_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
     "All forwards, then all backwards (in reverse order, as autograd would), on every stage."
-    return [[Step("F", i) for i in range(num_micro)] + [Step("B", i) for i in reversed(range(num_micro))]
-            for _ in range(num_stages)]
+    return [
+        [Step("F", i) for i in range(num_micro)] + [Step("B", i) for i in reversed(range(num_micro))]
+        for _ in range(num_stages)
+    ]
+
 
 def one_f_one_b_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
     "1F1B: warm-up forwards, then one forward / one backward, then the remaining backwards."
@@ -65,6 +76,7 @@ def one_f_one_b_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
         steps += [Step("B", i) for i in range(num_micro - warmup, num_micro)]
         schedule.append(steps)
     return schedule
+
 
 def peak_activations(steps: list[Step]) -> int:
     "Most micro-batches whose activations a stage holds at once (forward done, backward not yet)."
@@ -79,6 +91,7 @@ def deepspeed_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
     """The forward/backward order of DeepSpeed's `TrainSchedule` on every stage, read off its instructions (whose
     `buffer_id` is a pipe buffer, reused: micro-batches run in order, so the k-th forward is micro-batch k)."""
     from deepspeed.runtime.pipe.schedule import TrainSchedule, ForwardPass, BackwardPass
+
     out = []
     for s in range(num_stages):
         steps, count = [], {"F": 0, "B": 0}
@@ -86,35 +99,49 @@ def deepspeed_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
             for c in cmds:
                 if isinstance(c, (ForwardPass, BackwardPass)):
                     kind = "F" if isinstance(c, ForwardPass) else "B"
-                    steps.append(Step(kind, count[kind])); count[kind] += 1
+                    steps.append(Step(kind, count[kind]))
+                    count[kind] += 1
         out.append(steps)
     return out
 
 # %% ../nbs/12_pipeline_parallel.ipynb
-def simulate(schedule: list[list[Step]], t_forward: float | list[float] = 1.0,
-             t_backward: float | list[float] = 2.0) -> dict:
+def simulate(
+    schedule: list[list[Step]], t_forward: float | list[float] = 1.0, t_backward: float | list[float] = 2.0
+) -> dict:
     """Start and end time of every (stage, step) when each step waits for its stage and its dependency.
     `t_forward`, `t_backward`: one time for every stage, or a list with one per stage."""
     p = len(schedule)
     t_f = list(t_forward) if isinstance(t_forward, (list, tuple)) else [t_forward] * p
     t_b = list(t_backward) if isinstance(t_backward, (list, tuple)) else [t_backward] * p
-    if len(t_f) != p or len(t_b) != p: raise ValueError(f"{p} stages need {p} forward and backward times, got {len(t_f)} and {len(t_b)}")
+    if len(t_f) != p or len(t_b) != p:
+        raise ValueError(f"{p} stages need {p} forward and backward times, got {len(t_f)} and {len(t_b)}")
     end, timeline, pos, free = {}, {}, [0] * p, [0.0] * p
     while any(pos[s] < len(schedule[s]) for s in range(p)):
         progressed = False
         for s in range(p):
-            if pos[s] == len(schedule[s]): continue
+            if pos[s] == len(schedule[s]):
+                continue
             st = schedule[s][pos[s]]
-            dep = ((s - 1, "F", st.micro) if st.kind == "F" and s > 0 else
-                   (s + 1, "B", st.micro) if st.kind == "B" and s < p - 1 else None)
-            if dep is not None and dep not in end: continue
-            if st.kind == "B" and (s, "F", st.micro) not in end: continue    # a backward needs its own forward
+            dep = (
+                (s - 1, "F", st.micro)
+                if st.kind == "F" and s > 0
+                else (s + 1, "B", st.micro)
+                if st.kind == "B" and s < p - 1
+                else None
+            )
+            if dep is not None and dep not in end:
+                continue
+            if st.kind == "B" and (s, "F", st.micro) not in end:
+                continue  # a backward needs its own forward
             start = max(free[s], end[dep] if dep else 0.0)
             free[s] = end[(s, st.kind, st.micro)] = start + (t_f[s] if st.kind == "F" else t_b[s])
             timeline[(s, st)] = (start, free[s])
-            pos[s] += 1; progressed = True
-        if not progressed: raise RuntimeError(f"schedule deadlocks: stages wait at steps {pos}")
+            pos[s] += 1
+            progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule deadlocks: stages wait at steps {pos}")
     return timeline
+
 
 def bubble_fraction(timeline: dict, num_stages: int) -> float:
     "Idle time over stages x makespan."
@@ -122,64 +149,89 @@ def bubble_fraction(timeline: dict, num_stages: int) -> float:
     busy = sum(e - s for s, e in timeline.values())
     return 1 - busy / (num_stages * makespan)
 
-def bubble_formula(num_stages: int, num_micro: int) -> float: return (num_stages - 1) / (num_micro + num_stages - 1)
+
+def bubble_formula(num_stages: int, num_micro: int) -> float:
+    return (num_stages - 1) / (num_micro + num_stages - 1)
 
 # %% ../nbs/12_pipeline_parallel.ipynb
 def plot_timeline(timeline: dict, num_stages: int, ax=None, title: str = ""):
     "Gantt chart: one row per stage, forwards blue, backwards green, labelled by micro-batch."
     import matplotlib.pyplot as plt
-    if ax is None: _, ax = plt.subplots(figsize=(10, 0.45 * num_stages + 1))
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.45 * num_stages + 1))
     for (s, st), (a, b) in timeline.items():
         ax.barh(s, b - a, left=a, color="tab:blue" if st.kind == "F" else "tab:green", edgecolor="white")
         ax.text((a + b) / 2, s, str(st.micro), ha="center", va="center", color="white", fontsize=7)
     ax.set_yticks(range(num_stages), [f"stage {s}" for s in range(num_stages)])
-    ax.invert_yaxis(); ax.set_xlabel("time"); ax.set_title(title)
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color="tab:blue", label="forward"),
-                       plt.Rectangle((0, 0), 1, 1, color="tab:green", label="backward")],
-              loc="upper right", fontsize=7, framealpha=0.9)
+    ax.invert_yaxis()
+    ax.set_xlabel("time")
+    ax.set_title(title)
+    ax.legend(
+        handles=[
+            plt.Rectangle((0, 0), 1, 1, color="tab:blue", label="forward"),
+            plt.Rectangle((0, 0), 1, 1, color="tab:green", label="backward"),
+        ],
+        loc="upper right",
+        fontsize=7,
+        framealpha=0.9,
+    )
     return ax
 
 # %% ../nbs/12_pipeline_parallel.ipynb
 def gpt_param_name(layer: int, rest: str, num_layers: int) -> str:
     """The unpipelined `GPT`'s name for parameter `rest` of layer `layer` of the flat sequence
     (0: embedding, 1..l: blocks, l+1: final LayerNorm, l+2: the tied output layer, which *is* the embedding)."""
-    if layer == 0 or layer == num_layers + 2: return f"embedding.{rest}"
-    if layer <= num_layers: return f"blocks.{layer - 1}.{rest}"
-    if layer == num_layers + 1: return f"final_ln.{rest}"
+    if layer == 0 or layer == num_layers + 2:
+        return f"embedding.{rest}"
+    if layer <= num_layers:
+        return f"blocks.{layer - 1}.{rest}"
+    if layer == num_layers + 1:
+        return f"final_ln.{rest}"
     raise ValueError(f"layer {layer} is outside the {num_layers + 3} layers of the flat sequence")
+
 
 class GPTStage(nn.Module):
     "Stage `stage` of `num_stages` of our GPT: embedding on the first, blocks[lo:hi], final LayerNorm and tied output on the last."
+
     def __init__(self, model, stage: int, num_stages: int):
         super().__init__()
         bounds = partition_uniform(len(model.blocks), num_stages)
         self.stage, self.num_stages, self.first, self.last = stage, num_stages, stage == 0, stage == num_stages - 1
         self.block_offset, self.num_layers, self.kind = bounds[stage], len(model.blocks), model.cfg.tp_layers
         self.embedding = model.embedding if self.first else None
-        self.blocks = nn.ModuleList(model.blocks[bounds[stage]:bounds[stage + 1]])
+        self.blocks = nn.ModuleList(model.blocks[bounds[stage] : bounds[stage + 1]])
         self.final_ln = model.final_ln if self.last else None
-        if self.last and not self.first:        # the tied copy of the token embedding
+        if self.last and not self.first:  # the tied copy of the token embedding
             self.output_weight = nn.Parameter(model.embedding.tokens.weight.detach().clone())
 
-    def tied_weight(self): return self.embedding.tokens.weight if self.first else self.output_weight
+    def tied_weight(self):
+        return self.embedding.tokens.weight if self.first else self.output_weight
 
     def forward(self, x):
-        from mtnlg.model import parallel_lm_logits     # here, not at the top: the throughput model imports this module without torch's model stack
-        if self.first: x = self.embedding(x)
-        for block in self.blocks: x = block(x)
+        from mtnlg.model import (
+            parallel_lm_logits,
+        )  # here, not at the top: the throughput model imports this module without torch's model stack
+
+        if self.first:
+            x = self.embedding(x)
+        for block in self.blocks:
+            x = block(x)
         return parallel_lm_logits(self.final_ln(x), self.tied_weight(), self.kind) if self.last else x
 
     def full_name(self, name: str) -> str:
         "This stage's parameter name -> the unpipelined model's."
-        if name == "output_weight": return gpt_param_name(self.num_layers + 2, "tokens.weight", self.num_layers)
+        if name == "output_weight":
+            return gpt_param_name(self.num_layers + 2, "tokens.weight", self.num_layers)
         if name.startswith("blocks."):
-            i, rest = name[len("blocks."):].split(".", 1)
+            i, rest = name[len("blocks.") :].split(".", 1)
             return gpt_param_name(1 + self.block_offset + int(i), rest, self.num_layers)
         return name
 
 # %% ../nbs/12_pipeline_parallel.ipynb
-def run_schedule(stage: GPTStage, steps: list[Step], micro_inputs: list, micro_labels: list, hidden_shape, loss_fn,
-                 tied_group=None) -> dict:
+def run_schedule(
+    stage: GPTStage, steps: list[Step], micro_inputs: list, micro_labels: list, hidden_shape, loss_fn, tied_group=None
+) -> dict:
     """Execute `steps` on this stage: recv -> compute -> isend. Loss is the mean over micro-batches.
     Returns this stage's loss (last stage) and the (kind, micro, start, end) of each step."""
     rank, m = dist.get_rank(), len(micro_inputs)
@@ -188,31 +240,37 @@ def run_schedule(stage: GPTStage, steps: list[Step], micro_inputs: list, micro_l
     t0 = time.perf_counter()
     for st in steps:
         if st.kind == "F":
-            if stage.first: x = micro_inputs[st.micro]
+            if stage.first:
+                x = micro_inputs[st.micro]
             else:
                 x = torch.empty(hidden_shape)
-                dist.recv(x, src=prev)                   # the activation of micro-batch st.micro
+                dist.recv(x, src=prev)  # the activation of micro-batch st.micro
                 x.requires_grad_()
-            start = time.perf_counter() - t0             # (time spent waiting in recv is bubble, not work)
+            start = time.perf_counter() - t0  # (time spent waiting in recv is bubble, not work)
             y = stage(x)
             inputs[st.micro] = x
-            if stage.last: outputs[st.micro] = losses[st.micro] = loss_fn(y, micro_labels[st.micro]) / m
+            if stage.last:
+                outputs[st.micro] = losses[st.micro] = loss_fn(y, micro_labels[st.micro]) / m
             else:
                 outputs[st.micro] = y
                 sends.append(dist.isend(y.detach().contiguous(), dst=nxt))
         else:
             y = outputs.pop(st.micro)
-            if stage.last: start = time.perf_counter() - t0; y.backward()
+            if stage.last:
+                start = time.perf_counter() - t0
+                y.backward()
             else:
                 grad = torch.empty_like(y)
-                dist.recv(grad, src=nxt)                 # dL/d(output) of micro-batch st.micro
+                dist.recv(grad, src=nxt)  # dL/d(output) of micro-batch st.micro
                 start = time.perf_counter() - t0
                 y.backward(grad)
             x = inputs.pop(st.micro)
-            if not stage.first: sends.append(dist.isend(x.grad.contiguous(), dst=prev))
+            if not stage.first:
+                sends.append(dist.isend(x.grad.contiguous(), dst=prev))
         timeline.append((st.kind, st.micro, start, time.perf_counter() - t0))
-    for s in sends: s.wait()
+    for s in sends:
+        s.wait()
     if tied_group is not None and (stage.first or stage.last) and stage.num_stages > 1:
-        dist.all_reduce(stage.tied_weight().grad, group=tied_group)   # first and last stage: one gradient
+        dist.all_reduce(stage.tied_weight().grad, group=tied_group)  # first and last stage: one gradient
     loss = torch.stack([losses[i] for i in range(m)]).sum().detach() if stage.last else None
     return {"loss": loss, "timeline": timeline}

@@ -10,25 +10,46 @@ import re
 from collections import Counter
 from .config import Config, ModelConfig
 from .topology import Layout
-from .counting import (GiB, GPU, GPUS, RECOMPUTE, Assumptions, Setup, embedding_weighted_layers, setup_problems,
-                            uniform_layers)
+from mtnlg.counting import (
+    GiB,
+    GPU,
+    GPUS,
+    RECOMPUTE,
+    Assumptions,
+    Setup,
+    embedding_weighted_layers,
+    setup_problems,
+    uniform_layers,
+)
 from .iteration_time import SYSTEMS, Prediction, System, interleaved_bubble, predict
 
 # %% ../nbs/54_planner.ipynb
 def stage_splits(model: ModelConfig, pp: int) -> list[tuple[int, ...] | None]:
     "The layer splits the planner tries for `pp` stages: uniform (None) where it divides, and embeddings counted as layers where that differs."
     out = [None] if model.num_layers % pp == 0 else []
-    try: emb = embedding_weighted_layers(model.num_layers, pp)
-    except ValueError: return out
-    if emb != uniform_layers(model.num_layers, pp): out.append(emb)
+    try:
+        emb = embedding_weighted_layers(model.num_layers, pp)
+    except ValueError:
+        return out
+    if emb != uniform_layers(model.num_layers, pp):
+        out.append(emb)
     return out
 
 # %% ../nbs/54_planner.ipynb
-def plan(cfg: Config, gpus: int, gpu: GPU | str = "a100-80gb", gpus_per_node: int = 8,
-         micro_batches=(1, 2, 4), recomputes=RECOMPUTE, asm: Assumptions = Assumptions(),
-         tp: int | None = None, pp: int | None = None, system: System | str = "deepspeed",
-         uneven: bool = True, sequence_parallels: tuple[bool, ...] | None = None
-         ) -> tuple[list[Prediction], list[tuple[Setup, list[str], float | None]]]:
+def plan(
+    cfg: Config,
+    gpus: int,
+    gpu: GPU | str = "a100-80gb",
+    gpus_per_node: int = 8,
+    micro_batches=(1, 2, 4),
+    recomputes=RECOMPUTE,
+    asm: Assumptions = Assumptions(),
+    tp: int | None = None,
+    pp: int | None = None,
+    system: System | str = "deepspeed",
+    uneven: bool = True,
+    sequence_parallels: tuple[bool, ...] | None = None,
+) -> tuple[list[Prediction], list[tuple[Setup, list[str], float | None]]]:
     """Rank layouts of `cfg` on `gpus` GPUs: (feasible predictions fastest first, [(layout, reasons, predicted s or None)]).
     With a system that interleaves, every virtual-stage count that splits the stages' layers is tried; with `uneven`,
     pipeline depths whose stages cannot be equal, or are better balanced with the embeddings counted as layers, too.
@@ -36,69 +57,110 @@ def plan(cfg: Config, gpus: int, gpu: GPU | str = "a100-80gb", gpus_per_node: in
     `parallel.sequence_parallel`); at TP 1 it is a no-op, so only `False` is tried there."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
-    if gpus < 1: raise ValueError(f"--gpus must be >= 1, got {gpus}")
+    if gpus < 1:
+        raise ValueError(f"--gpus must be >= 1, got {gpus}")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"{gpus} GPUs is not a whole number of {gpus_per_node}-GPU nodes")
     m, B = cfg.model, cfg.schedule.global_batch_size
     tps = [tp] if tp else [t for t in range(1, m.num_attention_heads + 1) if m.num_attention_heads % t == 0]
-    pps = [pp] if pp else [p for p in range(1, m.num_layers + 1)
-                           if m.num_layers % p == 0 or (uneven and (m.num_layers + 2) % p == 0)]
+    pps = (
+        [pp]
+        if pp
+        else [
+            p for p in range(1, m.num_layers + 1) if m.num_layers % p == 0 or (uneven and (m.num_layers + 2) % p == 0)
+        ]
+    )
     feasible, infeasible = [], []
     sequence_parallels = (cfg.parallel.sequence_parallel,) if sequence_parallels is None else tuple(sequence_parallels)
     for t in tps:
         sps = [sp for sp in dict.fromkeys(sequence_parallels) if not (sp and t == 1)] or [False]
         for p in pps:
-            if gpus % (t * p): continue          # not a layout of this many GPUs at all
+            if gpus % (t * p):
+                continue  # not a layout of this many GPUs at all
             splits = (stage_splits(m, p) if uneven else [None]) or [None]
             for split in splits:
                 least = min(split or uniform_layers(m.num_layers, p)) if p <= m.num_layers else 1
-                vs = [v for v in range(1, least + 1) if all(n % v == 0 for n in (split or uniform_layers(m.num_layers, p)))] \
-                     if system.interleaving and p > 1 else [1]
+                vs = (
+                    [
+                        v
+                        for v in range(1, least + 1)
+                        if all(n % v == 0 for n in (split or uniform_layers(m.num_layers, p)))
+                    ]
+                    if system.interleaving and p > 1
+                    else [1]
+                )
                 for b, r, v, sp in ((b, r, v, sp) for b in micro_batches for r in recomputes for v in vs for sp in sps):
                     L = Setup(Layout(t, p, gpus // (t * p)), b, r, v, split, sp)
                     if problems := setup_problems(m, L, B, gpus_per_node):
-                        if v == 1: infeasible.append((L, problems, None))
+                        if v == 1:
+                            infeasible.append((L, problems, None))
                         continue
                     pr = predict(m, L, B, gpu, cfg.precision, asm, gpus_per_node, system)
-                    if pr.fits: feasible.append(pr)
-                    elif v == 1: infeasible.append((L, pr.problems, pr.iteration_s))
+                    if pr.fits:
+                        feasible.append(pr)
+                    elif v == 1:
+                        infeasible.append((L, pr.problems, pr.iteration_s))
     if tp and pp and not feasible and not any(s for *_, s in infeasible):
-        if gpus % (tp * pp): raise ValueError(f"TP {tp} x PP {pp} = {tp * pp} GPUs does not divide {gpus} GPUs")
+        if gpus % (tp * pp):
+            raise ValueError(f"TP {tp} x PP {pp} = {tp * pp} GPUs does not divide {gpus} GPUs")
         raise ValueError(f"TP {tp} x PP {pp} cannot run {cfg.name}: " + "; ".join(infeasible[0][1]))
     feasible.sort(key=lambda pr: pr.iteration_s)
     infeasible.sort(key=lambda x: (x[2] is None, x[2] or 0))
     return feasible, infeasible
 
 # %% ../nbs/54_planner.ipynb
-def _seconds(t: float) -> str: return f"{t:.2f} s" if t >= 1 else f"{t * 1e3:.1f} ms"
+def _seconds(t: float) -> str:
+    return f"{t:.2f} s" if t >= 1 else f"{t * 1e3:.1f} ms"
+
 
 def _split_label(L: Setup) -> str:
     s = L.layers_per_stage
-    if not s: return "even"
+    if not s:
+        return "even"
     return f"{s[0]}/{s[1]}..{s[-1]}" if len(s) > 3 else "/".join(map(str, s))
 
-def format_plan(cfg: Config, gpus: int, feasible, infeasible, gpu: GPU | str = "a100-80gb", gpus_per_node: int = 8,
-                top: int = 10, show_infeasible: int = 8) -> str:
+
+def format_plan(
+    cfg: Config,
+    gpus: int,
+    feasible,
+    infeasible,
+    gpu: GPU | str = "a100-80gb",
+    gpus_per_node: int = 8,
+    top: int = 10,
+    show_infeasible: int = 8,
+) -> str:
     "The ranking as `mtnlg plan` prints it."
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     nodes = f" ({gpus // gpus_per_node} nodes of {gpus_per_node})" if gpus >= gpus_per_node else ""
     system = f", {feasible[0].system}" if feasible and feasible[0].system else ""
-    lines = [f"{cfg.name} on {gpus} x {gpu.name}{nodes}: global batch {cfg.schedule.global_batch_size}, "
-             f"seq {cfg.model.seq_length}, {cfg.precision}{system}",
-             f"{'rank':>4s} {'TP':>3s} {'PP':>4s} {'DP':>5s} {'micro':>5s} {'recompute':>9s} {'v':>2s} {'SP':>3s} {'layers':>9s} {'mem/GPU':>9s} "
-             f"{'iteration':>10s} {'TFLOP/s':>7s} {'MFU':>5s} {'bubble':>6s}"]
+    lines = [
+        f"{cfg.name} on {gpus} x {gpu.name}{nodes}: global batch {cfg.schedule.global_batch_size}, "
+        f"seq {cfg.model.seq_length}, {cfg.precision}{system}",
+        f"{'rank':>4s} {'TP':>3s} {'PP':>4s} {'DP':>5s} {'micro':>5s} {'recompute':>9s} {'v':>2s} {'SP':>3s} {'layers':>9s} {'mem/GPU':>9s} "
+        f"{'iteration':>10s} {'TFLOP/s':>7s} {'MFU':>5s} {'bubble':>6s}",
+    ]
     for i, pr in enumerate(feasible[:top], 1):
         L = pr.layout
-        lines.append(f"{i:4d} {L.tp:3d} {L.pp:4d} {L.dp:5d} {L.micro_batch:5d} {L.recompute:>9s} {L.virtual_stages:2d} "
-                     f"{'on' if L.sp else 'off':>3s} "
-                     f"{_split_label(L):>9s} {pr.memory['total']/GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} {pr.hw_tflops:7.1f} "
-                     f"{pr.mfu:5.1%} {interleaved_bubble(L.pp, pr.micro_batches, L.virtual_stages):6.1%}")
-    if not feasible: lines.append("   (no layout fits)")
-    else: lines.append("(v: virtual stages per GPU, Megatron's interleaved 1F1B; SP: sequence parallelism; "
-                       "layers: per stage, first/second..last when uneven; "
-                       "mem: fullest GPU; TFLOP/s: executed FLOPs incl. recomputation, the paper's accounting; "
-                       "MFU: model FLOPs / peak; bubble: idle fraction (PP-1)/(v x micro-batches + PP-1))")
-    lines.append(f"{len(feasible)} layouts fit; {len(infeasible)} do not" + (", for example:" if infeasible and show_infeasible else ""))
+        lines.append(
+            f"{i:4d} {L.tp:3d} {L.pp:4d} {L.dp:5d} {L.micro_batch:5d} {L.recompute:>9s} {L.virtual_stages:2d} "
+            f"{'on' if L.sp else 'off':>3s} "
+            f"{_split_label(L):>9s} {pr.memory['total'] / GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} {pr.hw_tflops:7.1f} "
+            f"{pr.mfu:5.1%} {interleaved_bubble(L.pp, pr.micro_batches, L.virtual_stages):6.1%}"
+        )
+    if not feasible:
+        lines.append("   (no layout fits)")
+    else:
+        lines.append(
+            "(v: virtual stages per GPU, Megatron's interleaved 1F1B; SP: sequence parallelism; "
+            "layers: per stage, first/second..last when uneven; "
+            "mem: fullest GPU; TFLOP/s: executed FLOPs incl. recomputation, the paper's accounting; "
+            "MFU: model FLOPs / peak; bubble: idle fraction (PP-1)/(v x micro-batches + PP-1))"
+        )
+    lines.append(
+        f"{len(feasible)} layouts fit; {len(infeasible)} do not"
+        + (", for example:" if infeasible and show_infeasible else "")
+    )
     for L, reasons, t in infeasible[:show_infeasible]:
         lines.append(f"  {L}: " + "; ".join(reasons) + (f" (would take {_seconds(t)})" if t else ""))
     if infeasible:
@@ -107,22 +169,41 @@ def format_plan(cfg: Config, gpus: int, feasible, infeasible, gpu: GPU | str = "
     return "\n".join(lines)
 
 # %% ../nbs/54_planner.ipynb
-def sequence_parallel_gain(cfg: Config, gpus: int, gpu: GPU | str = "a100-80gb", gpus_per_node: int = 8,
-                           asm: Assumptions = Assumptions(), system: System | str = "deepspeed", **plan_kw) -> dict:
+def sequence_parallel_gain(
+    cfg: Config,
+    gpus: int,
+    gpu: GPU | str = "a100-80gb",
+    gpus_per_node: int = 8,
+    asm: Assumptions = Assumptions(),
+    system: System | str = "deepspeed",
+    **plan_kw,
+) -> dict:
     """The planner's fastest layout without sequence parallelism (any recomputation mode that fits), its fastest with
     sequence parallelism + selective recomputation (Korthikanti et al.'s combination), and the predicted speed-up."""
     kw = dict(gpu=gpu, gpus_per_node=gpus_per_node, asm=asm, system=system, **plan_kw)
     without, _ = plan(cfg, gpus, **kw, sequence_parallels=(False,))
     with_sp, _ = plan(cfg, gpus, **(kw | {"recomputes": ("selective",)}), sequence_parallels=(True,))
-    if not without or not with_sp: raise ValueError(f"no layout of {cfg.name} fits {gpus} GPUs " + ("without" if not without else "with") + " sequence parallelism")
+    if not without or not with_sp:
+        raise ValueError(
+            f"no layout of {cfg.name} fits {gpus} GPUs "
+            + ("without" if not without else "with")
+            + " sequence parallelism"
+        )
     return {"without": without[0], "with": with_sp[0], "speedup": without[0].iteration_s / with_sp[0].iteration_s - 1}
+
 
 def format_sequence_parallel_gain(g: dict, attention: str = "flash") -> str:
     "The two layouts, their time and MFU, and the speed-up, beside Korthikanti et al.'s 530B on 2240 A100s."
-    row = lambda name, pr: (f"  {name:34s} {str(pr.layout):62s} {_seconds(pr.iteration_s):>8s}  MFU {pr.mfu:5.1%}  "
-                            f"{pr.memory['total'] / GiB:4.1f} GiB")
-    return "\n".join([f"sequence parallelism, {g['with'].system}, attention {attention}:",
-                      row("fastest without sequence parallel:", g["without"]),
-                      row("fastest with it + selective:", g["with"]),
-                      f"  predicted speed-up {g['speedup']:+.1%}; Korthikanti et al. 2022, 530B on 2240 A100s: +29% "
-                      f"(MFU 42.1% with full recomputation -> 54.2%)"])
+    row = lambda name, pr: (
+        f"  {name:34s} {str(pr.layout):62s} {_seconds(pr.iteration_s):>8s}  MFU {pr.mfu:5.1%}  "
+        f"{pr.memory['total'] / GiB:4.1f} GiB"
+    )
+    return "\n".join(
+        [
+            f"sequence parallelism, {g['with'].system}, attention {attention}:",
+            row("fastest without sequence parallel:", g["without"]),
+            row("fastest with it + selective:", g["with"]),
+            f"  predicted speed-up {g['speedup']:+.1%}; Korthikanti et al. 2022, 530B on 2240 A100s: +29% "
+            f"(MFU 42.1% with full recomputation -> 54.2%)",
+        ]
+    )

@@ -9,7 +9,10 @@ __all__ = ['OPERATIONS', 'PAPER_OPERATOR_PROBES', 'SYMBOL_CHARS', 'format_number
            'train_operator_model', 'accuracy_by_shots']
 
 # %% ../nbs/63_operator_probe.ipynb
-import itertools, math, operator, random
+import itertools
+import math
+import operator
+import random
 from collections import Counter
 from dataclasses import dataclass
 import torch
@@ -25,36 +28,46 @@ from .tasks import task_spec
 # %% ../nbs/63_operator_probe.ipynb
 OPERATIONS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
 
+
 def format_number(x) -> str:
     "A result as the paper writes it: 22, -3, 5.5, 3.86 (two decimals at most)."
     return f"{round(x, 2):.12g}"
 
+
 def operator_line(symbol: str, a, b, result: str | None = None) -> str:
     return f"{a} {symbol} {b} =" + ("" if result is None else f" {result}")
+
 
 @dataclass(frozen=True)
 class OperatorProbe:
     "K worked `examples` ((a, b) pairs) of `symbol` standing for operation `op`, then a `question` (a, b)."
+
     symbol: str
     op: str
     examples: tuple
     question: tuple
 
-    def result(self, a, b) -> str: return format_number(OPERATIONS[self.op](a, b))
+    def result(self, a, b) -> str:
+        return format_number(OPERATIONS[self.op](a, b))
+
     @property
-    def answer(self) -> str: return self.result(*self.question)
+    def answer(self) -> str:
+        return self.result(*self.question)
+
     @property
     def prompt(self) -> str:
         lines = [operator_line(self.symbol, a, b, self.result(a, b)) for a, b in self.examples]
         return "\n".join(lines + [operator_line(self.symbol, *self.question)])
 
-PAPER_OPERATOR_PROBES = (        # Figure 4 of arXiv 2201.11990: division behind `#`, multiplication behind `$^%`
+
+PAPER_OPERATOR_PROBES = (  # Figure 4 of arXiv 2201.11990: division behind `#`, multiplication behind `$^%`
     OperatorProbe("#", "div", ((11, 2), (18, 9), (35, 4), (27, 7)), (75, 6)),
     OperatorProbe("$^%", "mul", ((11, 2), (3, 9), (12, 4), (7, 7)), (8, 6)),
 )
 
 # %% ../nbs/63_operator_probe.ipynb
 SYMBOL_CHARS = "#$%^&@!~|"
+
 
 def symbol_split(held_out: float = 0.2, seed: int = 0) -> tuple[list[str], list[str]]:
     "(training symbols, held-out symbols): every 1-3 character string over SYMBOL_CHARS; `#` and `$^%` always held out."
@@ -63,8 +76,10 @@ def symbol_split(held_out: float = 0.2, seed: int = 0) -> tuple[list[str], list[
     held = set(symbols[: round(held_out * len(symbols))]) | {p.symbol for p in PAPER_OPERATOR_PROBES}
     return [s for s in symbols if s not in held], sorted(held)
 
-def operator_probes(n: int, k: int, symbols, ops=("add", "sub", "mul"), operands=range(10), seed: int = 0,
-                    paper_first: bool = False) -> list[OperatorProbe]:
+
+def operator_probes(
+    n: int, k: int, symbols, ops=("add", "sub", "mul"), operands=range(10), seed: int = 0, paper_first: bool = False
+) -> list[OperatorProbe]:
     "`n` probes with `k` examples each: symbol, operation and operands drawn with `seed`; the paper's two first if asked."
     rng, out = random.Random(seed), list(PAPER_OPERATOR_PROBES) if paper_first else []
     nonzero = [x for x in operands if x != 0]
@@ -75,7 +90,9 @@ def operator_probes(n: int, k: int, symbols, ops=("add", "sub", "mul"), operands
     return out[:n]
 
 # %% ../nbs/63_operator_probe.ipynb
-def exact_match(generated: str, answer: str) -> bool: return "".join(generated.split()) == "".join(answer.split())
+def exact_match(generated: str, answer: str) -> bool:
+    return "".join(generated.split()) == "".join(answer.split())
+
 
 def chance_accuracy(ops=("add", "sub", "mul"), operands=range(10)) -> float:
     "Best accuracy without knowing the operation (uniform over `ops`): per question, the answer most operations give."
@@ -83,25 +100,33 @@ def chance_accuracy(ops=("add", "sub", "mul"), operands=range(10)) -> float:
     agree = [max(Counter(format_number(OPERATIONS[o](a, b)) for o in ops).values()) for a, b in pairs]
     return sum(agree) / (len(ops) * len(pairs))
 
-def score_probes(model, tokenizer, prompts: list[str], answers: list[str], max_new_tokens: int = 4,
-                 batch_size: int = 64) -> float:
+
+def score_probes(
+    model, tokenizer, prompts: list[str], answers: list[str], max_new_tokens: int = 4, batch_size: int = 64
+) -> float:
     "Exact-match accuracy of greedy continuations of `prompts`, each cut at its first newline."
     correct = 0
     for i in range(0, len(prompts), batch_size):
-        outs = generate_text(model, tokenizer, prompts[i:i + batch_size], max_new_tokens, stop=["\n"])
-        correct += sum(exact_match(o, a) for o, a in zip(outs, answers[i:i + batch_size]))
+        outs = generate_text(model, tokenizer, prompts[i : i + batch_size], max_new_tokens, stop=["\n"])
+        correct += sum(exact_match(o, a) for o, a in zip(outs, answers[i : i + batch_size]))
     return correct / len(prompts)
+
 
 def binomial_interval(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     "Wilson's 95% interval for an accuracy `p` measured on `n` items."
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    centre, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n),
+    )
     return centre - half, centre + half
 
 # %% ../nbs/63_operator_probe.ipynb
 def hans_prompt(premise: str, hypothesis: str) -> str:
     "`<premise>\\nQuestion: <hypothesis> True or False?\\nAnswer:` rendered from chapter 61's HANS task template."
     from jinja2 import Template
+
     return Template(task_spec("hans").prompt["doc_to_text"]).render(premise=premise, hypothesis=hypothesis)
+
 
 def hans_probes(rows) -> tuple[list[str], list[str]]:
     "(prompts, answers) for HANS rows: label 0 (entailment) -> `True`, 1 -> `False`."
@@ -112,56 +137,99 @@ def operator_tokenizer(max_number: int = 999) -> Tokenizer:
     "Word level: each integer 0..`max_number` one token, each other character (symbols, `=`, `-`, `.`, newline) one."
     words = ["<|endoftext|>", "<unk>"] + [str(i) for i in range(max_number + 1)] + list("=.-\n" + SYMBOL_CHARS)
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(" ", "removed"),
-                                                 pre_tokenizers.Split(Regex(r"\d+|\n|."), "isolated")])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(" ", "removed"), pre_tokenizers.Split(Regex(r"\d+|\n|."), "isolated")]
+    )
     return tok
+
 
 def episode_tokens(probe: OperatorProbe, tokenizer) -> tuple[list[int], list[int]]:
     "Token ids of every line of `probe`, question answered, and a mask that is 1 on each answer's tokens (and its newline)."
     ids, mask = [], []
     for a, b in probe.examples + (probe.question,):
-        line, answer = tokenizer.encode(operator_line(probe.symbol, a, b)).ids, tokenizer.encode(f" {probe.result(a, b)}\n").ids
-        ids += line + answer; mask += [0] * len(line) + [1] * len(answer)
+        line, answer = (
+            tokenizer.encode(operator_line(probe.symbol, a, b)).ids,
+            tokenizer.encode(f" {probe.result(a, b)}\n").ids,
+        )
+        ids += line + answer
+        mask += [0] * len(line) + [1] * len(answer)
     return ids, mask
+
 
 def episode_batch(probes, tokenizer, seq_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "(tokens, labels, loss mask), each [len(probes), longest - 1], padded with end-of-text and mask 0."
     rows = [episode_tokens(p, tokenizer) for p in probes]
     longest = max(len(ids) for ids, _ in rows)
-    if longest - 1 > seq_length: raise ValueError(f"an episode of {longest - 1} tokens exceeds model.seq_length={seq_length}")
+    if longest - 1 > seq_length:
+        raise ValueError(f"an episode of {longest - 1} tokens exceeds model.seq_length={seq_length}")
     pad = tokenizer.token_to_id("<|endoftext|>")
     tokens, labels = torch.full((len(rows), longest - 1), pad), torch.full((len(rows), longest - 1), pad)
     mask = torch.zeros(len(rows), longest - 1)
     for r, (ids, m) in enumerate(rows):
         n = len(ids) - 1
-        tokens[r, :n], labels[r, :n], mask[r, :n] = torch.tensor(ids[:-1]), torch.tensor(ids[1:]), torch.tensor(m[1:], dtype=torch.float)
+        tokens[r, :n], labels[r, :n], mask[r, :n] = (
+            torch.tensor(ids[:-1]),
+            torch.tensor(ids[1:]),
+            torch.tensor(m[1:], dtype=torch.float),
+        )
     return tokens, labels, mask
 
 # %% ../nbs/63_operator_probe.ipynb
-def operator_config(cfg: Config, tokenizer, steps: int, batch_size: int = 32, seq_length: int = 96, lr: float = 3e-3) -> Config:
+def operator_config(
+    cfg: Config, tokenizer, steps: int, batch_size: int = 32, seq_length: int = 96, lr: float = 3e-3
+) -> Config:
     "`cfg` reshaped for the operator study: its vocabulary, 3 layers, `seq_length`, lr warm-up over 50 steps, cosine to lr/10."
     m, o, s = cfg.model, cfg.optimizer, cfg.schedule
-    m.vocab_size, m.num_layers, m.seq_length, m.hidden_dropout, m.attention_dropout = tokenizer.get_vocab_size(), 3, seq_length, 0.0, 0.0
+    m.vocab_size, m.num_layers, m.seq_length, m.hidden_dropout, m.attention_dropout = (
+        tokenizer.get_vocab_size(),
+        3,
+        seq_length,
+        0.0,
+        0.0,
+    )
     o.lr, o.min_lr = lr, lr / 10
-    s.lr_warmup_tokens, s.train_tokens, s.lr_decay_tokens = 50 * batch_size * seq_length, steps * batch_size * seq_length, None
+    s.lr_warmup_tokens, s.train_tokens, s.lr_decay_tokens = (
+        50 * batch_size * seq_length,
+        steps * batch_size * seq_length,
+        None,
+    )
     return cfg
 
-def train_operator_model(cfg: Config, tokenizer, steps: int, symbols, batch_size: int = 32, shots: int = 8,
-                         ops=("add", "sub", "mul"), seed: int = 0, progress: bool = True) -> tuple[GPT, list[float]]:
+
+def train_operator_model(
+    cfg: Config,
+    tokenizer,
+    steps: int,
+    symbols,
+    batch_size: int = 32,
+    shots: int = 8,
+    ops=("add", "sub", "mul"),
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[GPT, list[float]]:
     "A GPT trained on `steps` batches of operator episodes (`shots` examples + a question) over `symbols`; (model, losses)."
     model = GPT(cfg.model, init_seed=seed)
     optimizer, losses = make_optimizer(model, cfg), []
     for step in trange(steps, disable=not progress, desc="operator episodes", mininterval=10):
-        for g in optimizer.param_groups: g["lr"] = lr_at(step * batch_size * cfg.model.seq_length, cfg)
-        tokens, labels, mask = episode_batch(operator_probes(batch_size, shots, symbols, ops, seed=seed * 1_000_003 + step),
-                                             tokenizer, cfg.model.seq_length)
+        for g in optimizer.param_groups:
+            g["lr"] = lr_at(step * batch_size * cfg.model.seq_length, cfg)
+        tokens, labels, mask = episode_batch(
+            operator_probes(batch_size, shots, symbols, ops, seed=seed * 1_000_003 + step),
+            tokenizer,
+            cfg.model.seq_length,
+        )
         loss = (model(tokens, labels) * mask).sum() / mask.sum()
-        optimizer.zero_grad(set_to_none=True); loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.clip_grad); optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.clip_grad)
+        optimizer.step()
         losses.append(loss.item())
     return model.eval(), losses
 
-def accuracy_by_shots(model, tokenizer, shots, n: int, symbols, ops=("add", "sub", "mul"), seed: int = 1) -> dict[int, float]:
+
+def accuracy_by_shots(
+    model, tokenizer, shots, n: int, symbols, ops=("add", "sub", "mul"), seed: int = 1
+) -> dict[int, float]:
     "Exact-match accuracy on `n` fresh probes over `symbols` for each number of examples K in `shots`."
     out = {}
     for k in shots:

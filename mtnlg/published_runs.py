@@ -19,6 +19,7 @@ from .iteration_time import MT_NLG_SYSTEM, SYSTEMS, System, fit_efficiency, pape
 @dataclass(frozen=True)
 class PublishedRun:
     "A published training run: what ran (model, layout, batch, hardware, software) and the throughput it reported."
+
     name: str
     source: str
     model: ModelConfig
@@ -26,18 +27,26 @@ class PublishedRun:
     global_batch: int
     gpu: GPU
     system: str
-    reported_tflops: float     # per GPU, the papers' accounting: 96·B·s·l·h²(1 + s/6h + V/16lh) / (GPUs · seconds)
-    verified: str = ""         # where the numbers were checked
-    given_virtual_stages: bool = False   # the source gives the interleaving (`setup.virtual_stages`): validate keeps it
+    reported_tflops: float  # per GPU, the papers' accounting: 96·B·s·l·h²(1 + s/6h + V/16lh) / (GPUs · seconds)
+    verified: str = ""  # where the numbers were checked
+    given_virtual_stages: bool = False  # the source gives the interleaving (`setup.virtual_stages`): validate keeps it
+
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, seq: int = 2048) -> ModelConfig:
     "A GPT of Narayanan et al.'s Table 1 (vocabulary 51,200, sequence 2048), trained with full recomputation."
-    return ModelConfig(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_length=seq,
-                       vocab_size=vocab, recompute="full")
+    return ModelConfig(
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        seq_length=seq,
+        vocab_size=vocab,
+        recompute="full",
+    )
 
 # %% ../nbs/52_published_runs.ipynb
-def best_virtual_stages(model: ModelConfig, L: Setup, global_batch: int, gpu, asm: Assumptions = Assumptions(),
-                        system: str = "megatron-lm") -> Setup:
+def best_virtual_stages(
+    model: ModelConfig, L: Setup, global_batch: int, gpu, asm: Assumptions = Assumptions(), system: str = "megatron-lm"
+) -> Setup:
     "`L` with the virtual-stage count the model predicts fastest (the papers give none): the planner's rule, not a fit."
     per = min(L.stage_layers(model))
     options = [replace(L, virtual_stages=v) for v in range(1, per + 1) if per % v == 0]
@@ -45,36 +54,80 @@ def best_virtual_stages(model: ModelConfig, L: Setup, global_batch: int, gpu, as
     return min(options, key=lambda o: predict(model, o, global_batch, gpu, asm=asm, system=system).iteration_s)
 
 # %% ../nbs/52_published_runs.ipynb
-NARAYANAN = "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM (SC'21)"
-JEAN_ZAY = replace(GPUS["a100-80gb"], name="A100 80GB, Jean Zay", ib_gbps=4 * 12.5 / 8)  # 4 x 100 Gb/s Omni-Path per 8-GPU node
+NARAYANAN = (
+    "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM (SC'21)"
+)
+JEAN_ZAY = replace(
+    GPUS["a100-80gb"], name="A100 80GB, Jean Zay", ib_gbps=4 * 12.5 / 8
+)  # 4 x 100 Gb/s Omni-Path per 8-GPU node
+
 
 def published_runs() -> list[PublishedRun]:
     "Published large runs other than MT-NLG, with their configurations as the sources give them."
     a100 = GPUS["a100-80gb"]
-    t1 = [(1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 30, 3072, 32, 2, 1, 64, 512, 138), (7.5, 36, 4096, 32, 4, 1, 128, 512, 142),
-          (18.4, 40, 6144, 48, 8, 1, 256, 1024, 135), (39.1, 48, 8192, 64, 8, 2, 512, 1536, 138),
-          (76.1, 60, 10240, 80, 8, 4, 1024, 1792, 140), (145.6, 80, 12288, 96, 8, 8, 1536, 2304, 148),
-          (310.1, 96, 16384, 128, 8, 16, 1920, 2160, 155), (529.6, 105, 20480, 128, 8, 35, 2520, 2520, 163),
-          (1008.0, 128, 25600, 160, 8, 64, 3072, 3072, 163)]
+    t1 = [
+        (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+        (3.6, 30, 3072, 32, 2, 1, 64, 512, 138),
+        (7.5, 36, 4096, 32, 4, 1, 128, 512, 142),
+        (18.4, 40, 6144, 48, 8, 1, 256, 1024, 135),
+        (39.1, 48, 8192, 64, 8, 2, 512, 1536, 138),
+        (76.1, 60, 10240, 80, 8, 4, 1024, 1792, 140),
+        (145.6, 80, 12288, 96, 8, 8, 1536, 2304, 148),
+        (310.1, 96, 16384, 128, 8, 16, 1920, 2160, 155),
+        (529.6, 105, 20480, 128, 8, 35, 2520, 2520, 163),
+        (1008.0, 128, 25600, 160, 8, 64, 3072, 3072, 163),
+    ]
     runs = []
     for size, l, h, a, t, p, n, B, tf in t1:
-        runs.append(PublishedRun(f"GPT {size:g}B, {n} GPUs", f"{NARAYANAN}, Table 1 (interleaved schedule, scatter/gather: §5.1)",
-                                 gpt(l, h, a), Setup(Layout(t, p, n // (t * p)), 1, "full"), B, a100, "megatron-lm", tf,
-                                 "Table 1 row checked in a stored copy of the paper; micro-batch 1 and v not given (v: best_virtual_stages)"))
-    for size, l, h, a, p, B, pts in ((174.6, 96, 12288, 96, 12, 1536, ((384, 153), (768, 149), (1536, 141))),
-                                      (529.6, 105, 20480, 128, 35, 2240, ((560, 171), (1120, 167), (2240, 159)))):
+        runs.append(
+            PublishedRun(
+                f"GPT {size:g}B, {n} GPUs",
+                f"{NARAYANAN}, Table 1 (interleaved schedule, scatter/gather: §5.1)",
+                gpt(l, h, a),
+                Setup(Layout(t, p, n // (t * p)), 1, "full"),
+                B,
+                a100,
+                "megatron-lm",
+                tf,
+                "Table 1 row checked in a stored copy of the paper; micro-batch 1 and v not given (v: best_virtual_stages)",
+            )
+        )
+    for size, l, h, a, p, B, pts in (
+        (174.6, 96, 12288, 96, 12, 1536, ((384, 153), (768, 149), (1536, 141))),
+        (529.6, 105, 20480, 128, 35, 2240, ((560, 171), (1120, 167), (2240, 159))),
+    ):
         for n, tf in pts:
-            runs.append(PublishedRun(f"GPT {size:g}B, {n} GPUs (PTD-P)", f"{NARAYANAN}, Table 2", gpt(l, h, a),
-                                     Setup(Layout(8, p, n // (8 * p)), 1, "full"), B, a100, "megatron-lm", tf,
-                                     "Table 2 row (micro-batch 1) checked in a stored copy of the paper; v not given"))
-    bloom = ModelConfig(num_layers=70, hidden_size=14336, num_attention_heads=112, seq_length=2048, vocab_size=250880,
-                        recompute="full")
-    runs.append(PublishedRun("BLOOM-176B, 384 GPUs", "BigScience, train/tr11-176B-ml/README.md (bigscience-workshop/bigscience); "
-                             "BigScience 2022, BLOOM (arXiv 2211.05100)", bloom,
-                             Setup(Layout(4, 12, 8), 2, "full", 1, embedding_weighted_layers(70, 12)), 2048, JEAN_ZAY,
-                             "deepspeed-2022", 150,
-                             "TP4 PP12 DP8, MBS 2, GBS 2048, the 5/6../5 split, 4 Omni-Path links per node and ~150 TFLOP/s "
-                             "checked in the stored README and BigScience's model page; 100 Gb/s per link from the BLOOM paper (via a summary)"))
+            runs.append(
+                PublishedRun(
+                    f"GPT {size:g}B, {n} GPUs (PTD-P)",
+                    f"{NARAYANAN}, Table 2",
+                    gpt(l, h, a),
+                    Setup(Layout(8, p, n // (8 * p)), 1, "full"),
+                    B,
+                    a100,
+                    "megatron-lm",
+                    tf,
+                    "Table 2 row (micro-batch 1) checked in a stored copy of the paper; v not given",
+                )
+            )
+    bloom = ModelConfig(
+        num_layers=70, hidden_size=14336, num_attention_heads=112, seq_length=2048, vocab_size=250880, recompute="full"
+    )
+    runs.append(
+        PublishedRun(
+            "BLOOM-176B, 384 GPUs",
+            "BigScience, train/tr11-176B-ml/README.md (bigscience-workshop/bigscience); "
+            "BigScience 2022, BLOOM (arXiv 2211.05100)",
+            bloom,
+            Setup(Layout(4, 12, 8), 2, "full", 1, embedding_weighted_layers(70, 12)),
+            2048,
+            JEAN_ZAY,
+            "deepspeed-2022",
+            150,
+            "TP4 PP12 DP8, MBS 2, GBS 2048, the 5/6../5 split, 4 Omni-Path links per node and ~150 TFLOP/s "
+            "checked in the stored README and BigScience's model page; 100 Gb/s per link from the BLOOM paper (via a summary)",
+        )
+    )
     return runs
 
 # %% ../nbs/52_published_runs.ipynb
@@ -85,52 +138,82 @@ def validate(runs: list[PublishedRun] | None = None, asm: Assumptions = Assumpti
         choose_v = SYSTEMS[r.system].interleaving and r.setup.pp > 1 and not r.given_virtual_stages
         L = best_virtual_stages(r.model, r.setup, r.global_batch, r.gpu, asm, r.system) if choose_v else r.setup
         pr = predict(r.model, L, r.global_batch, r.gpu, "bf16", asm, system=r.system)
-        rows.append({"run": r.name, "system": r.system, "layout": str(L), "reported": r.reported_tflops,
-                     "predicted": pr.hw_tflops, "error": pr.hw_tflops / r.reported_tflops - 1, "prediction": pr, "source": r})
+        rows.append(
+            {
+                "run": r.name,
+                "system": r.system,
+                "layout": str(L),
+                "reported": r.reported_tflops,
+                "predicted": pr.hw_tflops,
+                "error": pr.hw_tflops / r.reported_tflops - 1,
+                "prediction": pr,
+                "source": r,
+            }
+        )
     return rows
 
 # %% ../nbs/52_published_runs.ipynb
 def plot_validation(mt_rows: list[dict], rows: list[dict], title: str = "one parameter set, fitted to MT-NLG"):
     "Predicted vs reported TFLOP/s per GPU, one point per run, with the ±10% band."
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 5))
     lo, hi = 100, 190
     ax.fill_between([lo, hi], [0.9 * lo, 0.9 * hi], [1.1 * lo, 1.1 * hi], color="0.9", label="±10%")
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-    groups = {"MT-NLG (DeepSpeed)": mt_rows,
-              "Megatron-LM (Narayanan et al. 2021)": [r for r in rows if r["system"] == "megatron-lm"],
-              "BLOOM (Megatron-DeepSpeed)": [r for r in rows if r["system"].startswith("deepspeed")],
-              "Megatron-LM 2022 (Korthikanti et al.)": [r for r in rows if r["system"] == "megatron-lm-2022"]}
+    groups = {
+        "MT-NLG (DeepSpeed)": mt_rows,
+        "Megatron-LM (Narayanan et al. 2021)": [r for r in rows if r["system"] == "megatron-lm"],
+        "BLOOM (Megatron-DeepSpeed)": [r for r in rows if r["system"].startswith("deepspeed")],
+        "Megatron-LM 2022 (Korthikanti et al.)": [r for r in rows if r["system"] == "megatron-lm-2022"],
+    }
     for (label, g), mk in zip(groups.items(), "osD^"):
-        if not g: continue
+        if not g:
+            continue
         ax.plot([r["reported"] for r in g], [r["predicted"] for r in g], mk, label=label, ms=7, alpha=0.8)
-    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="reported TFLOP/s per GPU", ylabel="predicted TFLOP/s per GPU",
-           title=title)
+    ax.set(
+        xlim=(lo, hi), ylim=(lo, hi), xlabel="reported TFLOP/s per GPU", ylabel="predicted TFLOP/s per GPU", title=title
+    )
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout(); plt.close(fig)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/52_published_runs.ipynb
 def at_efficiency(runs: list[PublishedRun], gpu: GPU) -> list[PublishedRun]:
     "`runs` with their GPUs at `gpu`'s matmul efficiency, each keeping its own links (Jean Zay's Omni-Path); another chip: refused."
     other = sorted({r.gpu.name for r in runs if (r.gpu.peak_tflops, r.gpu.hbm_gbps) != (gpu.peak_tflops, gpu.hbm_gbps)})
-    if other: raise ValueError(f"runs on {', '.join(other)} cannot carry {gpu.name}'s matmul efficiency: another chip")
+    if other:
+        raise ValueError(f"runs on {', '.join(other)} cannot carry {gpu.name}'s matmul efficiency: another chip")
     return [replace(r, gpu=replace(r.gpu, matmul_efficiency=gpu.matmul_efficiency)) for r in runs]
 
-def published_errors(cfg: Config, paper: bool = True, runs: list | None = None, paper_system: System | str = MT_NLG_SYSTEM,
-                     asm: Assumptions = Assumptions()) -> Callable[[GPU], list[float]]:
+
+def published_errors(
+    cfg: Config,
+    paper: bool = True,
+    runs: list | None = None,
+    paper_system: System | str = MT_NLG_SYSTEM,
+    asm: Assumptions = Assumptions(),
+) -> Callable[[GPU], list[float]]:
     """`fit_efficiency`'s rows for an A100 record: the relative errors of the paper's rows (iteration time, predicted on
     `paper_system`; `paper=False` leaves them out) and of the published runs `runs` (TFLOP/s, `validate`), all on it."""
-    if not paper and not runs: raise ValueError("nothing to fit: give the paper's rows, published runs, or both")
+    if not paper and not runs:
+        raise ValueError("nothing to fit: give the paper's rows, published runs, or both")
+
     def errors(gpu: GPU) -> list[float]:
         paper_rows = [r["error"] for r in paper_predictions(cfg, asm, paper_system, gpu)] if paper else []
         return paper_rows + ([r["error"] for r in validate(at_efficiency(runs, gpu), asm)] if runs else [])
+
     return errors
 
 # %% ../nbs/52_published_runs.ipynb
-KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models (arXiv 2205.05198)"
-KORTHIKANTI_COPY = ("checked in a stored copy of the paper (a full-text Markdown conversion of the arXiv PDF in a public "
-                    "GitHub wiki, found through the code index)")
+KORTHIKANTI = (
+    "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models (arXiv 2205.05198)"
+)
+KORTHIKANTI_COPY = (
+    "checked in a stored copy of the paper (a full-text Markdown conversion of the arXiv PDF in a public "
+    "GitHub wiki, found through the code index)"
+)
 # Table 3 (heads, hidden, layers, TP, PP, GPUs, global batch, micro-batch; seq 2048, vocabulary 51,200, §6: the 175B
 # and 530B interleaved with m = 3 stages, no data parallelism) and Table 5 (iteration time, s: full recomputation
 # without sequence parallelism, and "present work" = sequence parallelism + selective recomputation). v: the virtual
@@ -140,8 +223,10 @@ KORTHIKANTI_TABLES = [  # (name, a, h, l, t, p, GPUs, B, b, v, full recompute s,
     ("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10),
     ("175B (GPT-3)", 96, 12288, 96, 8, 8, 64, 64, 1, 3, 18.13, 13.75),
     ("530B (MT-NLG)", 128, 20480, 105, 8, 35, 280, 280, 1, 3, 49.05, 37.83),
-    ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, None, 94.42, 71.49)]
-KORTHIKANTI_2240 = {"selective_s": 39.15, "sp_mfu": 0.542, "full_mfu": 0.421, "speedup": 0.29}   # §6.3 and the abstract
+    ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, None, 94.42, 71.49),
+]
+KORTHIKANTI_2240 = {"selective_s": 39.15, "sp_mfu": 0.542, "full_mfu": 0.421, "speedup": 0.29}  # §6.3 and the abstract
+
 
 def tflops_of(model: ModelConfig, global_batch: int, recompute: str, tp: int, gpus: int, seconds: float) -> float:
     "TFLOP/s per GPU of a run that took `seconds` per iteration, counted as `flops_per_iteration` counts (full: the papers' 96·...)."
@@ -155,23 +240,61 @@ def korthikanti_runs() -> list[PublishedRun]:
     a100, runs = GPUS["a100-80gb"], []
     for name, a, h, l, t, p, n, B, b, v, full_s, sp_s in KORTHIKANTI_TABLES:
         model = gpt(l, h, a)
-        for recompute, sp, seconds, mode in (("full", False, full_s, "full recompute"), ("selective", True, sp_s, "SP + selective")):
-            runs.append(PublishedRun(f"GPT {name}, {n} GPUs, {mode}", f"{KORTHIKANTI}, Tables 3 and 5", model,
-                                     Setup(Layout(t, p, n // (t * p)), b, recompute, v or 1, None, sp), B, a100, "megatron-lm-2022",
-                                     tflops_of(model, B, recompute, t, n, seconds),
-                                     f"{seconds} s per iteration (Table 5), layout and batch (Table 3), "
-                                     + ("no pipeline" if p == 1 else f"m = {v} interleaved stages (§6)" if v else
-                                        "v not given (§6 names m = 3 for the 175B and 530B only; v: best_virtual_stages)")
-                                     + f": {KORTHIKANTI_COPY}", given_virtual_stages=v is not None))
+        for recompute, sp, seconds, mode in (
+            ("full", False, full_s, "full recompute"),
+            ("selective", True, sp_s, "SP + selective"),
+        ):
+            runs.append(
+                PublishedRun(
+                    f"GPT {name}, {n} GPUs, {mode}",
+                    f"{KORTHIKANTI}, Tables 3 and 5",
+                    model,
+                    Setup(Layout(t, p, n // (t * p)), b, recompute, v or 1, None, sp),
+                    B,
+                    a100,
+                    "megatron-lm-2022",
+                    tflops_of(model, B, recompute, t, n, seconds),
+                    f"{seconds} s per iteration (Table 5), layout and batch (Table 3), "
+                    + (
+                        "no pipeline"
+                        if p == 1
+                        else f"m = {v} interleaved stages (§6)"
+                        if v
+                        else "v not given (§6 names m = 3 for the 175B and 530B only; v: best_virtual_stages)"
+                    )
+                    + f": {KORTHIKANTI_COPY}",
+                    given_virtual_stages=v is not None,
+                )
+            )
     model, B, n = gpt(105, 20480, 128), 2240, 2240
-    runs.append(PublishedRun("GPT 530B (MT-NLG), 2240 GPUs, SP + selective", f"{KORTHIKANTI}, §6.3", model,
-                             Setup(Layout(8, 35, 8), 1, "selective", 3, None, True), B, a100, "megatron-lm-2022",
-                             tflops_of(model, B, "selective", 8, n, KORTHIKANTI_2240["selective_s"]),
-                             f"39.15 s, MFU 54.2% at DP 8 with the batch 8 x 280 (§6.3): {KORTHIKANTI_COPY}", given_virtual_stages=True))
+    runs.append(
+        PublishedRun(
+            "GPT 530B (MT-NLG), 2240 GPUs, SP + selective",
+            f"{KORTHIKANTI}, §6.3",
+            model,
+            Setup(Layout(8, 35, 8), 1, "selective", 3, None, True),
+            B,
+            a100,
+            "megatron-lm-2022",
+            tflops_of(model, B, "selective", 8, n, KORTHIKANTI_2240["selective_s"]),
+            f"39.15 s, MFU 54.2% at DP 8 with the batch 8 x 280 (§6.3): {KORTHIKANTI_COPY}",
+            given_virtual_stages=True,
+        )
+    )
     full_s = flops_per_iteration(model, B, "none", 8) / (n * a100.peak_tflops * 1e12 * KORTHIKANTI_2240["full_mfu"])
-    runs.append(PublishedRun("GPT 530B (MT-NLG), 2240 GPUs, full recompute", f"{KORTHIKANTI}, abstract", model,
-                             Setup(Layout(8, 35, 8), 1, "full", 3), B, a100, "megatron-lm-2022",
-                             tflops_of(model, B, "full", 8, n, full_s),
-                             f"MFU 42.1% with full recomputation on 2240 A100s (the abstract; the time, {full_s:.2f} s, is that "
-                             f"MFU's; the layout is assumed to be §6.3's): {KORTHIKANTI_COPY}", given_virtual_stages=True))
+    runs.append(
+        PublishedRun(
+            "GPT 530B (MT-NLG), 2240 GPUs, full recompute",
+            f"{KORTHIKANTI}, abstract",
+            model,
+            Setup(Layout(8, 35, 8), 1, "full", 3),
+            B,
+            a100,
+            "megatron-lm-2022",
+            tflops_of(model, B, "full", 8, n, full_s),
+            f"MFU 42.1% with full recomputation on 2240 A100s (the abstract; the time, {full_s:.2f} s, is that "
+            f"MFU's; the layout is assumed to be §6.3's): {KORTHIKANTI_COPY}",
+            given_virtual_stages=True,
+        )
+    )
     return runs

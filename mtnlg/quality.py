@@ -7,7 +7,10 @@ __all__ = ['raw_page_text', 'boilerplate_text', 'word_chunks', 'QualityClassifie
            'shard_rng', 'StreamingSum', 'quality_shard', 'fold_of', 'fold_key', 'outside_fold', 'CrossFitted']
 
 # %% ../nbs/31_quality.ipynb
-import os, re, tempfile, time
+import os
+import re
+import tempfile
+import time
 from pathlib import Path
 import numpy as np
 from .extract import Manifest, count_docs, iter_batches, iter_docs, write_jsonl
@@ -15,14 +18,21 @@ from .extract import Manifest, count_docs, iter_batches, iter_docs, write_jsonl
 # %% ../nbs/31_quality.ipynb
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 
+
 def raw_page_text(html: str | bytes) -> str:
     "All visible text of a page (scripts and styles removed, boilerplate kept): what a raw crawl holds."
-    import lxml.html, lxml.etree
+    import lxml.html
+    import lxml.etree
     from lxml_html_clean import Cleaner
-    if isinstance(html, str): html = html.encode("utf-8", "replace")   # bytes: lxml reads the page's own encoding declaration
-    try: doc = Cleaner(scripts=True, javascript=True, style=True, comments=True).clean_html(lxml.html.fromstring(html))
-    except lxml.etree.ParserError: return ""   # "Document is empty": no elements at all
+
+    if isinstance(html, str):
+        html = html.encode("utf-8", "replace")  # bytes: lxml reads the page's own encoding declaration
+    try:
+        doc = Cleaner(scripts=True, javascript=True, style=True, comments=True).clean_html(lxml.html.fromstring(html))
+    except lxml.etree.ParserError:
+        return ""  # "Document is empty": no elements at all
     return re.sub(r"\s*\n\s*", "\n", re.sub(r"[ \t\r\f\v]+", " ", doc.text_content())).strip()
+
 
 def boilerplate_text(raw: str, article: str) -> str:
     "The lines of a page's raw text that are not part of its article body (menus, footers, captions, ads)."
@@ -30,47 +40,76 @@ def boilerplate_text(raw: str, article: str) -> str:
     body = words(article)
     return "\n".join(l for l in raw.split("\n") if words(l) not in body)
 
+
 def word_chunks(text: str, words: int = 150, min_words: int = 30) -> list[str]:
     "Split `text` into pieces of `words` whitespace words (the last kept if it has `min_words`)."
     w = text.split()
-    return [" ".join(w[i:i + words]) for i in range(0, len(w), words) if len(w[i:i + words]) >= min_words]
+    return [" ".join(w[i : i + words]) for i in range(0, len(w), words) if len(w[i : i + words]) >= min_words]
 
 # %% ../nbs/31_quality.ipynb
-def _normalize(text: str) -> str: return " ".join(_TOKENS.findall(text.lower()))
+def _normalize(text: str) -> str:
+    return " ".join(_TOKENS.findall(text.lower()))
+
 
 _FORMAT = "mtnlg-quality-sgd-logreg-v1"
+
 
 def _hasher(n_features: int, word_ngrams: int):
     "Stateless features: the set of words and word n-grams of a normalised text, hashed into `n_features` buckets, L2-normalised."
     from sklearn.feature_extraction.text import HashingVectorizer
-    return HashingVectorizer(tokenizer=str.split, token_pattern=None, lowercase=False, ngram_range=(1, word_ngrams),
-                             n_features=n_features, binary=True, alternate_sign=False, norm="l2")
+
+    return HashingVectorizer(
+        tokenizer=str.split,
+        token_pattern=None,
+        lowercase=False,
+        ngram_range=(1, word_ngrams),
+        n_features=n_features,
+        binary=True,
+        alternate_sign=False,
+        norm="l2",
+    )
+
 
 class QualityClassifier:
     "Logistic regression on hashed word n-grams (fastText-style linear classifier); `score(texts)` is P(curated) per text."
+
     def __init__(self, weights: np.ndarray, bias: float, word_ngrams: int = 2):
         self.weights, self.bias, self.word_ngrams = np.asarray(weights, np.float64), float(bias), int(word_ngrams)
         self._features = _hasher(len(self.weights), self.word_ngrams)
 
     @classmethod
-    def train(cls, positives, negatives, seed: int = 0, epoch: int = 20, alpha: float = 1e-5,
-              n_features: int = 2**20, word_ngrams: int = 2):
+    def train(
+        cls,
+        positives,
+        negatives,
+        seed: int = 0,
+        epoch: int = 20,
+        alpha: float = 1e-5,
+        n_features: int = 2**20,
+        word_ngrams: int = 2,
+    ):
         "Fit by SGD on the log loss: sequential (no threads), seeded order; the same texts and seed give the same weights, bit for bit."
         from sklearn.linear_model import SGDClassifier
+
         positives, negatives = list(positives), list(negatives)
-        if not positives or not negatives: raise ValueError("the quality classifier needs both positive and negative texts")
+        if not positives or not negatives:
+            raise ValueError("the quality classifier needs both positive and negative texts")
         X = _hasher(n_features, word_ngrams).transform([_normalize(t) for t in positives + negatives])
         y = np.r_[np.ones(len(positives), np.int8), np.zeros(len(negatives), np.int8)]
-        sgd = SGDClassifier(loss="log_loss", penalty="l2", alpha=alpha, max_iter=epoch, tol=None, shuffle=True,
-                            random_state=seed).fit(X, y)
+        sgd = SGDClassifier(
+            loss="log_loss", penalty="l2", alpha=alpha, max_iter=epoch, tol=None, shuffle=True, random_state=seed
+        ).fit(X, y)
         w, b = sgd.coef_[0], float(sgd.intercept_[0])
-        if not (np.isfinite(w).all() and np.isfinite(b)): raise FloatingPointError("quality classifier weights are not finite")
+        if not (np.isfinite(w).all() and np.isfinite(b)):
+            raise FloatingPointError("quality classifier weights are not finite")
         return cls(w, b, word_ngrams)
 
     def score(self, texts) -> np.ndarray:
         from scipy.special import expit
+
         texts = [_normalize(t) for t in texts]
-        if not texts: return np.zeros(0)
+        if not texts:
+            return np.zeros(0)
         return expit(self._features.transform(texts) @ self.weights + self.bias).clip(0, 1)
 
     def score_docs(self, docs) -> np.ndarray:
@@ -82,69 +121,97 @@ class QualityClassifier:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         idx = np.flatnonzero(self.weights)
         with open(path, "wb") as f:
-            np.savez(f, format=np.array(_FORMAT), n_features=len(self.weights), word_ngrams=self.word_ngrams,
-                     bias=self.bias, index=idx, value=self.weights[idx])
+            np.savez(
+                f,
+                format=np.array(_FORMAT),
+                n_features=len(self.weights),
+                word_ngrams=self.word_ngrams,
+                bias=self.bias,
+                index=idx,
+                value=self.weights[idx],
+            )
 
     @classmethod
     def load(cls, path):
-        if not Path(path).is_file(): raise FileNotFoundError(f"quality model {str(path)!r} not found")
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"quality model {str(path)!r} not found")
         try:
             with np.load(path, allow_pickle=False) as z:
-                if str(z["format"]) != _FORMAT: raise ValueError(str(z["format"]))
-                w = np.zeros(int(z["n_features"])); w[z["index"]] = z["value"]
+                if str(z["format"]) != _FORMAT:
+                    raise ValueError(str(z["format"]))
+                w = np.zeros(int(z["n_features"]))
+                w[z["index"]] = z["value"]
                 return cls(w, float(z["bias"]), int(z["word_ngrams"]))
         except (ValueError, KeyError, OSError) as e:
-            raise ValueError(f"{str(path)!r} is not a {_FORMAT} quality model (an old fastText model?): delete it and "
-                             "re-run so the classifier is retrained") from e
+            raise ValueError(
+                f"{str(path)!r} is not a {_FORMAT} quality model (an old fastText model?): delete it and "
+                "re-run so the classifier is retrained"
+            ) from e
 
 # %% ../nbs/31_quality.ipynb
 def pareto_keep(scores: np.ndarray, rng: np.random.Generator, alpha: float = 9.0) -> np.ndarray:
     "GPT-3's rule: keep a document when `pareto(alpha) > 1 - score`; P(keep) = (2 - score)^-alpha."
     return rng.pareto(alpha, size=len(scores)) > 1 - np.asarray(scores)
 
-def keep_probability(score, alpha: float = 9.0): return (2.0 - np.asarray(score)) ** -alpha
+
+def keep_probability(score, alpha: float = 9.0):
+    return (2.0 - np.asarray(score)) ** -alpha
 
 # %% ../nbs/31_quality.ipynb
 def shard_rng(seed: int, shard: str) -> np.random.Generator:
     "A generator that depends only on the run seed and the shard name (not on scheduling order)."
     return np.random.default_rng([seed, *shard.encode()])
 
+
 def _pairwise_tree(n: int):
     """numpy's order for summing n float64s: halves (the first a multiple of 8) down to blocks of at most 128.
     Yields each block's size, is sent its sum, returns the total."""
-    if n <= 128: return (yield n)
+    if n <= 128:
+        return (yield n)
     half = n // 2 - n // 2 % 8
     return (yield from _pairwise_tree(half)) + (yield from _pairwise_tree(n - half))
+
 
 class StreamingSum:
     """`np.sum` of `n` float64 values that arrive a few at a time, to the bit: numpy sums pairwise (a running total
     would round differently), so the values are summed in its tree of blocks. Holds at most one block, 128 values."""
+
     def __init__(self, n: int):
         self.tree, self.block, self.total = _pairwise_tree(n), [], 0.0
         self.need = next(self.tree) if n else 0
+
     def add(self, values):
         for v in values:
             self.block.append(v)
             if len(self.block) == self.need:
-                try: self.need = self.tree.send(float(np.sum(np.array(self.block))))
-                except StopIteration as done: self.total = done.value
+                try:
+                    self.need = self.tree.send(float(np.sum(np.array(self.block))))
+                except StopIteration as done:
+                    self.total = done.value
                 self.block = []
 
-def quality_shard(src, dst, clf, filter: bool = True, alpha: float = 9.0, seed: int = 0,
-                  batch: int | None = None) -> Manifest:
+
+def quality_shard(
+    src, dst, clf, filter: bool = True, alpha: float = 9.0, seed: int = 0, batch: int | None = None
+) -> Manifest:
     """Quality stage over one shard, a batch of documents at a time (at most `batch`, default chapter 30's `BATCH_DOCS`):
     add a `quality` score; if `filter`, keep documents by the Pareto rule. `clf`: a `QualityClassifier`, or a `CrossFitted`
     one that scores each document with the model of its fold (below)."""
     t0, src = time.time(), Path(src)
     man, rng = Manifest("quality", src.name, docs_in=count_docs(src)), shard_rng(seed, src.name)
     total = StreamingSum(man.docs_in)
+
     def scored():
         for docs in iter_batches(src, batch):
-            scores = clf.score_docs(docs); total.add(scores)
+            scores = clf.score_docs(docs)
+            total.add(scores)
             keep = pareto_keep(scores, rng, alpha) if filter else np.ones(len(docs), bool)
             for d, s, k in zip(docs, scores, keep):
-                if k: yield {**d, "quality": round(float(s), 4)}
-                else: man.drop("low quality (Pareto)", d["id"])
+                if k:
+                    yield {**d, "quality": round(float(s), 4)}
+                else:
+                    man.drop("low quality (Pareto)", d["id"])
+
     man.kept = write_jsonl(dst, scored())
     man.extra = {"mean_score": total.total / man.docs_in if man.docs_in else None}
     man.seconds = time.time() - t0
@@ -154,7 +221,9 @@ def quality_shard(src, dst, clf, filter: bool = True, alpha: float = 9.0, seed: 
 def fold_of(doc_id: str, folds: int) -> int:
     "A document's fold, 0 .. folds-1: a stable hash of its id (the same on every machine, run and Python), so no table is kept."
     import hashlib
+
     return int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8).digest(), "little") % folds
+
 
 def fold_key(doc: dict) -> str:
     """What decides a document's fold: its URL when it has one — the same page falls in one fold whatever its container
@@ -162,29 +231,44 @@ def fold_key(doc: dict) -> str:
     url = doc.get("url")
     return url if isinstance(url, str) and url else doc["id"]
 
+
 def outside_fold(items, fold: int, folds: int):
     "The `(id, text)` items fold `fold`'s model may train on: those of every other fold (all of them when `folds` is 1: in-sample)."
     return ((i, t) for i, t in items if folds == 1 or fold_of(i, folds) != fold)
 
+
 class CrossFitted:
     """`folds` classifiers, model k trained without fold k's documents: `score_docs` scores each document (a dict with `id`,
     `text` and maybe `url`) with the model of its own fold, so no document is scored by a model that trained on it. One model: in-sample."""
+
     def __init__(self, models, trained_on=None):
-        self.models, self.trained_on = list(models), trained_on    # trained_on[k]: the fold keys model k trained on (when known)
+        self.models, self.trained_on = (
+            list(models),
+            trained_on,
+        )  # trained_on[k]: the fold keys model k trained on (when known)
+
     @property
-    def folds(self) -> int: return len(self.models)
+    def folds(self) -> int:
+        return len(self.models)
+
     def score_docs(self, docs) -> np.ndarray:
         fold = np.array([fold_of(fold_key(d), self.folds) for d in docs], int)
         out = np.zeros(len(docs))
         for k, m in enumerate(self.models):
-            if len(at := np.flatnonzero(fold == k)): out[at] = m.score([docs[i]["text"] for i in at])
+            if len(at := np.flatnonzero(fold == k)):
+                out[at] = m.score([docs[i]["text"] for i in at])
         return out
+
     @classmethod
     def train(cls, positives, negatives, folds: int = 5, seed: int = 0, chunks=word_chunks) -> "CrossFitted":
         "`positives`, `negatives`: lists of `(fold key, text)`; model k trains on the chunks of the documents outside fold k."
         models, trained_on = [], []
         for k in range(folds):
             pos, neg = list(outside_fold(positives, k, folds)), list(outside_fold(negatives, k, folds))
-            models.append(QualityClassifier.train([c for _, t in pos for c in chunks(t)], [c for _, t in neg for c in chunks(t)], seed=seed))
+            models.append(
+                QualityClassifier.train(
+                    [c for _, t in pos for c in chunks(t)], [c for _, t in neg for c in chunks(t)], seed=seed
+                )
+            )
             trained_on.append({i for i, _ in pos + neg})
         return cls(models, trained_on)

@@ -25,48 +25,65 @@ def batch_counts(cfg: Config) -> Counter:
     return Counter(batch for _, batch in iterations(cfg))
 
 # %% ../nbs/55_run_plan.ipynb
-def step_seconds(cfg: Config, setup: Setup, batch: int, gpu: GPU | str = "a100-80gb",
-                 asm: Assumptions = Assumptions()) -> float:
+def step_seconds(
+    cfg: Config, setup: Setup, batch: int, gpu: GPU | str = "a100-80gb", asm: Assumptions = Assumptions()
+) -> float:
     "Predicted seconds of one optimizer step at global `batch`; below the pipeline's fill point, the 1F1B line extended."
-    per_micro = setup.micro_batch * setup.dp                 # samples per micro-batch round of all replicas
-    if batch % per_micro: raise ValueError(f"batch {batch} is not a multiple of micro-batch x DP = {per_micro}")
-    def t(b): return predict(cfg.model, setup, b, gpu, cfg.precision, asm, cfg.parallel.gpus_per_node).iteration_s
+    per_micro = setup.micro_batch * setup.dp  # samples per micro-batch round of all replicas
+    if batch % per_micro:
+        raise ValueError(f"batch {batch} is not a multiple of micro-batch x DP = {per_micro}")
+
+    def t(b):
+        return predict(cfg.model, setup, b, gpu, cfg.precision, asm, cfg.parallel.gpus_per_node).iteration_s
+
     fill = setup.pp * per_micro
-    if batch >= fill: return t(batch)
+    if batch >= fill:
+        return t(batch)
     t_fill, t_next = t(fill), t(fill + per_micro)
     return t_fill - (fill - batch) // per_micro * (t_next - t_fill)
 
-def seconds_by_batch(cfg: Config, setup: Setup, counts: Counter, gpu: GPU | str = "a100-80gb",
-                     asm: Assumptions = Assumptions()) -> dict[int, float]:
+
+def seconds_by_batch(
+    cfg: Config, setup: Setup, counts: Counter, gpu: GPU | str = "a100-80gb", asm: Assumptions = Assumptions()
+) -> dict[int, float]:
     "Seconds per step at each batch size the run uses: one prediction per size."
     return {b: step_seconds(cfg, setup, b, gpu, asm) for b in sorted(counts)}
+
 
 def training_seconds(counts: Counter, seconds: dict[int, float]) -> float:
     "Seconds of steps in the whole run."
     return sum(n * seconds[b] for b, n in counts.items())
 
 # %% ../nbs/55_run_plan.ipynb
-OPTIMIZER_BYTES = 12   # fp32 master + Adam's exp_avg and exp_avg_sq per parameter (chapter 43's OPTIMIZER_STATES)
+OPTIMIZER_BYTES = 12  # fp32 master + Adam's exp_avg and exp_avg_sq per parameter (chapter 43's OPTIMIZER_STATES)
+
 
 def saved_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> int:
     "Parameters a rank of pipeline stage `stage` saves: its TP slices, less the last stage's copy of the tied embedding."
     n = stage_params_per_rank(model, tp, pp, stage)
-    if pp > 1 and stage == pp - 1: n -= model.padded_vocab_size(tp) * model.hidden_size // tp
+    if pp > 1 and stage == pp - 1:
+        n -= model.padded_vocab_size(tp) * model.hidden_size // tp
     return n
+
 
 def weight_bytes(precision: str, world_size: int) -> int:
     "Bytes per saved weight: bf16 on the DeepSpeed engine of a bf16 run; fp32 otherwise (and on one process, under autocast)."
     return 2 if precision == "bf16" and world_size > 1 else 4
 
+
 @dataclass
 class CheckpointSize:
     "Bytes of one checkpoint of a config."
-    weights: float          # the model: TP slices written by data-parallel rank 0
-    optimizer: float        # fp32 masters + Adam moments, written by every rank (ZeRO-1 partitions)
-    largest_rank: float     # the fullest rank's file: data-parallel rank 0 of `largest_stage`
+
+    weights: float  # the model: TP slices written by data-parallel rank 0
+    optimizer: float  # fp32 masters + Adam moments, written by every rank (ZeRO-1 partitions)
+    largest_rank: float  # the fullest rank's file: data-parallel rank 0 of `largest_stage`
     largest_stage: int
+
     @property
-    def total(self) -> float: return self.weights + self.optimizer
+    def total(self) -> float:
+        return self.weights + self.optimizer
+
 
 def checkpoint_size(cfg: Config) -> CheckpointSize:
     "What chapter 43's checkpoint of `cfg` holds, in bytes."
@@ -82,11 +99,13 @@ def checkpoint_size(cfg: Config) -> CheckpointSize:
 # Summit's Alpine (Spider 3, IBM Spectrum Scale): 2.5 TB/s for 4,608 nodes x 6 V100 = 27,648 GPUs
 # (Oral et al., "End-to-end I/O portfolio for the Summit supercomputing ecosystem", SC'19).
 SUMMIT_FS_GBPS, SUMMIT_GPUS = 2500.0, 4608 * 6
-FS_GBPS_PER_GPU = SUMMIT_FS_GBPS / SUMMIT_GPUS          # ~0.09 GB/s: a job's share of a Summit-class file system
+FS_GBPS_PER_GPU = SUMMIT_FS_GBPS / SUMMIT_GPUS  # ~0.09 GB/s: a job's share of a Summit-class file system
+
 
 def default_fs_gbps(gpus: int) -> float:
     "Aggregate write bandwidth (GB/s) a job of `gpus` GPUs gets from a file system provisioned like Summit's."
     return FS_GBPS_PER_GPU * gpus
+
 
 def transfer_seconds(nbytes: float, fs_gbps: float) -> float:
     "Seconds to write (or read) `nbytes` at `fs_gbps` GB/s aggregate."
@@ -96,7 +115,8 @@ def transfer_seconds(nbytes: float, fs_gbps: float) -> float:
 # "The Llama 3 Herd of Models" (Grattafiori et al. 2024, arXiv 2407.21783, sec. 3.3.4): 419 unexpected
 # interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs.
 LLAMA3_INTERRUPTIONS, LLAMA3_DAYS, LLAMA3_GPUS = 419, 54, 16384
-GPU_MTBF_HOURS = LLAMA3_DAYS * 24 * LLAMA3_GPUS / LLAMA3_INTERRUPTIONS   # ~50,700 GPU-hours per interruption
+GPU_MTBF_HOURS = LLAMA3_DAYS * 24 * LLAMA3_GPUS / LLAMA3_INTERRUPTIONS  # ~50,700 GPU-hours per interruption
+
 
 def job_mtbf_hours(gpus: int, gpu_mtbf_hours: float = GPU_MTBF_HOURS) -> float:
     "Mean hours between interruptions of a synchronous job on `gpus` GPUs (any GPU's failure stops it)."
@@ -107,19 +127,24 @@ def overhead_fraction(interval_s: float, save_s: float, mtbf_s: float, restart_s
     "Expected seconds lost per second of training: saving every `interval_s`, and redoing half an interval plus a restart per failure."
     return save_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s
 
+
 def young_interval(save_s: float, mtbf_s: float) -> float:
     "Young (1974): the interval minimising `overhead_fraction`, sqrt(2 * save * MTBF)."
     return math.sqrt(2 * save_s * mtbf_s)
 
+
 def daly_interval(save_s: float, mtbf_s: float) -> float:
     "Daly (2006), higher order: sqrt(2dM) [1 + sqrt(d/2M)/3 + (d/2M)/9] - d for d < 2M, else M."
-    if save_s >= 2 * mtbf_s: return mtbf_s
+    if save_s >= 2 * mtbf_s:
+        return mtbf_s
     x = save_s / (2 * mtbf_s)
     return math.sqrt(2 * save_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - save_s
 
+
 def round_interval(steps: float) -> int:
     "A step count a person would write: below 10 to the unit, else two figures with the second 0 or 5."
-    if steps < 10: return max(1, round(steps))
+    if steps < 10:
+        return max(1, round(steps))
     unit = 5 * 10 ** (math.floor(math.log10(steps)) - 1)
     return int(round(steps / unit) * unit)
 
@@ -128,13 +153,17 @@ def allocation_end_seconds(save_s: float, signal_s: float) -> float:
     "Seconds an allocation's end costs: the final save on the signal, or the signal's whole lead if longer (the job has exited)."
     return max(save_s, signal_s)
 
+
 def usable_seconds(limit_s: float, startup_s: float, load_s: float, end_s: float) -> float:
     "Seconds an allocation of `limit_s` trains: less start-up, loading the checkpoint, and its end (`allocation_end_seconds`)."
     usable = limit_s - startup_s - load_s - end_s
     if usable <= 0:
-        raise ValueError(f"a {limit_s / 3600:g} h time limit leaves no time to train after {startup_s / 60:g} min start-up, "
-                         f"{load_s:.0f} s load and {end_s:.0f} s for the final save; raise --time-limit-hours")
+        raise ValueError(
+            f"a {limit_s / 3600:g} h time limit leaves no time to train after {startup_s / 60:g} min start-up, "
+            f"{load_s:.0f} s load and {end_s:.0f} s for the final save; raise --time-limit-hours"
+        )
     return usable
+
 
 def allocations_needed(work_s: float, usable_s: float) -> int:
     "Allocations to do `work_s` seconds of training and periodic saves, if nothing fails."
@@ -142,74 +171,98 @@ def allocations_needed(work_s: float, usable_s: float) -> int:
 
 # %% ../nbs/55_run_plan.ipynb
 def _positive(name: str, value: float) -> float:
-    if not value > 0: raise ValueError(f"{name} must be > 0, got {value:g}")
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value:g}")
     return value
+
 
 @dataclass
 class RunPlan:
     "The whole run of a config: steps, time, allocations, checkpoints and the save interval. Seconds and bytes."
+
     name: str
     setup: Setup
     gpu: str
     steps: int
     full_batch: int
-    full_batch_steps: int                # steps at the full batch (the rest ramp up)
-    batch_sizes: int                     # distinct global batch sizes
+    full_batch_steps: int  # steps at the full batch (the rest ramp up)
+    batch_sizes: int  # distinct global batch sizes
     tokens: float
     seq_length: int
-    steps_by_batch: dict                 # {global batch: steps}
-    seconds_by_batch: dict               # {global batch: seconds per step}
-    train_s: float                       # all steps, back to back
-    fits: bool                           # the full-batch step fits the GPU's memory (chapter 50)
+    steps_by_batch: dict  # {global batch: steps}
+    seconds_by_batch: dict  # {global batch: seconds per step}
+    train_s: float  # all steps, back to back
+    fits: bool  # the full-batch step fits the GPU's memory (chapter 50)
     checkpoint: CheckpointSize
     fs_gbps: float
-    fs_default: bool                     # fs_gbps is the Summit share, not given
+    fs_default: bool  # fs_gbps is the Summit share, not given
     save_s: float
     load_s: float
     startup_s: float
-    signal_s: float                      # SIGUSR1 comes this long before the time limit
+    signal_s: float  # SIGUSR1 comes this long before the time limit
     time_limit_s: float
-    usable_s: float                      # training seconds per allocation
-    allocations: int                     # if nothing fails
+    usable_s: float  # training seconds per allocation
+    allocations: int  # if nothing fails
     mtbf_s: float
-    mtbf_default: bool                   # mtbf is Llama 3's rate, not given
-    young_s: float                       # the optimum interval in seconds
+    mtbf_default: bool  # mtbf is Llama 3's rate, not given
+    young_s: float  # the optimum interval in seconds
     daly_s: float
-    interval_steps: int                  # the recommendation: young_s in full-batch steps, rounded
-    config_interval_steps: int | None    # the config's checkpoint.save_interval
+    interval_steps: int  # the recommendation: young_s in full-batch steps, rounded
+    config_interval_steps: int | None  # the config's checkpoint.save_interval
 
     @property
-    def step_s(self) -> float: return self.seconds_by_batch[self.full_batch]
+    def step_s(self) -> float:
+        return self.seconds_by_batch[self.full_batch]
+
     @property
-    def restart_s(self) -> float: return self.startup_s + self.load_s
+    def restart_s(self) -> float:
+        return self.startup_s + self.load_s
+
     @property
-    def end_s(self) -> float: return allocation_end_seconds(self.save_s, self.signal_s)
+    def end_s(self) -> float:
+        return allocation_end_seconds(self.save_s, self.signal_s)
+
     def overhead(self, interval_steps: int) -> float:
         "Fraction of training time lost to saving every `interval_steps` full-batch steps and to failures."
         return overhead_fraction(interval_steps * self.step_s, self.save_s, self.mtbf_s, self.restart_s)
+
     @property
     def lost_per_failure_s(self) -> float:
         "Expected seconds a failure costs at the recommended interval: half an interval of steps and a restart."
         return self.interval_steps * self.step_s / 2 + self.restart_s
+
     @property
     def wall_s(self) -> float:
         "Expected wall-clock seconds: steps, periodic saves, failures' rework and restarts, allocation boundaries."
-        return (self.train_s * (1 + self.overhead(self.interval_steps))
-                + self.allocations * (self.startup_s + self.load_s + self.end_s))
+        return self.train_s * (1 + self.overhead(self.interval_steps)) + self.allocations * (
+            self.startup_s + self.load_s + self.end_s
+        )
+
     @property
-    def expected_failures(self) -> float: return self.wall_s / self.mtbf_s
+    def expected_failures(self) -> float:
+        return self.wall_s / self.mtbf_s
 
 # %% ../nbs/55_run_plan.ipynb
-def run_plan(cfg: Config, gpu: GPU | str = "a100-80gb", time_limit_hours: float = 48.0, fs_gbps: float | None = None,
-             mtbf_hours: float | None = None, startup_minutes: float = 10.0, signal_minutes: float = 10.0,
-             asm: Assumptions = Assumptions()) -> RunPlan:
+def run_plan(
+    cfg: Config,
+    gpu: GPU | str = "a100-80gb",
+    time_limit_hours: float = 48.0,
+    fs_gbps: float | None = None,
+    mtbf_hours: float | None = None,
+    startup_minutes: float = 10.0,
+    signal_minutes: float = 10.0,
+    asm: Assumptions = Assumptions(),
+) -> RunPlan:
     "Plan the run of `cfg` on its own layout from its first step to its last (ValueError for impossible inputs)."
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     _positive("--time-limit-hours", time_limit_hours)
-    if fs_gbps is not None: _positive("--fs-gbps", fs_gbps)
-    if mtbf_hours is not None: _positive("--mtbf-hours", mtbf_hours)
+    if fs_gbps is not None:
+        _positive("--fs-gbps", fs_gbps)
+    if mtbf_hours is not None:
+        _positive("--mtbf-hours", mtbf_hours)
     for name, v in (("--startup-minutes", startup_minutes), ("--signal-minutes", signal_minutes)):
-        if not v >= 0: raise ValueError(f"{name} must be >= 0, got {v:g}")
+        if not v >= 0:
+            raise ValueError(f"{name} must be >= 0, got {v:g}")
     setup, gpus, B = Setup.of(cfg, cfg.model.recompute), cfg.parallel.total_gpus, cfg.schedule.global_batch_size
     counts = batch_counts(cfg)
     secs = seconds_by_batch(cfg, setup, counts, gpu, asm)
@@ -221,179 +274,301 @@ def run_plan(cfg: Config, gpu: GPU | str = "a100-80gb", time_limit_hours: float 
     save_s = load_s = transfer_seconds(ck.total, fs)
     mtbf_s = (mtbf_hours or job_mtbf_hours(gpus)) * 3600
     young = young_interval(save_s, mtbf_s)
-    interval = min(round_interval(young / step_s), sum(counts.values()))   # longer than the run: save at the end
+    interval = min(round_interval(young / step_s), sum(counts.values()))  # longer than the run: save at the end
     limit_s, startup_s, signal_s = time_limit_hours * 3600, startup_minutes * 60, signal_minutes * 60
     usable = usable_seconds(limit_s, startup_s, load_s, allocation_end_seconds(save_s, signal_s))
     work_s = train_s * (1 + save_s / (interval * step_s))
-    return RunPlan(cfg.name, setup, gpu.name, sum(counts.values()), B, counts.get(B, 0), len(counts),
-                   sum(b * n for b, n in counts.items()) * cfg.model.seq_length, cfg.model.seq_length, dict(counts), secs,
-                   train_s, fits, ck,
-                   fs, fs_gbps is None, save_s, load_s, startup_s, signal_s, limit_s, usable, allocations_needed(work_s, usable),
-                   mtbf_s, mtbf_hours is None, young, daly_interval(save_s, mtbf_s), interval,
-                   cfg.checkpoint.save_interval)
+    return RunPlan(
+        cfg.name,
+        setup,
+        gpu.name,
+        sum(counts.values()),
+        B,
+        counts.get(B, 0),
+        len(counts),
+        sum(b * n for b, n in counts.items()) * cfg.model.seq_length,
+        cfg.model.seq_length,
+        dict(counts),
+        secs,
+        train_s,
+        fits,
+        ck,
+        fs,
+        fs_gbps is None,
+        save_s,
+        load_s,
+        startup_s,
+        signal_s,
+        limit_s,
+        usable,
+        allocations_needed(work_s, usable),
+        mtbf_s,
+        mtbf_hours is None,
+        young,
+        daly_interval(save_s, mtbf_s),
+        interval,
+        cfg.checkpoint.save_interval,
+    )
 
 # %% ../nbs/55_run_plan.ipynb
 def _duration(s: float) -> str:
-    if s >= 2 * 86400: return f"{s / 86400:.1f} days"
-    if s >= 2 * 3600: return f"{s / 3600:.1f} h"
-    if s >= 120: return f"{s / 60:.1f} min"
+    if s >= 2 * 86400:
+        return f"{s / 86400:.1f} days"
+    if s >= 2 * 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 120:
+        return f"{s / 60:.1f} min"
     return f"{s:.1f} s" if s >= 0.1 else f"{s * 1e3:.2f} ms"
+
 
 def _bytes(n: float) -> str:
     for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= div: return f"{n / div:.2f} {unit}"
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
     return f"{n:.0f} B"
+
 
 def _tokens(n: float) -> str:
     for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= div: return f"{n / div:.3g}{unit}"
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
     return f"{n:.0f}"
 
-def _sizes(n: int) -> str: return f"{n} smaller size{'' if n == 1 else 's'}"
+
+def _sizes(n: int) -> str:
+    return f"{n} smaller size{'' if n == 1 else 's'}"
+
 
 def format_run_plan(p: RunPlan) -> str:
     "The run plan as `mtnlg plan --schedule` prints it."
     first, ramp, pad = min(p.seconds_by_batch), p.steps - p.full_batch_steps, " " * 17
     fs_note = f"Summit's per-GPU share x {p.setup.gpus} GPUs; --fs-gbps" if p.fs_default else "--fs-gbps"
-    mtbf_note = (f"Llama 3: 419 interruptions in 54 days on 16,384 GPUs = 1 per {GPU_MTBF_HOURS:,.0f} GPU-hours; --mtbf-hours"
-                 if p.mtbf_default else "--mtbf-hours")
+    mtbf_note = (
+        f"Llama 3: 419 interruptions in 54 days on 16,384 GPUs = 1 per {GPU_MTBF_HOURS:,.0f} GPU-hours; --mtbf-hours"
+        if p.mtbf_default
+        else "--mtbf-hours"
+    )
     ov, save_part = p.overhead(p.interval_steps), p.save_s / (p.interval_steps * p.step_s)
-    cfg_line = (f"config's save_interval {p.config_interval_steps}: overhead {p.overhead(p.config_interval_steps):.1%}"
-                if p.config_interval_steps else "config's save_interval: none (saves only at the end and on a signal)")
+    cfg_line = (
+        f"config's save_interval {p.config_interval_steps}: overhead {p.overhead(p.config_interval_steps):.1%}"
+        if p.config_interval_steps
+        else "config's save_interval: none (saves only at the end and on a signal)"
+    )
     capped = " (longer than the run: save at the end)" if p.interval_steps >= p.steps else ""
-    return "\n".join([
-        f"{p.name} on {p.setup} ({p.setup.gpus} x {p.gpu}): the run to its end",
-        f"  steps          {p.steps:,} to {_tokens(p.tokens)} tokens: "
-        + (f"{ramp:,} while the batch ramps {first} -> {p.full_batch} ({_sizes(p.batch_sizes - 1)}), " if ramp else "")
-        + f"{p.full_batch_steps:,} at {p.full_batch}",
-        f"  step time      {_duration(p.step_s)} at batch {p.full_batch}"
-        + (f", {_duration(p.seconds_by_batch[first])} at {first}" if ramp else "") + " (chapter 51's model)"
-        + ("" if p.fits else " -- the full batch does NOT fit the GPU's memory"),
-        f"  training       {_duration(p.train_s)} of steps" + (f" ({p.train_s / 3600:,.0f} h)" if p.train_s >= 2 * 86400 else ""),
-        f"  checkpoint     {_bytes(p.checkpoint.total)}: {_bytes(p.checkpoint.weights)} weights + {_bytes(p.checkpoint.optimizer)} "
-        f"fp32 masters and Adam moments",
-        f"{pad}largest rank {_bytes(p.checkpoint.largest_rank)} (pipeline stage {p.checkpoint.largest_stage}, data-parallel rank 0)",
-        f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:,.0f} GB/s ({fs_note})" if p.fs_gbps >= 10 else
-        f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:.3g} GB/s ({fs_note})",
-        f"  allocations    {p.allocations} of {p.time_limit_s / 3600:g} h if nothing fails, {p.usable_s / 3600:.2f} h of training each; "
-        f"each loses {_duration(p.startup_s)} start-up,",
-        f"{pad}{_duration(p.load_s)} loading the checkpoint and {_duration(p.end_s)} from SIGUSR1 to its end (the final save "
-        f"takes {_duration(p.save_s)};",
-        f"{pad}the steps since the last periodic save are saved then, not lost)",
-        f"  failures       one per {p.mtbf_s / 3600:,.1f} h ({mtbf_note})",
-        f"  save interval  every {p.interval_steps:,} steps{capped}: Young/Daly sqrt(2 x {_duration(p.save_s)} x "
-        f"{p.mtbf_s / 3600:,.1f} h) = {_duration(p.young_s)} = {p.young_s / p.step_s:,.1f} steps of {_duration(p.step_s)}",
-        f"{pad}overhead {ov:.1%} ({save_part:.1%} saving, {ov - save_part:.1%} rework and restarts); a failure costs "
-        f"{_duration(p.interval_steps * p.step_s / 2)} of steps + {_duration(p.restart_s)} restart",
-        f"{pad}{cfg_line}",
-        f"  wall clock     {_duration(p.wall_s)} expected, with ~{p.expected_failures:.0f} failures"
-        + (" (more often than the time limit: most allocations end by a failure)" if p.mtbf_s < p.time_limit_s else "")])
+    return "\n".join(
+        [
+            f"{p.name} on {p.setup} ({p.setup.gpus} x {p.gpu}): the run to its end",
+            f"  steps          {p.steps:,} to {_tokens(p.tokens)} tokens: "
+            + (
+                f"{ramp:,} while the batch ramps {first} -> {p.full_batch} ({_sizes(p.batch_sizes - 1)}), "
+                if ramp
+                else ""
+            )
+            + f"{p.full_batch_steps:,} at {p.full_batch}",
+            f"  step time      {_duration(p.step_s)} at batch {p.full_batch}"
+            + (f", {_duration(p.seconds_by_batch[first])} at {first}" if ramp else "")
+            + " (chapter 51's model)"
+            + ("" if p.fits else " -- the full batch does NOT fit the GPU's memory"),
+            f"  training       {_duration(p.train_s)} of steps"
+            + (f" ({p.train_s / 3600:,.0f} h)" if p.train_s >= 2 * 86400 else ""),
+            f"  checkpoint     {_bytes(p.checkpoint.total)}: {_bytes(p.checkpoint.weights)} weights + {_bytes(p.checkpoint.optimizer)} "
+            f"fp32 masters and Adam moments",
+            f"{pad}largest rank {_bytes(p.checkpoint.largest_rank)} (pipeline stage {p.checkpoint.largest_stage}, data-parallel rank 0)",
+            f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:,.0f} GB/s ({fs_note})"
+            if p.fs_gbps >= 10
+            else f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:.3g} GB/s ({fs_note})",
+            f"  allocations    {p.allocations} of {p.time_limit_s / 3600:g} h if nothing fails, {p.usable_s / 3600:.2f} h of training each; "
+            f"each loses {_duration(p.startup_s)} start-up,",
+            f"{pad}{_duration(p.load_s)} loading the checkpoint and {_duration(p.end_s)} from SIGUSR1 to its end (the final save "
+            f"takes {_duration(p.save_s)};",
+            f"{pad}the steps since the last periodic save are saved then, not lost)",
+            f"  failures       one per {p.mtbf_s / 3600:,.1f} h ({mtbf_note})",
+            f"  save interval  every {p.interval_steps:,} steps{capped}: Young/Daly sqrt(2 x {_duration(p.save_s)} x "
+            f"{p.mtbf_s / 3600:,.1f} h) = {_duration(p.young_s)} = {p.young_s / p.step_s:,.1f} steps of {_duration(p.step_s)}",
+            f"{pad}overhead {ov:.1%} ({save_part:.1%} saving, {ov - save_part:.1%} rework and restarts); a failure costs "
+            f"{_duration(p.interval_steps * p.step_s / 2)} of steps + {_duration(p.restart_s)} restart",
+            f"{pad}{cfg_line}",
+            f"  wall clock     {_duration(p.wall_s)} expected, with ~{p.expected_failures:.0f} failures"
+            + (
+                " (more often than the time limit: most allocations end by a failure)"
+                if p.mtbf_s < p.time_limit_s
+                else ""
+            ),
+        ]
+    )
 
 # %% ../nbs/55_run_plan.ipynb
 def plot_run_plan(p: RunPlan, compare_steps: int | None = 500):
     "Left: days of steps against tokens, the batch ramp marked. Right: overhead against the save interval, the optimum marked."
     import matplotlib.pyplot as plt
+
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     tokens, days = [0.0], [0.0]
-    for b in sorted(p.steps_by_batch):                        # the batch only grows: sizes in order are the run in order
+    for b in sorted(p.steps_by_batch):  # the batch only grows: sizes in order are the run in order
         n = p.steps_by_batch[b]
-        tokens.append(tokens[-1] + n * b * p.seq_length / 1e9); days.append(days[-1] + n * p.seconds_by_batch[b] / 86400)
+        tokens.append(tokens[-1] + n * b * p.seq_length / 1e9)
+        days.append(days[-1] + n * p.seconds_by_batch[b] / 86400)
     ax.plot(tokens, days, "-", color="C0")
     if len(tokens) > 2:
-        ax.plot(tokens[-2], days[-2], "o", color="C3",
-                label=f"end of the ramp: {tokens[-2]:.3g}B tokens ({tokens[-2] / tokens[-1]:.1%}) in {days[-2]:.1f} days "
-                      f"({days[-2] / days[-1]:.1%})")
+        ax.plot(
+            tokens[-2],
+            days[-2],
+            "o",
+            color="C3",
+            label=f"end of the ramp: {tokens[-2]:.3g}B tokens ({tokens[-2] / tokens[-1]:.1%}) in {days[-2]:.1f} days "
+            f"({days[-2] / days[-1]:.1%})",
+        )
         ax.legend(fontsize=8, loc="upper left")
     ax.set(xlabel="tokens (B)", ylabel="days of steps", title=f"{p.name}: {p.steps:,} steps, {days[-1]:.1f} days")
     steps = [x / 4 for x in range(2, 40 * max(p.interval_steps, compare_steps or 0, 10))]
     bx.plot(steps, [100 * p.overhead(s) for s in steps], color="C0", label="saving + rework + restarts")
     bx.plot(steps, [100 * p.save_s / (s * p.step_s) for s in steps], "--", color="C1", lw=1, label="saving")
-    bx.plot(steps, [100 * (s * p.step_s / 2 + p.restart_s) / p.mtbf_s for s in steps], "--", color="C2", lw=1,
-            label="rework + restarts after failures")
+    bx.plot(
+        steps,
+        [100 * (s * p.step_s / 2 + p.restart_s) / p.mtbf_s for s in steps],
+        "--",
+        color="C2",
+        lw=1,
+        label="rework + restarts after failures",
+    )
     opt = p.young_s / p.step_s
     bx.plot([opt], [100 * p.overhead(opt)], "k*", ms=12, label=f"Young/Daly: {opt:.1f} steps -> {p.interval_steps}")
     if compare_steps:
         bx.plot([compare_steps], [100 * p.overhead(compare_steps)], "rs", label=f"every {compare_steps} steps")
-    bx.set(xscale="log", xlabel=f"save interval (steps of {p.step_s:.0f} s)", ylabel="% of training time lost",
-           ylim=(0, min(40, 100 * p.overhead(steps[-1]) * 1.05)), title=f"MTBF {p.mtbf_s / 3600:.1f} h, save {p.save_s:.0f} s")
+    bx.set(
+        xscale="log",
+        xlabel=f"save interval (steps of {p.step_s:.0f} s)",
+        ylabel="% of training time lost",
+        ylim=(0, min(40, 100 * p.overhead(steps[-1]) * 1.05)),
+        title=f"MTBF {p.mtbf_s / 3600:.1f} h, save {p.save_s:.0f} s",
+    )
     bx.legend(fontsize=8)
-    fig.tight_layout(); plt.close(fig)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/55_run_plan.ipynb
 from .topology import Layout, check_layout, node_of
 
+
 def compress_hosts(names: list[str]) -> str:
     "Slurm's short form of a host list: `n1,n2,n3,n7` -> `n[1-3,7]` (names without a number are listed as they are)."
     import re
+
     out, i = [], 0
     while i < len(names):
         m = re.fullmatch(r"(.*?)(\d+)", names[i])
-        if not m: out.append(names[i]); i += 1; continue
+        if not m:
+            out.append(names[i])
+            i += 1
+            continue
         prefix, runs, j = m.group(1), [], i
         while j < len(names) and (mj := re.fullmatch(re.escape(prefix) + r"(\d+)", names[j])):
             n = int(mj.group(1))
-            if runs and n == runs[-1][1] + 1: runs[-1][1] = n
-            else: runs.append([n, n])
+            if runs and n == runs[-1][1] + 1:
+                runs[-1][1] = n
+            else:
+                runs.append([n, n])
             j += 1
-        if j - i == 1: out.append(names[i])
-        else: out.append(prefix + "[" + ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs) + "]")
+        if j - i == 1:
+            out.append(names[i])
+        else:
+            out.append(prefix + "[" + ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs) + "]")
         i = j
     return ",".join(out)
 
+
 def _span(ranks: list[int]) -> str:
-    return f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 else ", ".join(map(str, ranks))
+    return (
+        f"{ranks[0]}-{ranks[-1]}"
+        if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1
+        else ", ".join(map(str, ranks))
+    )
 
 # %% ../nbs/55_run_plan.ipynb
 @dataclass
 class JobPlan:
     "Where every rank of a config's layout runs: `nodes` x `tasks_per_node` ranks, placed block-wise on `hosts`."
+
     name: str
     layout: Layout
     tasks_per_node: int
-    hosts: list                          # node names in allocation order (node i holds ranks i*T .. i*T+T-1)
+    hosts: list  # node names in allocation order (node i holds ranks i*T .. i*T+T-1)
     num_layers: int
     global_batch: int
-    step_s: float                        # chapter 51's prediction of one full-batch step
+    step_s: float  # chapter 51's prediction of one full-batch step
     gpu: str
 
     @property
-    def nodes(self) -> int: return len(self.hosts)
-    def host(self, rank: int) -> str: return self.hosts[node_of(rank, self.tasks_per_node)]
-    def hosts_of(self, ranks) -> str: return compress_hosts(list(dict.fromkeys(self.host(r) for r in ranks)))
+    def nodes(self) -> int:
+        return len(self.hosts)
+
+    def host(self, rank: int) -> str:
+        return self.hosts[node_of(rank, self.tasks_per_node)]
+
+    def hosts_of(self, ranks) -> str:
+        return compress_hosts(list(dict.fromkeys(self.host(r) for r in ranks)))
+
     @property
-    def layers_per_stage(self) -> int: return self.num_layers // self.layout.pp
+    def layers_per_stage(self) -> int:
+        return self.num_layers // self.layout.pp
+
     def stage_ranks(self, stage: int) -> list[int]:
-        n = self.layout.tp * self.layout.dp                # model axis fastest: a stage is TP x DP consecutive ranks
+        n = self.layout.tp * self.layout.dp  # model axis fastest: a stage is TP x DP consecutive ranks
         return list(range(stage * n, (stage + 1) * n))
+
     def stage_layers(self, stage: int) -> range:
         return range(stage * self.layers_per_stage + 1, (stage + 1) * self.layers_per_stage + 1)
 
-def job_plan(cfg: Config, nodes: int, tasks_per_node: int | None = None, hosts: list[str] | None = None,
-             gpu: GPU | str = "a100-80gb", asm: Assumptions = Assumptions()) -> JobPlan:
+
+def job_plan(
+    cfg: Config,
+    nodes: int,
+    tasks_per_node: int | None = None,
+    hosts: list[str] | None = None,
+    gpu: GPU | str = "a100-80gb",
+    asm: Assumptions = Assumptions(),
+) -> JobPlan:
     "The placement of `cfg`'s layout on `nodes` nodes of `tasks_per_node` ranks (default: the config's GPUs per node)."
     T = tasks_per_node or cfg.parallel.gpus_per_node
     layout = Layout.of(cfg)
-    if nodes < 1 or T < 1: raise ValueError(f"nodes and tasks per node must be >= 1, got {nodes} x {T}")
+    if nodes < 1 or T < 1:
+        raise ValueError(f"nodes and tasks per node must be >= 1, got {nodes} x {T}")
     if nodes * T != layout.world_size:
-        hint = (f"; for {nodes} nodes set parallel.data_parallel={nodes * T // (layout.tp * layout.pp)}"
-                if nodes * T % (layout.tp * layout.pp) == 0 else "")
+        hint = (
+            f"; for {nodes} nodes set parallel.data_parallel={nodes * T // (layout.tp * layout.pp)}"
+            if nodes * T % (layout.tp * layout.pp) == 0
+            else ""
+        )
         raise ValueError(f"{nodes} nodes x {T} tasks = {nodes * T} ranks, but {layout} needs {layout.world_size}{hint}")
     check_layout(cfg, layout.world_size)
     hosts = list(hosts) if hosts else [f"node{i}" for i in range(nodes)]
-    if len(hosts) != nodes: raise ValueError(f"{len(hosts)} host names for {nodes} nodes: {','.join(hosts)}")
+    if len(hosts) != nodes:
+        raise ValueError(f"{len(hosts)} host names for {nodes} nodes: {','.join(hosts)}")
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     B = cfg.schedule.global_batch_size
-    return JobPlan(cfg.name, layout, T, hosts, cfg.model.num_layers, B,
-                   step_seconds(cfg, Setup.of(cfg, cfg.model.recompute), B, gpu, asm), gpu.name)
+    return JobPlan(
+        cfg.name,
+        layout,
+        T,
+        hosts,
+        cfg.model.num_layers,
+        B,
+        step_seconds(cfg, Setup.of(cfg, cfg.model.recompute), B, gpu, asm),
+        gpu.name,
+    )
 
 # %% ../nbs/55_run_plan.ipynb
 def _some(lines: list[str], head: int = 3, tail: int = 1) -> list[str]:
     "All of `lines` if few, else the first `head`, an ellipsis and the last `tail`."
-    if len(lines) <= head + tail + 2: return lines
+    if len(lines) <= head + tail + 2:
+        return lines
     return lines[:head] + [f"  ... ({len(lines) - head - tail} more, the same pattern)"] + lines[-tail:]
 
-def _layers(r: range) -> str: return f"layer {r.start}" if len(r) == 1 else f"layers {r.start}-{r.stop - 1}"
+
+def _layers(r: range) -> str:
+    return f"layer {r.start}" if len(r) == 1 else f"layers {r.start}-{r.stop - 1}"
+
 
 def format_job_plan(j: JobPlan, full: bool = False) -> str:
     "The job, as its dry run prints it: nodes, ranks per node, TP groups, pipeline stages on nodes, seconds per step."
@@ -401,9 +576,11 @@ def format_job_plan(j: JobPlan, full: bool = False) -> str:
     cut = (lambda x, **k: x) if full else _some
     tp = L.groups("model")
     inside = sum(len({j.host(r) for r in g}) == 1 for g in tp)
-    out = [f"job {j.name}: {j.nodes} nodes x {T} ranks = {L.world_size} ranks; {L}; "
-           f"srun --distribution=block: rank r on node r // {T}",
-           f"nodes ({compress_hosts(j.hosts)}):"]
+    out = [
+        f"job {j.name}: {j.nodes} nodes x {T} ranks = {L.world_size} ranks; {L}; "
+        f"srun --distribution=block: rank r on node r // {T}",
+        f"nodes ({compress_hosts(j.hosts)}):",
+    ]
     for n, h in enumerate(j.hosts):
         ranks = list(range(n * T, (n + 1) * T))
         stages = sorted({L.coord(r).pipe for r in ranks})
@@ -413,13 +590,27 @@ def format_job_plan(j: JobPlan, full: bool = False) -> str:
     out += cut([f"  TP group {g}: ranks {_span(ranks)} on {j.hosts_of(ranks)}" for g, ranks in enumerate(tp)])
     hops = [(a, b) for g in L.groups("pipe") for a, b in zip(g, g[1:])]
     crossing = sum(j.host(a) != j.host(b) for a, b in hops)
-    out.append(f"pipeline stages: {L.pp} of {j.layers_per_stage} layer{'s' if j.layers_per_stage > 1 else ''} "
-               f"({j.num_layers} in all); {crossing} of {len(hops)} stage-to-stage hops cross nodes")
+    out.append(
+        f"pipeline stages: {L.pp} of {j.layers_per_stage} layer{'s' if j.layers_per_stage > 1 else ''} "
+        f"({j.num_layers} in all); {crossing} of {len(hops)} stage-to-stage hops cross nodes"
+    )
     ends = {0: " + embedding", L.pp - 1: " + final norm, tied output head"}
-    if L.pp == 1: ends = {0: " + embedding, final norm, tied output head"}
-    out += cut([f"  stage {s}: {_layers(s_l)}{ends.get(s, '')}; ranks {_span(j.stage_ranks(s))} "
-                f"on {j.hosts_of(j.stage_ranks(s))}" for s in range(L.pp) if (s_l := j.stage_layers(s))], head=4)
-    out.append(f"data-parallel groups: {len(L.groups('data'))} of {L.dp} ranks, e.g. ranks {_span(L.groups('data')[0])}")
-    out.append(f"expected: {_duration(j.step_s)} per iteration at global batch {j.global_batch:,} on {j.gpu} "
-               f"(chapter 51's model; `mtnlg plan --schedule` for the whole run)")
+    if L.pp == 1:
+        ends = {0: " + embedding, final norm, tied output head"}
+    out += cut(
+        [
+            f"  stage {s}: {_layers(s_l)}{ends.get(s, '')}; ranks {_span(j.stage_ranks(s))} "
+            f"on {j.hosts_of(j.stage_ranks(s))}"
+            for s in range(L.pp)
+            if (s_l := j.stage_layers(s))
+        ],
+        head=4,
+    )
+    out.append(
+        f"data-parallel groups: {len(L.groups('data'))} of {L.dp} ranks, e.g. ranks {_span(L.groups('data')[0])}"
+    )
+    out.append(
+        f"expected: {_duration(j.step_s)} per iteration at global batch {j.global_batch:,} on {j.gpu} "
+        f"(chapter 51's model; `mtnlg plan --schedule` for the whole run)"
+    )
     return "\n".join(out)

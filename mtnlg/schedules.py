@@ -13,27 +13,35 @@ from .config import Config, ScheduleConfig
 def batch_size_at(tokens: int, s: ScheduleConfig, seq_length: int | None = None) -> int:
     "Global batch size (samples) after `tokens` tokens: Megatron's step-wise linear ramp-up."
     start, inc = s.batch_size_rampup_start, s.batch_size_rampup_increment
-    if start is None or s.batch_size_rampup_tokens == 0 or start == s.global_batch_size: return s.global_batch_size
-    if tokens >= s.batch_size_rampup_tokens: return s.global_batch_size
+    if start is None or s.batch_size_rampup_tokens == 0 or start == s.global_batch_size:
+        return s.global_batch_size
+    if tokens >= s.batch_size_rampup_tokens:
+        return s.global_batch_size
     increments = (s.global_batch_size - start) // inc
     # samples consumed / samples per increment, with samples = tokens / seq_length on both sides
     return start + int(tokens * increments // s.batch_size_rampup_tokens) * inc
 
+
 def lr_at(tokens: int, cfg: Config) -> float:
     "Learning rate after `tokens` tokens: linear warm-up from 0, then cosine (or linear) decay to min_lr."
     s, o = cfg.schedule, cfg.optimizer
-    if s.lr_warmup_tokens and tokens < s.lr_warmup_tokens: return o.lr * tokens / s.lr_warmup_tokens
-    if s.lr_decay_style == "constant": return o.lr
+    if s.lr_warmup_tokens and tokens < s.lr_warmup_tokens:
+        return o.lr * tokens / s.lr_warmup_tokens
+    if s.lr_decay_style == "constant":
+        return o.lr
     decay = s.lr_decay_tokens or s.train_tokens
-    if tokens >= decay: return o.min_lr
+    if tokens >= decay:
+        return o.min_lr
     ratio = (tokens - s.lr_warmup_tokens) / max(1, decay - s.lr_warmup_tokens)
     coeff = 0.5 * (math.cos(math.pi * ratio) + 1) if s.lr_decay_style == "cosine" else 1 - ratio
     return o.min_lr + coeff * (o.lr - o.min_lr)
+
 
 def iterations(cfg: Config) -> list[tuple[int, int]]:
     "The whole run as (tokens consumed before the step, global batch of the step), up to train_tokens or train_iters."
     s, seq, steps, tokens = cfg.schedule, cfg.model.seq_length, [], 0
     while tokens < s.train_tokens and (s.train_iters is None or len(steps) < s.train_iters):
         bs = batch_size_at(tokens, s, seq)
-        steps.append((tokens, bs)); tokens += bs * seq
+        steps.append((tokens, bs))
+        tokens += bs * seq
     return steps

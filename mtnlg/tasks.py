@@ -10,173 +10,383 @@ __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice
            'evaluate_tasks', 'run_task', 'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
-import contextlib, json, math, os, sys, warnings
+import contextlib
+import json
+import math
+import os
+import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from .catalog import data_path, shown_path
+
 
 @contextlib.contextmanager
 def _quiet_datasets():
     "`datasets` progress bars off inside the block (per-task maps over a few rows: bars would be noise), restored after."
     import datasets
+
     was_off = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
-    try: yield
+    try:
+        yield
     finally:
-        if not was_off: datasets.enable_progress_bars()
+        if not was_off:
+            datasets.enable_progress_bars()
 
 # %% ../nbs/61_tasks.ipynb
-import ast, re
+import ast
+import re
+
 
 def _problems(doc) -> list:
     p = doc["problems"]
     return ast.literal_eval(p) if isinstance(p, str) else p
 
-def _race_answer(problem) -> str: return problem["options"]["ABCD".index(problem["answer"])]
+
+def _race_answer(problem) -> str:
+    return problem["options"]["ABCD".index(problem["answer"])]
+
 
 def race_doc_to_text(doc) -> str:
     "Article, the earlier questions with their answers, then the last question (harness `race`, v3)."
     text = "Article: " + doc["article"] + "\n\n"
     *earlier, last = _problems(doc)
     for problem in earlier:
-        if problem["question"][-6:] == "  _  .": text += problem["question"][:-5] + _race_answer(problem) + "\n"
-        else: text += "Question: " + problem["question"] + "\n" + "Answer: " + _race_answer(problem) + "\n"
+        if problem["question"][-6:] == "  _  .":
+            text += problem["question"][:-5] + _race_answer(problem) + "\n"
+        else:
+            text += "Question: " + problem["question"] + "\n" + "Answer: " + _race_answer(problem) + "\n"
     return text + last["question"]
 
-def race_doc_to_choice(doc) -> list: return list(_problems(doc)[-1]["options"][:4])
-def race_doc_to_target(doc) -> int: return "ABCD".index(_problems(doc)[-1]["answer"])
 
-def winogrande_doc_to_text(doc) -> int: return {"1": 0, "2": 1}[doc["answer"]]      # the gold *context*
-def winogrande_doc_to_target(doc) -> str: return doc["sentence"][doc["sentence"].index("_") + 1:].strip()
+def race_doc_to_choice(doc) -> list:
+    return list(_problems(doc)[-1]["options"][:4])
+
+
+def race_doc_to_target(doc) -> int:
+    return "ABCD".index(_problems(doc)[-1]["answer"])
+
+
+def winogrande_doc_to_text(doc) -> int:
+    return {"1": 0, "2": 1}[doc["answer"]]  # the gold *context*
+
+
+def winogrande_doc_to_target(doc) -> str:
+    return doc["sentence"][doc["sentence"].index("_") + 1 :].strip()
+
+
 def winogrande_doc_to_choice(doc) -> list:
     i = doc["sentence"].index("_")
     return [doc["sentence"][:i] + o for o in (doc["option1"], doc["option2"])]
+
 
 def hellaswag_preprocess(text: str) -> str:
     text = text.strip().replace(" [title]", ". ")
     return re.sub("\\[.*?\\]", "", text).replace("  ", " ")
 
+
 def hellaswag_process_docs(dataset):
     "The harness's HellaSwag preprocessing: query = activity label + context, choices = cleaned endings."
-    return dataset.map(lambda doc: {"query": hellaswag_preprocess(doc["activity_label"] + ": " + doc["ctx_a"] + " " + doc["ctx_b"].capitalize()),
-                                    "choices": [hellaswag_preprocess(e) for e in doc["endings"]], "gold": int(doc["label"])})
+    return dataset.map(
+        lambda doc: {
+            "query": hellaswag_preprocess(
+                doc["activity_label"] + ": " + doc["ctx_a"] + " " + doc["ctx_b"].capitalize()
+            ),
+            "choices": [hellaswag_preprocess(e) for e in doc["endings"]],
+            "gold": int(doc["label"]),
+        }
+    )
 
 # %% ../nbs/61_tasks.ipynb
 @dataclass(frozen=True)
 class TaskSpec:
-    name: str                  # harness task name (ours for hans); the local variant is f"{name}_local"
+    name: str  # harness task name (ours for hans); the local variant is f"{name}_local"
     paper_name: str
-    eval_file: str             # relative to the data directory
-    split: str                 # the split the paper reports
-    fewshot_file: str | None   # few-shot pool; None = draw from the evaluated split (excluding the doc itself)
-    k: int                     # few-shot K
+    eval_file: str  # relative to the data directory
+    split: str  # the split the paper reports
+    fewshot_file: str | None  # few-shot pool; None = draw from the evaluated split (excluding the doc itself)
+    k: int  # few-shot K
     k_source: str
-    chance: float              # accuracy of uniform random guessing
-    paper: tuple               # MT-NLG 530B accuracy: zero-, one-, few-shot
-    fields: tuple              # fields every row must have
-    prompt: dict = field(default_factory=dict)   # the harness's prompt config
+    chance: float  # accuracy of uniform random guessing
+    paper: tuple  # MT-NLG 530B accuracy: zero-, one-, few-shot
+    fields: tuple  # fields every row must have
+    prompt: dict = field(default_factory=dict)  # the harness's prompt config
     note: str = ""
-    paper_format: str = "GPT-3's prompt (lm-eval's task)"   # how the paper prompted the task, as far as it says
+    paper_format: str = "GPT-3's prompt (lm-eval's task)"  # how the paper prompted the task, as far as it says
 
     @property
-    def output_type(self) -> str: return self.prompt.get("output_type", "multiple_choice")
+    def output_type(self) -> str:
+        return self.prompt.get("output_type", "multiple_choice")
+
 
 _NLI = {"output_type": "multiple_choice", "doc_to_target": "label"}
-_LAMBADA = {"output_type": "loglikelihood", "doc_to_target": "{{' '+text.split(' ')[-1]}}",
-            "metric_list": [{"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
-                            {"metric": "acc", "aggregation": "mean", "higher_is_better": True}]}
-TASKS = {t.name: t for t in [
-    TaskSpec("lambada_openai", "LAMBADA", "lambada_openai/test.jsonl", "test", None, 15, "GPT-3", 0.0, (.766, None, None), ("text",),
-             {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}}"},
-             "no train split exists: few-shot examples come from the test set; paper column: zero-shot only (standard format)",
-             "standard (passage, last word scored) at zero shots"),
-    TaskSpec("lambada_openai_cloze_yaml", "LAMBADA-cloze", "lambada_openai/test.jsonl", "test", None, 15, "GPT-3", 0.0, (None, .731, .872),
-             ("text",), {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}} ____. ->"},
-             "GPT-3's fill-in-the-blank format; paper column: one- and few-shot",
-             "fill-in-the-blank `… ____. -> word` at one and few shots (GPT-3 §3.1.2)"),
-    TaskSpec("race", "RACE-h", "race/test.jsonl", "test", "race/train_first500.jsonl", 10, "GPT-3", 0.25, (.479, .484, .479),
-             ("article", "problems"),
-             {"output_type": "multiple_choice", "doc_to_text": race_doc_to_text, "doc_to_target": race_doc_to_target,
-              "doc_to_choice": race_doc_to_choice}, "few-shot pool: the first 500 RACE-H train articles"),
-    TaskSpec("anli_r2", "ANLI-R2", "anli/test_r2.jsonl", "test", "anli/dev_r2.jsonl", 50, "GPT-3", 1 / 3, (.366, .397, .396),
-             ("premise", "hypothesis", "label"),
-             {**_NLI, "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True, False, or Neither?\nAnswer:",
-              "doc_to_target": "{{['True', 'Neither', 'False'][label]}}", "doc_to_choice": ["True", "Neither", "False"]},
-             "few-shot pool: R2 dev (train not available offline)"),
-    TaskSpec("boolq", "BoolQ", "boolq/validation.jsonl", "validation", "boolq/train.jsonl", 32, "GPT-3", 0.5, (.782, .825, .848),
-             ("passage", "question", "label"),
-             {**_NLI, "doc_to_text": "{{passage}}\nQuestion: {{question}}?\nAnswer:", "doc_to_choice": ["no", "yes"]},
-             "few-shot pool: FewGLUE's 32 train items"),
-    TaskSpec("piqa", "PiQA", "piqa/validation.jsonl", "validation", "piqa/train_subset.jsonl", 50, "GPT-3", 0.5, (.820, .810, .832),
-             ("goal", "sol1", "sol2", "label"),
-             {**_NLI, "doc_to_text": "Question: {{goal}}\nAnswer:", "doc_to_choice": "{{[sol1, sol2]}}",
-              "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}]}, "few-shot pool: 4307 verified train items"),
-    TaskSpec("hellaswag", "HellaSwag", "hellaswag/validation.jsonl", "validation", None, 20, "GPT-3", 0.25, (.802, .802, .824),
-             ("activity_label", "ctx_a", "ctx_b", "endings", "label"),
-             {"output_type": "multiple_choice", "process_docs": hellaswag_process_docs, "doc_to_text": "{{query}}",
-              "doc_to_target": "{{label}}", "doc_to_choice": "choices", "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}]},
-             "no train items offline: few-shot examples come from validation; text pre-processed upstream"),
-    TaskSpec("winogrande", "WinoGrande", "winogrande/validation.jsonl", "validation", "winogrande/train_l.jsonl", 50, "GPT-3", 0.5,
-             (.730, .737, .789), ("sentence", "option1", "option2", "answer"),
-             {"output_type": "multiple_choice", "doc_to_text": winogrande_doc_to_text, "doc_to_target": winogrande_doc_to_target,
-              "doc_to_choice": winogrande_doc_to_choice}, "few-shot pool: train_l (train_xl not available offline)"),
-    TaskSpec("hans", "HANS", "hans/validation.jsonl", "validation", "hans/train.jsonl", 4, "the paper (GPT-3 has no HANS)", 0.5,
-             (.607, .649, .702), ("premise", "hypothesis", "label"),
-             {**_NLI, "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True or False?\nAnswer:", "doc_to_choice": ["True", "False"]},
-             "generated from McCoy et al.'s templates: `mtnlg hans --out ROOT` writes the full set (chapter 64); the fixture is its 10-per-sub-case slice",
-             "`<premise> Question: <hypothesis> True or False?` (the paper's Figure 4)"),
-    TaskSpec("wic", "WiC", "wic/validation.jsonl", "validation", "wic/train.jsonl", 32, "GPT-3", 0.5, (.486, .513, .585),
-             ("sentence1", "sentence2", "start1", "end1", "label"),
-             {**_NLI, "doc_to_text": "Sentence 1: {{sentence1}}\nSentence 2: {{sentence2}}\nQuestion: Is the word "
-              "'{{sentence1[start1:end1]}}' used in the same way in the two sentences above?\nAnswer:", "doc_to_choice": ["no", "yes"]}),
-]}
+_LAMBADA = {
+    "output_type": "loglikelihood",
+    "doc_to_target": "{{' '+text.split(' ')[-1]}}",
+    "metric_list": [
+        {"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
+        {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+    ],
+}
+TASKS = {
+    t.name: t
+    for t in [
+        TaskSpec(
+            "lambada_openai",
+            "LAMBADA",
+            "lambada_openai/test.jsonl",
+            "test",
+            None,
+            15,
+            "GPT-3",
+            0.0,
+            (0.766, None, None),
+            ("text",),
+            {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}}"},
+            "no train split exists: few-shot examples come from the test set; paper column: zero-shot only (standard format)",
+            "standard (passage, last word scored) at zero shots",
+        ),
+        TaskSpec(
+            "lambada_openai_cloze_yaml",
+            "LAMBADA-cloze",
+            "lambada_openai/test.jsonl",
+            "test",
+            None,
+            15,
+            "GPT-3",
+            0.0,
+            (None, 0.731, 0.872),
+            ("text",),
+            {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}} ____. ->"},
+            "GPT-3's fill-in-the-blank format; paper column: one- and few-shot",
+            "fill-in-the-blank `… ____. -> word` at one and few shots (GPT-3 §3.1.2)",
+        ),
+        TaskSpec(
+            "race",
+            "RACE-h",
+            "race/test.jsonl",
+            "test",
+            "race/train_first500.jsonl",
+            10,
+            "GPT-3",
+            0.25,
+            (0.479, 0.484, 0.479),
+            ("article", "problems"),
+            {
+                "output_type": "multiple_choice",
+                "doc_to_text": race_doc_to_text,
+                "doc_to_target": race_doc_to_target,
+                "doc_to_choice": race_doc_to_choice,
+            },
+            "few-shot pool: the first 500 RACE-H train articles",
+        ),
+        TaskSpec(
+            "anli_r2",
+            "ANLI-R2",
+            "anli/test_r2.jsonl",
+            "test",
+            "anli/dev_r2.jsonl",
+            50,
+            "GPT-3",
+            1 / 3,
+            (0.366, 0.397, 0.396),
+            ("premise", "hypothesis", "label"),
+            {
+                **_NLI,
+                "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True, False, or Neither?\nAnswer:",
+                "doc_to_target": "{{['True', 'Neither', 'False'][label]}}",
+                "doc_to_choice": ["True", "Neither", "False"],
+            },
+            "few-shot pool: R2 dev (train not available offline)",
+        ),
+        TaskSpec(
+            "boolq",
+            "BoolQ",
+            "boolq/validation.jsonl",
+            "validation",
+            "boolq/train.jsonl",
+            32,
+            "GPT-3",
+            0.5,
+            (0.782, 0.825, 0.848),
+            ("passage", "question", "label"),
+            {**_NLI, "doc_to_text": "{{passage}}\nQuestion: {{question}}?\nAnswer:", "doc_to_choice": ["no", "yes"]},
+            "few-shot pool: FewGLUE's 32 train items",
+        ),
+        TaskSpec(
+            "piqa",
+            "PiQA",
+            "piqa/validation.jsonl",
+            "validation",
+            "piqa/train_subset.jsonl",
+            50,
+            "GPT-3",
+            0.5,
+            (0.820, 0.810, 0.832),
+            ("goal", "sol1", "sol2", "label"),
+            {
+                **_NLI,
+                "doc_to_text": "Question: {{goal}}\nAnswer:",
+                "doc_to_choice": "{{[sol1, sol2]}}",
+                "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
+            },
+            "few-shot pool: 4307 verified train items",
+        ),
+        TaskSpec(
+            "hellaswag",
+            "HellaSwag",
+            "hellaswag/validation.jsonl",
+            "validation",
+            None,
+            20,
+            "GPT-3",
+            0.25,
+            (0.802, 0.802, 0.824),
+            ("activity_label", "ctx_a", "ctx_b", "endings", "label"),
+            {
+                "output_type": "multiple_choice",
+                "process_docs": hellaswag_process_docs,
+                "doc_to_text": "{{query}}",
+                "doc_to_target": "{{label}}",
+                "doc_to_choice": "choices",
+                "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
+            },
+            "no train items offline: few-shot examples come from validation; text pre-processed upstream",
+        ),
+        TaskSpec(
+            "winogrande",
+            "WinoGrande",
+            "winogrande/validation.jsonl",
+            "validation",
+            "winogrande/train_l.jsonl",
+            50,
+            "GPT-3",
+            0.5,
+            (0.730, 0.737, 0.789),
+            ("sentence", "option1", "option2", "answer"),
+            {
+                "output_type": "multiple_choice",
+                "doc_to_text": winogrande_doc_to_text,
+                "doc_to_target": winogrande_doc_to_target,
+                "doc_to_choice": winogrande_doc_to_choice,
+            },
+            "few-shot pool: train_l (train_xl not available offline)",
+        ),
+        TaskSpec(
+            "hans",
+            "HANS",
+            "hans/validation.jsonl",
+            "validation",
+            "hans/train.jsonl",
+            4,
+            "the paper (GPT-3 has no HANS)",
+            0.5,
+            (0.607, 0.649, 0.702),
+            ("premise", "hypothesis", "label"),
+            {
+                **_NLI,
+                "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True or False?\nAnswer:",
+                "doc_to_choice": ["True", "False"],
+            },
+            "generated from McCoy et al.'s templates: `mtnlg hans --out ROOT` writes the full set (chapter 64); the fixture is its 10-per-sub-case slice",
+            "`<premise> Question: <hypothesis> True or False?` (the paper's Figure 4)",
+        ),
+        TaskSpec(
+            "wic",
+            "WiC",
+            "wic/validation.jsonl",
+            "validation",
+            "wic/train.jsonl",
+            32,
+            "GPT-3",
+            0.5,
+            (0.486, 0.513, 0.585),
+            ("sentence1", "sentence2", "start1", "end1", "label"),
+            {
+                **_NLI,
+                "doc_to_text": "Sentence 1: {{sentence1}}\nSentence 2: {{sentence2}}\nQuestion: Is the word "
+                "'{{sentence1[start1:end1]}}' used in the same way in the two sentences above?\nAnswer:",
+                "doc_to_choice": ["no", "yes"],
+            },
+        ),
+    ]
+}
 SHOTS = ("0", "1", "few")
+
 
 def task_spec(name: str) -> TaskSpec:
     "The spec of task `name` (harness name, local name or the paper's name, any case)."
     key = name.lower().removesuffix("_local")
     for t in TASKS.values():
-        if key in (t.name, t.paper_name.lower(), t.paper_name.lower().replace("-", "_")): return t
+        if key in (t.name, t.paper_name.lower(), t.paper_name.lower().replace("-", "_")):
+            return t
     raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASKS)} (or 'all')")
+
 
 def num_fewshot(spec: TaskSpec, shots: str) -> int:
     "0, 1 or the task's K for shots '0', '1', 'few'."
-    if str(shots) not in SHOTS: raise ValueError(f"unknown shot setting {shots!r}; use 0, 1 or few")
+    if str(shots) not in SHOTS:
+        raise ValueError(f"unknown shot setting {shots!r}; use 0, 1 or few")
     return spec.k if str(shots) == "few" else int(shots)
+
 
 def settings_rows() -> list[dict]:
     "Per task: the paper's evaluation setting (split, K, prompt format, metric) beside ours, and where each comes from."
-    def k_paper(t): return f"{t.k} (stated)" if t.k_source.startswith("the paper") else f"not stated; GPT-3's is {t.k}"
-    return [{"task": t.paper_name, "split (paper = ours)": t.split, "K: paper": k_paper(t), "K: ours": t.k,
-             "prompt: paper": t.paper_format, "prompt: ours": f"lm-eval `{t.name}`" + (" (ours: the harness has no HANS)" if t.name == "hans" else ""),
-             "metric (both)": "accuracy of the greedy last word" if t.output_type == "loglikelihood" else "accuracy (log-likelihood of each choice)",
-             "paper 0/1/few": "/".join("–" if a is None else f"{a:.3f}" for a in t.paper),
-             "few-shot pool (ours)": t.fewshot_file or f"({t.split} itself)", "note": t.note} for t in TASKS.values()]
+
+    def k_paper(t):
+        return f"{t.k} (stated)" if t.k_source.startswith("the paper") else f"not stated; GPT-3's is {t.k}"
+
+    return [
+        {
+            "task": t.paper_name,
+            "split (paper = ours)": t.split,
+            "K: paper": k_paper(t),
+            "K: ours": t.k,
+            "prompt: paper": t.paper_format,
+            "prompt: ours": f"lm-eval `{t.name}`" + (" (ours: the harness has no HANS)" if t.name == "hans" else ""),
+            "metric (both)": "accuracy of the greedy last word"
+            if t.output_type == "loglikelihood"
+            else "accuracy (log-likelihood of each choice)",
+            "paper 0/1/few": "/".join("–" if a is None else f"{a:.3f}" for a in t.paper),
+            "few-shot pool (ours)": t.fewshot_file or f"({t.split} itself)",
+            "note": t.note,
+        }
+        for t in TASKS.values()
+    ]
 
 # %% ../nbs/61_tasks.ipynb
 def eval_dir(data_dir=None) -> Path:
     "The directory of the tasks' JSONL files: `data_dir` if given, else the data setting's `eval/` (chapter 03)."
     return Path(data_dir) if data_dir else data_path("eval")
 
+
 def read_task_jsonl(path, spec: TaskSpec, where: str = "eval") -> list[dict]:
     "Rows of a task's JSONL file (`spec.eval_file` under the data root's `where/`); a missing file, malformed line or missing field raises an error naming the fix."
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{spec.name}: data file {str(path)!r} not found; put the JSONL there, or point --data-dir "
-                                f"(or $MTNLG_DATA) at a data root with {where}/{spec.eval_file} (`mtnlg data` lists what is where)"
-                                + (f" ({spec.note})" if spec.note else ""))
+        raise FileNotFoundError(
+            f"{spec.name}: data file {str(path)!r} not found; put the JSONL there, or point --data-dir "
+            f"(or $MTNLG_DATA) at a data root with {where}/{spec.eval_file} (`mtnlg data` lists what is where)"
+            + (f" ({spec.note})" if spec.note else "")
+        )
     rows = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: row = json.loads(line)
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{lineno}: malformed JSON ({e.msg}); fix or delete that line") from None
             if not isinstance(row, dict) or (missing := [k for k in spec.fields if k not in row]):
-                raise ValueError(f"{path}:{lineno}: row lacks field(s) {missing if isinstance(row, dict) else list(spec.fields)} "
-                                 f"that task {spec.name} needs (each row needs {', '.join(spec.fields)}); fix or delete that line")
+                raise ValueError(
+                    f"{path}:{lineno}: row lacks field(s) {missing if isinstance(row, dict) else list(spec.fields)} "
+                    f"that task {spec.name} needs (each row needs {', '.join(spec.fields)}); fix or delete that line"
+                )
             rows.append(row)
-    if not rows: raise ValueError(f"{path} holds no rows; task {spec.name} needs at least one")
+    if not rows:
+        raise ValueError(f"{path} holds no rows; task {spec.name} needs at least one")
     return rows
 
 # %% ../nbs/61_tasks.ipynb
@@ -184,46 +394,74 @@ def local_task(name: str, data_dir=None, num_fewshot: int = 0, prompt: dict | No
     "The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`, with `num_fewshot` examples; `prompt` replaces keys of the spec's prompt config (another wording, chapter 71)."
     spec, d = task_spec(name), eval_dir(data_dir)
     splits = {spec.split: read_task_jsonl(d / spec.eval_file, spec)}
-    if spec.fewshot_file: splits["train"] = read_task_jsonl(d / spec.fewshot_file, spec)
-    pool = len(splits["train"]) if spec.fewshot_file else len(splits[spec.split]) - 1   # the scored doc is never its own example
+    if spec.fewshot_file:
+        splits["train"] = read_task_jsonl(d / spec.fewshot_file, spec)
+    pool = (
+        len(splits["train"]) if spec.fewshot_file else len(splits[spec.split]) - 1
+    )  # the scored doc is never its own example
     if num_fewshot > pool:
-        warnings.warn(f"{spec.name}: {num_fewshot}-shot asked but the few-shot pool in {d} has {pool} examples; using {pool}")
+        warnings.warn(
+            f"{spec.name}: {num_fewshot}-shot asked but the few-shot pool in {d} has {pool} examples; using {pool}"
+        )
         num_fewshot = pool
-    config = {"task": f"{spec.name}_local",
-              f"{spec.split}_split": spec.split, "training_split": "train" if spec.fewshot_file else None,
-              "fewshot_split": "train" if spec.fewshot_file else None, "num_fewshot": num_fewshot,
-              "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-              **spec.prompt, **(prompt or {}), "metadata": {"version": 1.0, "data": str(d / spec.eval_file), "num_fewshot": num_fewshot}}
+    config = {
+        "task": f"{spec.name}_local",
+        f"{spec.split}_split": spec.split,
+        "training_split": "train" if spec.fewshot_file else None,
+        "fewshot_split": "train" if spec.fewshot_file else None,
+        "num_fewshot": num_fewshot,
+        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+        **spec.prompt,
+        **(prompt or {}),
+        "metadata": {"version": 1.0, "data": str(d / spec.eval_file), "num_fewshot": num_fewshot},
+    }
     return configurable_task(config, splits)
+
 
 def configurable_task(config: dict, splits: dict[str, list[dict]]):
     "A harness `ConfigurableTask` from `config` (no dataset path) whose dataset is `splits` (split name -> rows), built offline."
-    import datasets, logging
+    import datasets
+    import logging
     from lm_eval.api.task import ConfigurableTask
+
     dataset = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
     config = {**config, "custom_dataset": lambda **_: dataset}
     level = logging.getLogger("lm_eval").level
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)      # quiet the harness's note on custom datasets
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # quiet the harness's note on custom datasets
     try:
-        with _quiet_datasets(): return ConfigurableTask(config=config)
-    finally: logging.getLogger("lm_eval").setLevel(level)
+        with _quiet_datasets():
+            return ConfigurableTask(config=config)
+    finally:
+        logging.getLogger("lm_eval").setLevel(level)
 
 # %% ../nbs/61_tasks.ipynb
 HANS_HUB = "jhu-cogsci/hans"
 
+
 def hans_config(num_fewshot: int = 0) -> dict:
     "Harness task config `hans` (online: reads the Hub's HANS dataset)."
     spec = TASKS["hans"]
-    return {"task": "hans", "dataset_path": HANS_HUB, "training_split": "train", "validation_split": "validation",
-            "num_fewshot": num_fewshot, "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-            **spec.prompt, "metadata": {"version": 1.0}}
+    return {
+        "task": "hans",
+        "dataset_path": HANS_HUB,
+        "training_split": "train",
+        "validation_split": "validation",
+        "num_fewshot": num_fewshot,
+        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+        **spec.prompt,
+        "metadata": {"version": 1.0},
+    }
+
 
 def harness_task(name: str, num_fewshot: int = 0):
     "The harness's own task `name` (downloads from the Hub), or our `hans`."
     from lm_eval.api.task import ConfigurableTask
+
     spec = task_spec(name)
-    if spec.name == "hans": return ConfigurableTask(config=hans_config(num_fewshot))
+    if spec.name == "hans":
+        return ConfigurableTask(config=hans_config(num_fewshot))
     from lm_eval.tasks import TaskManager
+
     task = TaskManager().load([spec.name])["tasks"][spec.name]
     task.set_config(key="num_fewshot", value=num_fewshot)
     return task
@@ -231,25 +469,48 @@ def harness_task(name: str, num_fewshot: int = 0):
 # %% ../nbs/61_tasks.ipynb
 def task_yaml(config: dict, utils_module: str = "mtnlg_task_utils") -> str:
     "A harness task config as YAML; every function in it (at any depth) becomes `!function <utils_module>.<name>`."
-    import types, yaml
+    import types
+    import yaml
+
     class Dumper(yaml.SafeDumper):
-        def ignore_aliases(self, data): return True          # each function written out, not as a YAML anchor
-    Dumper.add_representer(types.FunctionType, lambda d, f: d.represent_scalar("!function", f"{utils_module}.{f.__name__}"))
+        def ignore_aliases(self, data):
+            return True  # each function written out, not as a YAML anchor
+
+    Dumper.add_representer(
+        types.FunctionType, lambda d, f: d.represent_scalar("!function", f"{utils_module}.{f.__name__}")
+    )
     return yaml.dump(config, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+
 
 def write_task_yamls(out_dir, data_dir=None) -> Path:
     "Write `<task>_local.yaml` for the local variants (reading `data_dir`) and `hans.yaml` (online) into `out_dir`."
     out, d = Path(out_dir), eval_dir(data_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "mtnlg_task_utils.py").write_text("# the prompt functions of mtnlg.tasks, for the YAML files beside this one\n"
-                                             "from mtnlg.tasks import *\n")
-    def dump(name, config): (out / f"{name}.yaml").write_text(task_yaml(config))
+    (out / "mtnlg_task_utils.py").write_text(
+        "# the prompt functions of mtnlg.tasks, for the YAML files beside this one\nfrom mtnlg.tasks import *\n"
+    )
+
+    def dump(name, config):
+        (out / f"{name}.yaml").write_text(task_yaml(config))
+
     for spec in TASKS.values():
-        files = {spec.split: str(d / spec.eval_file), **({"train": str(d / spec.fewshot_file)} if spec.fewshot_file else {})}
-        dump(f"{spec.name}_local", {"task": f"{spec.name}_local", "dataset_path": "json", "dataset_kwargs": {"data_files": files},
-                                    f"{spec.split}_split": spec.split, **({"training_split": "train", "fewshot_split": "train"} if spec.fewshot_file else {}),
-                                    "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-                                    **spec.prompt, "metadata": {"version": 1.0}})
+        files = {
+            spec.split: str(d / spec.eval_file),
+            **({"train": str(d / spec.fewshot_file)} if spec.fewshot_file else {}),
+        }
+        dump(
+            f"{spec.name}_local",
+            {
+                "task": f"{spec.name}_local",
+                "dataset_path": "json",
+                "dataset_kwargs": {"data_files": files},
+                f"{spec.split}_split": spec.split,
+                **({"training_split": "train", "fewshot_split": "train"} if spec.fewshot_file else {}),
+                "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+                **spec.prompt,
+                "metadata": {"version": 1.0},
+            },
+        )
     dump("hans", hans_config())
     return out
 
@@ -260,32 +521,63 @@ def available_tasks(data_dir=None) -> tuple[list[str], list[str]]:
     present = [n for n, t in TASKS.items() if (d / t.eval_file).is_file()]
     return present, [n for n in TASKS if n not in present]
 
-def evaluate_tasks(lm, tasks=("all",), shots=SHOTS, data_dir=None, source: str = "local", limit: int | None = None,
-                   fewshot_seed: int = 1234, log_samples: bool = False) -> dict:
+
+def evaluate_tasks(
+    lm,
+    tasks=("all",),
+    shots=SHOTS,
+    data_dir=None,
+    source: str = "local",
+    limit: int | None = None,
+    fewshot_seed: int = 1234,
+    log_samples: bool = False,
+) -> dict:
     """Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online).
     In a job of several processes (chapter 65) every rank calls it; the harness's results come back on rank 0, None elsewhere."""
     names = list(TASKS) if list(tasks) in (["all"], []) else [task_spec(t).name for t in tasks]
-    if source not in ("local", "harness"): raise ValueError(f"unknown source {source!r}; use local or harness")
-    out = {"source": source, "data_dir": str(eval_dir(data_dir)), "fewshot_seed": fewshot_seed,
-           "limit": limit, "tasks": {}, "samples": {}}
+    if source not in ("local", "harness"):
+        raise ValueError(f"unknown source {source!r}; use local or harness")
+    out = {
+        "source": source,
+        "data_dir": str(eval_dir(data_dir)),
+        "fewshot_seed": fewshot_seed,
+        "limit": limit,
+        "tasks": {},
+        "samples": {},
+    }
     reporting = True
     for name in names:
         spec = TASKS[name]
-        row = out["tasks"][name] = {"paper_name": spec.paper_name, "split": spec.split, "chance": spec.chance, "k": spec.k,
-                                    "k_source": spec.k_source, "note": spec.note, "acc": {}, "stderr": {}, "n": None,
-                                    "paper": dict(zip(SHOTS, spec.paper))}
+        row = out["tasks"][name] = {
+            "paper_name": spec.paper_name,
+            "split": spec.split,
+            "chance": spec.chance,
+            "k": spec.k,
+            "k_source": spec.k_source,
+            "note": spec.note,
+            "acc": {},
+            "stderr": {},
+            "n": None,
+            "paper": dict(zip(SHOTS, spec.paper)),
+        }
         for shot in map(str, shots):
             k = num_fewshot(spec, shot)
             task = local_task(name, data_dir, k) if source == "local" else harness_task(name, k)
             r = run_task(lm, task, limit, fewshot_seed, log_samples)
-            if r is None: reporting = False; continue              # not the rank that reports: it scored its share
+            if r is None:
+                reporting = False
+                continue  # not the rank that reports: it scored its share
             acc, n = r["results"][task.task_name]["acc,none"], r["n-samples"][task.task_name]["effective"]
             row["acc"][shot], row["stderr"][shot], row["n"] = acc, math.sqrt(acc * (1 - acc) / n), n
-            if shot == "few": row["k_used"] = task.config.num_fewshot
-            if log_samples: out["samples"][f"{name}/{shot}"] = request_loglikelihoods(r["samples"][task.task_name])
+            if shot == "few":
+                row["k_used"] = task.config.num_fewshot
+            if log_samples:
+                out["samples"][f"{name}/{shot}"] = request_loglikelihoods(r["samples"][task.task_name])
     return out if reporting else None
 
+
 _ENV_INFO: dict = {}
+
 
 @contextlib.contextmanager
 def _environment_once():
@@ -293,59 +585,96 @@ def _environment_once():
     it into every result (`add_env_info`): `pip list` and a dozen other subprocesses, ~0.7 s a call, more than scoring
     a task of 12 examples; it cannot change within one process. The original is back after the block."""
     import torch.utils.collect_env as collect_env
+
     original = collect_env.get_pretty_env_info
+
     def cached():
-        if "info" not in _ENV_INFO: _ENV_INFO["info"] = original()
+        if "info" not in _ENV_INFO:
+            _ENV_INFO["info"] = original()
         return _ENV_INFO["info"]
+
     collect_env.get_pretty_env_info = cached
-    try: yield
-    finally: collect_env.get_pretty_env_info = original
+    try:
+        yield
+    finally:
+        collect_env.get_pretty_env_info = original
+
 
 def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict | None:
     """The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result
     (None in a job's processes other than the first: chapter 65)."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
+
     with _quiet_datasets(), _environment_once():
-        return simple_evaluate(model=lm, tasks=[task], num_fewshot=None, limit=limit, task_manager=TaskManager(include_defaults=False),
-                               fewshot_random_seed=fewshot_seed, bootstrap_iters=0, log_samples=log_samples)
+        return simple_evaluate(
+            model=lm,
+            tasks=[task],
+            num_fewshot=None,
+            limit=limit,
+            task_manager=TaskManager(include_defaults=False),
+            fewshot_random_seed=fewshot_seed,
+            bootstrap_iters=0,
+            log_samples=log_samples,
+        )
+
 
 def request_loglikelihoods(samples: list[dict]) -> list[list[float]]:
     "Per example (in document order), the log-likelihood of each of its requests."
     return [[float(resp[0][0]) for resp in s["resps"]] for s in sorted(samples, key=lambda s: s["doc_id"])]
 
 # %% ../nbs/61_tasks.ipynb
-def _fmt(x): return "–" if x is None else f"{x:.3f}"
+def _fmt(x):
+    return "–" if x is None else f"{x:.3f}"
+
 
 def results_table(results: dict) -> str:
     "Markdown: per task and shot setting, our accuracy beside the paper's, with chance and n."
     shots = [s for s in SHOTS if any(s in t["acc"] for t in results["tasks"].values())]
-    head = ["task", "split", "n", "chance"] + [f"{'few (K)' if s == 'few' else s + '-shot'}: ours / paper" for s in shots]
+    head = ["task", "split", "n", "chance"] + [
+        f"{'few (K)' if s == 'few' else s + '-shot'}: ours / paper" for s in shots
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, t in results["tasks"].items():
         cells = [t["paper_name"], t["split"], str(t["n"]), _fmt(t["chance"])]
         for s in shots:
             k = f" (K={t.get('k_used', t['k'])})" if s == "few" else ""
-            cells.append(f"{_fmt(t['acc'].get(s))} ± {t['stderr'].get(s, 0):.3f} / {_fmt(t['paper'][s])}{k}" if s in t["acc"] else "–")
+            cells.append(
+                f"{_fmt(t['acc'].get(s))} ± {t['stderr'].get(s, 0):.3f} / {_fmt(t['paper'][s])}{k}"
+                if s in t["acc"]
+                else "–"
+            )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
+
 def results_figure(results: dict, title: str = ""):
     "Grouped bars: our accuracy per shot setting; paper's as black ticks; chance as a dashed segment."
-    import matplotlib.pyplot as plt, numpy as np
+    import matplotlib.pyplot as plt
+    import numpy as np
+
     tasks = list(results["tasks"].items())
     shots = [s for s in SHOTS if any(s in t["acc"] for _, t in tasks)]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(tasks)), 4))
     w, x = 0.8 / len(shots), np.arange(len(tasks))
     for j, s in enumerate(shots):
         xs = x - 0.4 + w * (j + 0.5)
-        ax.bar(xs, [t["acc"].get(s, np.nan) for _, t in tasks], w, label=f"ours {s}-shot" if s != "few" else "ours few-shot")
-        ax.plot(xs, [t["paper"][s] for _, t in tasks], "k_", ms=14, mew=2, label="MT-NLG 530B (paper)" if j == 0 else None)
+        ax.bar(
+            xs,
+            [t["acc"].get(s, np.nan) for _, t in tasks],
+            w,
+            label=f"ours {s}-shot" if s != "few" else "ours few-shot",
+        )
+        ax.plot(
+            xs, [t["paper"][s] for _, t in tasks], "k_", ms=14, mew=2, label="MT-NLG 530B (paper)" if j == 0 else None
+        )
     for i, (_, t) in enumerate(tasks):
         ax.plot([i - 0.45, i + 0.45], [t["chance"]] * 2, "r--", lw=1, label="chance" if i == 0 else None)
     ax.set_xticks(x, [t["paper_name"] for _, t in tasks], rotation=30)
     ax.set(ylabel="accuracy", ylim=(0, 1), title=title or "accuracy: ours vs the paper")
-    ax.legend(fontsize=7, ncol=2); fig.tight_layout(); plt.close(fig)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/61_tasks.ipynb

@@ -10,50 +10,77 @@ __all__ = ['tp_group', 'copy_to_tp', 'reduce_from_tp', 'gather_from_tp', 'shard'
 
 # %% ../nbs/11_tensor_parallel.ipynb
 import math
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 import torch.distributed as dist
 
 # %% ../nbs/11_tensor_parallel.ipynb
 def _all_reduce(x, group):
-    x = x.clone()                  # never reduce in place into a tensor autograd may still need
+    x = x.clone()  # never reduce in place into a tensor autograd may still need
     dist.all_reduce(x, group=group)
     return x
 
+
 class _CopyToTP(torch.autograd.Function):
     "f: forward identity; backward all-reduce (sum) of the gradient over the tensor-parallel group."
+
     @staticmethod
-    def forward(ctx, x, group): ctx.group = group; return x.view_as(x)
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
     @staticmethod
-    def backward(ctx, grad): return _all_reduce(grad, ctx.group), None
+    def backward(ctx, grad):
+        return _all_reduce(grad, ctx.group), None
+
 
 class _ReduceFromTP(torch.autograd.Function):
     "g: forward all-reduce (sum) of the partial results; backward identity."
+
     @staticmethod
-    def forward(ctx, x, group): return _all_reduce(x, group)
+    def forward(ctx, x, group):
+        return _all_reduce(x, group)
+
     @staticmethod
-    def backward(ctx, grad): return grad, None
+    def backward(ctx, grad):
+        return grad, None
+
 
 class _GatherFromTP(torch.autograd.Function):
     "Forward: concatenate every rank's last-dimension slice; backward: keep this rank's slice of the gradient."
+
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
         parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
         dist.all_gather(parts, x.contiguous(), group=group)
         return torch.cat(parts, dim=-1)
+
     @staticmethod
     def backward(ctx, grad):
         return grad.chunk(dist.get_world_size(ctx.group), dim=-1)[dist.get_rank(ctx.group)].contiguous(), None
 
+
 def tp_group(group=None):
     "`group`, else the tensor-parallel group `init_distributed` (chapter 10) built, else the whole world."
-    if group is not None: return group
+    if group is not None:
+        return group
     from megatron.core import parallel_state as ps
+
     return ps.get_tensor_model_parallel_group() if ps.model_parallel_is_initialized() else dist.group.WORLD
 
-def copy_to_tp(x, group=None): return _CopyToTP.apply(x, tp_group(group))
-def reduce_from_tp(x, group=None): return _ReduceFromTP.apply(x, tp_group(group))
-def gather_from_tp(x, group=None): return _GatherFromTP.apply(x, tp_group(group))
+
+def copy_to_tp(x, group=None):
+    return _CopyToTP.apply(x, tp_group(group))
+
+
+def reduce_from_tp(x, group=None):
+    return _ReduceFromTP.apply(x, tp_group(group))
+
+
+def gather_from_tp(x, group=None):
+    return _GatherFromTP.apply(x, tp_group(group))
 
 # %% ../nbs/11_tensor_parallel.ipynb
 def shard(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
@@ -61,49 +88,87 @@ def shard(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
     group = tp_group(group)
     return t.chunk(dist.get_world_size(group), dim=dim)[dist.get_rank(group)].clone()
 
+
 def split_parameter(shape: tuple, dim: int | None, init_method, dtype=torch.float32, group=None) -> nn.Parameter:
     "Draw the full tensor with `init_method` (fp32, as megatron-core), keep this rank's slice along `dim` (None: all)."
     full = torch.empty(*shape, dtype=torch.float32)
     init_method(full)
     p = nn.Parameter((full if dim is None else shard(full, dim, group)).to(dtype))
-    if dim is not None: p.tensor_model_parallel, p.partition_dim, p.partition_stride = True, dim, 1
+    if dim is not None:
+        p.tensor_model_parallel, p.partition_dim, p.partition_stride = True, dim, 1
     return p
+
 
 class ColumnParallelLinear(nn.Module):
     """Y = X Wᵀ + b with W split by output rows, W = [W_1; …; W_p]: rank i computes Y_i = f(X) W_iᵀ + b_i.
     f: identity forward; all-reduce backward, since ∂L/∂X = Σ_i ∂L/∂Y_i W_i. Output stays split unless gathered."""
-    def __init__(self, input_size: int, output_size: int, *, config, init_method, bias: bool = True,
-                 gather_output: bool = False, skip_bias_add: bool = False, group=None, **unused):
+
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        *,
+        config,
+        init_method,
+        bias: bool = True,
+        gather_output: bool = False,
+        skip_bias_add: bool = False,
+        group=None,
+        **unused,
+    ):
         super().__init__()
         self.group, self.gather_output, self.skip_bias_add = tp_group(group), gather_output, skip_bias_add
         self.weight = split_parameter((output_size, input_size), 0, init_method, config.params_dtype, self.group)
-        self.bias = split_parameter((output_size,), 0, nn.init.zeros_, config.params_dtype, self.group) if bias else None
-        self.sequence_parallel = getattr(config, "sequence_parallel", False)   # input: a slice of the sequence (below)
+        self.bias = (
+            split_parameter((output_size,), 0, nn.init.zeros_, config.params_dtype, self.group) if bias else None
+        )
+        self.sequence_parallel = getattr(config, "sequence_parallel", False)  # input: a slice of the sequence (below)
 
     def forward(self, x):
         bias = None if self.skip_bias_add else self.bias
-        if self.sequence_parallel: y = linear_gathering_sequence(x, self.weight, bias, self.group)
-        else: y = F.linear(copy_to_tp(x, self.group), self.weight, bias)
-        if self.gather_output: y = gather_from_tp(y, self.group)
+        if self.sequence_parallel:
+            y = linear_gathering_sequence(x, self.weight, bias, self.group)
+        else:
+            y = F.linear(copy_to_tp(x, self.group), self.weight, bias)
+        if self.gather_output:
+            y = gather_from_tp(y, self.group)
         return y, (self.bias if self.skip_bias_add else None)
+
 
 class RowParallelLinear(nn.Module):
     """Y = X Wᵀ + b with W split by input columns and X arriving split the same way:
     Y = g(Σ_i X_i W_iᵀ) + b. g: all-reduce forward, identity backward. The bias is added once, after the sum."""
-    def __init__(self, input_size: int, output_size: int, *, config, init_method, bias: bool = True,
-                 input_is_parallel: bool = True, skip_bias_add: bool = False, group=None, **unused):
+
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        *,
+        config,
+        init_method,
+        bias: bool = True,
+        input_is_parallel: bool = True,
+        skip_bias_add: bool = False,
+        group=None,
+        **unused,
+    ):
         super().__init__()
-        if not input_is_parallel: raise ValueError("RowParallelLinear here takes its input already split (input_is_parallel=True)")
+        if not input_is_parallel:
+            raise ValueError("RowParallelLinear here takes its input already split (input_is_parallel=True)")
         self.group, self.skip_bias_add = tp_group(group), skip_bias_add
         self.weight = split_parameter((output_size, input_size), 1, init_method, config.params_dtype, self.group)
         self.bias = split_parameter((output_size,), None, nn.init.zeros_, config.params_dtype) if bias else None
-        self.sequence_parallel = getattr(config, "sequence_parallel", False)   # output: reduce-scattered over the sequence
-        if self.bias is not None: self.bias.sequence_parallel = self.sequence_parallel   # added on a slice: grads summed
+        self.sequence_parallel = getattr(
+            config, "sequence_parallel", False
+        )  # output: reduce-scattered over the sequence
+        if self.bias is not None:
+            self.bias.sequence_parallel = self.sequence_parallel  # added on a slice: grads summed
 
     def forward(self, x_parallel):
         y = F.linear(x_parallel, self.weight)
         y = reduce_scatter_to_sequence(y, self.group) if self.sequence_parallel else reduce_from_tp(y, self.group)
-        if self.bias is None or self.skip_bias_add: return y, self.bias
+        if self.bias is None or self.skip_bias_add:
+            return y, self.bias
         return y + self.bias, None
 
 # %% ../nbs/11_tensor_parallel.ipynb
@@ -111,13 +176,16 @@ def _vocab_range(vocab_per_rank: int, group):
     lo = dist.get_rank(group) * vocab_per_rank
     return lo, lo + vocab_per_rank
 
+
 def _local_ids(ids, lo, hi):
     "Ids shifted into this rank's range, 0 where not owned, and the mask of ids not owned."
     outside = (ids < lo) | (ids >= hi)
     return (ids - lo).masked_fill(outside, 0), outside
 
+
 class VocabParallelEmbedding(nn.Module):
     "E = [E_1; …; E_p] split by vocabulary rows: embed(t) = g(Σ_i [t ∈ rows of E_i] · E_i[t])."
+
     def __init__(self, num_embeddings: int, embedding_dim: int, *, init_method, config, group=None, **unused):
         super().__init__()
         self.group = tp_group(group)
@@ -128,8 +196,10 @@ class VocabParallelEmbedding(nn.Module):
         out = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(out, self.group)
 
+
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     "ℓ = log Σ_v exp(z_v − m) − (z_t − m) over logits z split by vocabulary; ∂ℓ/∂z = softmax(z) − onehot(t)."
+
     @staticmethod
     def forward(ctx, logits, target, group):
         z = logits.float()
@@ -151,6 +221,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         grad = softmax.scatter_add(-1, local.unsqueeze(-1), -(~outside).unsqueeze(-1).to(softmax.dtype))
         return grad * grad_loss.unsqueeze(-1), None, None
 
+
 def vocab_parallel_cross_entropy(logits, target, group=None):
     "Per-token cross-entropy of `target` under `logits` whose last dimension is this rank's vocabulary slice."
     return _VocabParallelCrossEntropy.apply(logits, target, tp_group(group))
@@ -158,9 +229,12 @@ def vocab_parallel_cross_entropy(logits, target, group=None):
 # %% ../nbs/11_tensor_parallel.ipynb
 def layer_costs(model, tp: int, tokens: int, bytes_per_value: int = 2) -> dict:
     "Per-rank weight bytes of one transformer layer of `model` (a `ModelConfig`) and its all-reduce bytes per forward+backward."
-    from mtnlg.config import layer_params_per_rank         # chapter 00 counts what a rank holds
-    weights = layer_params_per_rank(model, tp)              # sliced matrices and column biases + replicated biases/LayerNorms
-    allreduce = 4 * tokens * model.hidden_size if tp > 1 else 0   # f and g: 2 forward + 2 backward all-reduces of [tokens, h]
+    from mtnlg.config import layer_params_per_rank  # chapter 00 counts what a rank holds
+
+    weights = layer_params_per_rank(model, tp)  # sliced matrices and column biases + replicated biases/LayerNorms
+    allreduce = (
+        4 * tokens * model.hidden_size if tp > 1 else 0
+    )  # f and g: 2 forward + 2 backward all-reduces of [tokens, h]
     return {"weight_bytes": weights * bytes_per_value, "allreduce_bytes": allreduce * bytes_per_value}
 
 # %% ../nbs/11_tensor_parallel.ipynb
@@ -168,44 +242,68 @@ def _split_sequence(x, group):
     "This rank's contiguous 1/p of `x` along dim 0, the sequence in megatron's [s, b, h] layout."
     return x.chunk(dist.get_world_size(group), dim=0)[dist.get_rank(group)].contiguous()
 
+
 def _gather_sequence(x, group):
     out = x.new_empty((x.shape[0] * dist.get_world_size(group), *x.shape[1:]))
     dist.all_gather_into_tensor(out, x.contiguous(), group=group)
     return out
+
 
 def _reduce_scatter_sequence(x, group):
     out = x.new_empty((x.shape[0] // dist.get_world_size(group), *x.shape[1:]))
     dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
     return out
 
+
 class _ScatterToSequence(torch.autograd.Function):
     "Forward: keep this rank's slice of the sequence; backward: all-gather the slices' gradients."
+
     @staticmethod
-    def forward(ctx, x, group): ctx.group = group; return _split_sequence(x, group)
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _split_sequence(x, group)
+
     @staticmethod
-    def backward(ctx, grad): return _gather_sequence(grad, ctx.group), None
+    def backward(ctx, grad):
+        return _gather_sequence(grad, ctx.group), None
+
 
 class _GatherFromSequence(torch.autograd.Function):
     "Forward: all-gather the sequence slices; backward: reduce-scatter (every rank's partial gradient of the whole)."
+
     @staticmethod
-    def forward(ctx, x, group): ctx.group = group; return _gather_sequence(x, group)
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _gather_sequence(x, group)
+
     @staticmethod
-    def backward(ctx, grad): return _reduce_scatter_sequence(grad, ctx.group), None
+    def backward(ctx, grad):
+        return _reduce_scatter_sequence(grad, ctx.group), None
+
 
 class _ReduceScatterToSequence(torch.autograd.Function):
     "ḡ: forward reduce-scatter of the partial sums over the sequence; backward all-gather."
+
     @staticmethod
-    def forward(ctx, x, group): ctx.group = group; return _reduce_scatter_sequence(x, group)
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _reduce_scatter_sequence(x, group)
+
     @staticmethod
-    def backward(ctx, grad): return _gather_sequence(grad, ctx.group), None
+    def backward(ctx, grad):
+        return _gather_sequence(grad, ctx.group), None
+
 
 class _LinearGatheringSequence(torch.autograd.Function):
     """g then a linear layer: Y = all-gather(X) Wᵀ + b, keeping only this rank's slice X for backward, which gathers it
     again for ∂L/∂W = Σ_tokens ∂L/∂Y ⊗ X and reduce-scatters ∂L/∂X = ∂L/∂Y W over the sequence."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, group):
-        ctx.save_for_backward(x, weight); ctx.group, ctx.has_bias = group, bias is not None
+        ctx.save_for_backward(x, weight)
+        ctx.group, ctx.has_bias = group, bias is not None
         return F.linear(_gather_sequence(x, group), weight, bias)
+
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
@@ -215,25 +313,39 @@ class _LinearGatheringSequence(torch.autograd.Function):
         grad_w = grad_2d.t().matmul(whole.reshape(-1, whole.shape[-1]))
         return grad_x, grad_w, grad_2d.sum(0) if ctx.has_bias else None, None
 
-def scatter_to_sequence(x, group=None): return _ScatterToSequence.apply(x, tp_group(group))
-def gather_from_sequence(x, group=None): return _GatherFromSequence.apply(x, tp_group(group))
-def reduce_scatter_to_sequence(x, group=None): return _ReduceScatterToSequence.apply(x, tp_group(group))
+
+def scatter_to_sequence(x, group=None):
+    return _ScatterToSequence.apply(x, tp_group(group))
+
+
+def gather_from_sequence(x, group=None):
+    return _GatherFromSequence.apply(x, tp_group(group))
+
+
+def reduce_scatter_to_sequence(x, group=None):
+    return _ReduceScatterToSequence.apply(x, tp_group(group))
+
+
 def linear_gathering_sequence(x, weight, bias=None, group=None):
     return _LinearGatheringSequence.apply(x, weight, bias, tp_group(group))
 
 # %% ../nbs/11_tensor_parallel.ipynb
 def mark_sequence_parallel(module: nn.Module, on: bool = True) -> nn.Module:
     "Tag every parameter of `module` as used on a sequence slice (its gradient is then summed over the TP group)."
-    for p in module.parameters(): p.sequence_parallel = on
+    for p in module.parameters():
+        p.sequence_parallel = on
     return module
+
 
 def sequence_parallel_params(module: nn.Module) -> list:
     "The parameters of `module` tagged `sequence_parallel` (LayerNorms and row-parallel biases under sequence parallelism)."
     return [p for p in module.parameters() if getattr(p, "sequence_parallel", False)]
 
+
 def allreduce_sequence_parallel_grads(module: nn.Module, group=None, grad_of=lambda p: p.grad) -> int:
     """Sum over the tensor-parallel group the gradients of the parameters used on sequence slices; `grad_of` picks
     where the gradient lives (DeepSpeed's bf16 optimizer keeps its fp32 accumulation in `p._hp_grad`). Returns how many."""
     grads = [g for g in map(grad_of, sequence_parallel_params(module)) if g is not None]
-    for g in grads: dist.all_reduce(g, group=tp_group(group))
+    for g in grads:
+        dist.all_reduce(g, group=tp_group(group))
     return len(grads)

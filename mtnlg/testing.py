@@ -12,8 +12,11 @@ __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_O
            'measure_stage_memory', 'reader_requests', 'parallel_reader_worker']
 
 # %% ../nbs/98_testing.ipynb
-import contextlib, io
-import torch, torch.nn as nn, torch.nn.functional as F
+import contextlib
+import io
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 import torch.distributed as dist
 from .config import load_config
 from .topology import Layout, init_distributed, seed_everything, quiet_libraries
@@ -24,6 +27,7 @@ def whoami() -> tuple[int, int]:
     "A worker that reports (rank, world size)."
     return dist.get_rank(), dist.get_world_size()
 
+
 def init_distributed_worker(tensor_parallel: int, pipeline_parallel: int, data_parallel: int):
     "Join with `init_distributed` (which checks megatron-core's groups against the layout); return this rank's coordinate."
     quiet_libraries()
@@ -31,11 +35,19 @@ def init_distributed_worker(tensor_parallel: int, pipeline_parallel: int, data_p
     return layout.coord(dist.get_rank())
 
 # %% ../nbs/98_testing.ipynb
-import os, re, signal, subprocess, sys, tempfile
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
-_RUN_AS_MAIN = ("import runpy, sys; from mtnlg.topology import end_distributed, leave_job; sys.argv = sys.argv[1:]; "
-                "runpy.run_path(sys.argv[0], run_name='__main__'); end_distributed(); leave_job(0)")
+_RUN_AS_MAIN = (
+    "import runpy, sys; from mtnlg.topology import end_distributed, leave_job; sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__'); end_distributed(); leave_job(0)"
+)
+
 
 def _rank_logs(logs: str, nproc: int, name: str) -> list[str]:
     out = []
@@ -44,64 +56,107 @@ def _rank_logs(logs: str, nproc: int, name: str) -> list[str]:
         out.append(files[-1].read_text(errors="replace") if files else "")
     return out
 
+
 def failed_ranks(torchrun_stderr: str) -> dict[int, int]:
     "rank -> exit code of every failure in torchrun's report (the root cause first)."
     found = re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_stderr)
     return {int(r): int(c) for r, c in found}
 
+
 def rank_failure_report(torchrun_stderr: str, rank_stderrs: list[str], lines: int = 40) -> str:
     """Each failed rank, its exit code (and signal) and its own last `lines` lines of stderr — not the ranks torchrun
     stopped (SIGTERM) after the first failed; every rank's if torchrun named none."""
     failed = failed_ranks(torchrun_stderr)
-    failed = {r: c for r, c in failed.items() if c != -signal.SIGTERM} or failed or {r: None for r in range(len(rank_stderrs))}
+    failed = (
+        {r: c for r, c in failed.items() if c != -signal.SIGTERM}
+        or failed
+        or {r: None for r in range(len(rank_stderrs))}
+    )
     out = []
     for r, code in failed.items():
-        how = "" if code is None else f" exit code {code}" + (f" ({signal.Signals(-code).name})" if code < 0 and
-                                                              -code in signal.Signals._value2member_map_ else "")
+        how = (
+            ""
+            if code is None
+            else f" exit code {code}"
+            + (f" ({signal.Signals(-code).name})" if code < 0 and -code in signal.Signals._value2member_map_ else "")
+        )
         tail = "\n".join(rank_stderrs[r].rstrip().splitlines()[-lines:]) if r < len(rank_stderrs) else ""
         out.append(f"--- rank {r}{how}; its last lines:\n{tail}")
     return "\n".join(out) + "\n--- torchrun: " + (torchrun_stderr.strip().splitlines() or [""])[-1]
 
-def torchrun_script(script, nproc: int, *args, timeout: float = 600, env: dict | None = None, cwd=None,
-                    check: bool = True) -> subprocess.CompletedProcess:
+
+def torchrun_script(
+    script, nproc: int, *args, timeout: float = 600, env: dict | None = None, cwd=None, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run `script args...` as `nproc` ranks under torchrun (each rank: the script as `__main__`, then
     `end_distributed`). Returns the job with every rank's stdout and stderr, rank by rank; with `check`, a failed job
     raises AssertionError naming each failed rank, its exit code and its own last lines."""
     from mtnlg.topology import free_port
+
     with tempfile.TemporaryDirectory(prefix="mtnlg-torchrun-") as logs:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-               "--master-port", str(free_port()), "--log-dir", logs, "--redirects", "3", "--no-python",
-               sys.executable, "-c", _RUN_AS_MAIN, str(script), *map(str, args)]
-        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, **(env or {})})
-        try: out, err = p.communicate(timeout=timeout)
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(nproc),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            "--log-dir",
+            logs,
+            "--redirects",
+            "3",
+            "--no-python",
+            sys.executable,
+            "-c",
+            _RUN_AS_MAIN,
+            str(script),
+            *map(str, args),
+        ]
+        p = subprocess.Popen(
+            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+        )
+        try:
+            out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            p.send_signal(signal.SIGTERM)                 # torchrun passes it to every rank, then SIGKILLs them
+            p.send_signal(signal.SIGTERM)  # torchrun passes it to every rank, then SIGKILLs them
             out, err = p.communicate(timeout=60)
             err += f"\n(timed out after {timeout} s)"
         stdouts, stderrs = _rank_logs(logs, nproc, "stdout"), _rank_logs(logs, nproc, "stderr")
     code = p.returncode if p.returncode is not None else 1
     job = subprocess.CompletedProcess(cmd, code, "".join(stdouts) + out, "".join(stderrs) + err)
     if check and code != 0:
-        raise AssertionError(f"{Path(str(script)).name} on {nproc} ranks failed (torchrun exit {code}):\n"
-                             + rank_failure_report(err, stderrs))
+        raise AssertionError(
+            f"{Path(str(script)).name} on {nproc} ranks failed (torchrun exit {code}):\n"
+            + rank_failure_report(err, stderrs)
+        )
     return job
 
 # %% ../nbs/98_testing.ipynb
 def _toy_weights(vocab=64, hidden=16, ffn=32, seed=0):
     g = torch.Generator().manual_seed(seed)
     w = lambda *s: torch.randn(*s, generator=g) * 0.3
-    return {"embedding": w(vocab, hidden), "fc1.weight": w(ffn, hidden), "fc1.bias": w(ffn),
-            "fc2.weight": w(hidden, ffn), "fc2.bias": w(hidden)}
+    return {
+        "embedding": w(vocab, hidden),
+        "fc1.weight": w(ffn, hidden),
+        "fc1.bias": w(ffn),
+        "fc2.weight": w(hidden, ffn),
+        "fc2.bias": w(hidden),
+    }
+
 
 def _toy_batch(vocab=64, batch=3, seq=5, seed=1):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, seq), generator=g), torch.randint(0, vocab, (batch, seq), generator=g)
 
+
 def _toy_forward(embed, fc1, fc2, logits_of, cross_entropy, tokens, labels):
     x = embed(tokens)
     x = x + fc2(F.gelu(fc1(x)))
     return cross_entropy(logits_of(x), labels).mean()
+
 
 def gather(t, dim, group=None):
     "Concatenate every TP rank's slice of `t` along `dim`."
@@ -110,106 +165,169 @@ def gather(t, dim, group=None):
     dist.all_gather(parts, t.contiguous(), group=group)
     return torch.cat(parts, dim=dim)
 
+
 def full_tensor(t: torch.Tensor, param) -> torch.Tensor:
     "`t` (a parameter or its gradient) gathered to full size if `param` is marked as split."
     return gather(t, param.partition_dim) if getattr(param, "tensor_model_parallel", False) else t
 
+
 def toy_dense(weights, tokens, labels):
     "Loss and full gradients of the toy model in plain PyTorch."
     p = {k: v.clone().requires_grad_() for k, v in weights.items()}
-    loss = _toy_forward(lambda t: p["embedding"][t], lambda x: F.linear(x, p["fc1.weight"], p["fc1.bias"]),
-                        lambda x: F.linear(x, p["fc2.weight"], p["fc2.bias"]), lambda x: x @ p["embedding"].T,
-                        lambda z, t: F.cross_entropy(z.flatten(0, 1), t.flatten(), reduction="none"), tokens, labels)
+    loss = _toy_forward(
+        lambda t: p["embedding"][t],
+        lambda x: F.linear(x, p["fc1.weight"], p["fc1.bias"]),
+        lambda x: F.linear(x, p["fc2.weight"], p["fc2.bias"]),
+        lambda x: x @ p["embedding"].T,
+        lambda z, t: F.cross_entropy(z.flatten(0, 1), t.flatten(), reduction="none"),
+        tokens,
+        labels,
+    )
     loss.backward()
     return loss.detach(), {k: v.grad for k, v in p.items()}
+
 
 def toy_parallel(weights, tokens, labels, impl: str):
     "The toy model on `impl`'s layers ('scratch' or 'megatron'); loss and gradients gathered to full size."
     from megatron.core import ModelParallelConfig, parallel_state as ps
     from .model import tp_layers
+
     lib = tp_layers(impl)
-    config = ModelParallelConfig(tensor_model_parallel_size=ps.get_tensor_model_parallel_world_size(), use_cpu_initialization=True)
-    copy_in = lambda full: (lambda t: t.copy_(full))
+    config = ModelParallelConfig(
+        tensor_model_parallel_size=ps.get_tensor_model_parallel_world_size(), use_cpu_initialization=True
+    )
+    copy_in = lambda full: lambda t: t.copy_(full)
     vocab, hidden = weights["embedding"].shape
     ffn = weights["fc1.weight"].shape[0]
     emb = lib.VocabParallelEmbedding(vocab, hidden, init_method=copy_in(weights["embedding"]), config=config)
-    fc1 = lib.ColumnParallelLinear(hidden, ffn, config=config, init_method=copy_in(weights["fc1.weight"]), bias=True,
-                                   gather_output=False)
-    fc2 = lib.RowParallelLinear(ffn, hidden, config=config, init_method=copy_in(weights["fc2.weight"]), bias=True,
-                                input_is_parallel=True, skip_bias_add=False)
-    with torch.no_grad():                          # biases start at zero in both libraries: set them
-        fc1.bias.copy_(tp.shard(weights["fc1.bias"], 0)); fc2.bias.copy_(weights["fc2.bias"])
-    loss = _toy_forward(emb, lambda x: fc1(x)[0], lambda x: fc2(x)[0], lambda x: F.linear(lib.copy_to_tp(x), emb.weight),
-                        lib.vocab_parallel_cross_entropy, tokens, labels)
+    fc1 = lib.ColumnParallelLinear(
+        hidden, ffn, config=config, init_method=copy_in(weights["fc1.weight"]), bias=True, gather_output=False
+    )
+    fc2 = lib.RowParallelLinear(
+        ffn,
+        hidden,
+        config=config,
+        init_method=copy_in(weights["fc2.weight"]),
+        bias=True,
+        input_is_parallel=True,
+        skip_bias_add=False,
+    )
+    with torch.no_grad():  # biases start at zero in both libraries: set them
+        fc1.bias.copy_(tp.shard(weights["fc1.bias"], 0))
+        fc2.bias.copy_(weights["fc2.bias"])
+    loss = _toy_forward(
+        emb,
+        lambda x: fc1(x)[0],
+        lambda x: fc2(x)[0],
+        lambda x: F.linear(lib.copy_to_tp(x), emb.weight),
+        lib.vocab_parallel_cross_entropy,
+        tokens,
+        labels,
+    )
     loss.backward()
-    params = {"embedding": emb.weight, "fc1.weight": fc1.weight, "fc1.bias": fc1.bias, "fc2.weight": fc2.weight, "fc2.bias": fc2.bias}
-    split = {"embedding": 0, "fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}      # megatron marks no bias of a row layer
+    params = {
+        "embedding": emb.weight,
+        "fc1.weight": fc1.weight,
+        "fc1.bias": fc1.bias,
+        "fc2.weight": fc2.weight,
+        "fc2.bias": fc2.bias,
+    }
+    split = {"embedding": 0, "fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}  # megatron marks no bias of a row layer
     return loss.detach(), {k: gather(p.grad, split[k]) if k in split else p.grad for k, p in params.items()}
+
 
 def toy_parity_worker(seed: int = 0) -> dict:
     "In every rank of a TP group (= the whole world): loss and full gradients from dense, scratch and megatron-core."
     quiet_libraries()
     init_distributed(Layout(dist.get_world_size(), 1, 1))
     weights, (tokens, labels) = _toy_weights(seed=seed), _toy_batch(seed=seed + 1)
-    return {"dense": toy_dense(weights, tokens, labels), "scratch": toy_parallel(weights, tokens, labels, "scratch"),
-            "megatron": toy_parallel(weights, tokens, labels, "megatron")}
+    return {
+        "dense": toy_dense(weights, tokens, labels),
+        "scratch": toy_parallel(weights, tokens, labels, "scratch"),
+        "megatron": toy_parallel(weights, tokens, labels, "megatron"),
+    }
+
 
 def max_differences(result: dict, reference: str = "dense") -> dict:
     "Max |x - reference| of the loss and of every gradient, for each implementation in `result`."
     ref_loss, ref_grads = result[reference]
-    return {impl: {"loss": (loss - ref_loss).abs().item(), **{k: (g - ref_grads[k]).abs().max().item() for k, g in grads.items()}}
-            for impl, (loss, grads) in result.items() if impl != reference}
+    return {
+        impl: {
+            "loss": (loss - ref_loss).abs().item(),
+            **{k: (g - ref_grads[k]).abs().max().item() for k, g in grads.items()},
+        }
+        for impl, (loss, grads) in result.items()
+        if impl != reference
+    }
 
 # %% ../nbs/98_testing.ipynb
 def gpt_batch(cfg, batch_size: int = 2, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, cfg.model.vocab_size, (batch_size, cfg.model.seq_length + 1), generator=g)
 
+
 def gpt_loss_and_grads(model, tokens, sum_layernorm_grads: bool = True) -> tuple[torch.Tensor, dict, dict]:
     """Mean loss, full parameters and full gradients (split ones gathered over the TP group) by name; under sequence
     parallelism the LayerNorm and row-parallel bias gradients of each rank's slice summed over the TP group first
     (`sum_layernorm_grads=False` leaves the LayerNorms' out: the broken model a guard must catch)."""
     from mtnlg.tensor_parallel import allreduce_sequence_parallel_grads, mark_sequence_parallel
+
     model.zero_grad()
     loss = model(tokens[:, :-1], tokens[:, 1:]).mean()
     loss.backward()
     if not sum_layernorm_grads:
         for m in model.modules():
-            if isinstance(m, torch.nn.LayerNorm): mark_sequence_parallel(m, False)
-    if getattr(model, "sequence_parallel", False): allreduce_sequence_parallel_grads(model)
+            if isinstance(m, torch.nn.LayerNorm):
+                mark_sequence_parallel(m, False)
+    if getattr(model, "sequence_parallel", False):
+        allreduce_sequence_parallel_grads(model)
     params = {n: full_tensor(p.detach(), p) for n, p in model.named_parameters()}
     grads = {n: full_tensor(p.grad, p) for n, p in model.named_parameters()}
     return loss.detach(), params, grads
 
-def generate_tp_worker(config_path: str, tensor_parallel: int, prompts: list, max_new: int = 8, init_seed: int = 3) -> dict:
+
+def generate_tp_worker(
+    config_path: str, tensor_parallel: int, prompts: list, max_new: int = 8, init_seed: int = 3
+) -> dict:
     """Chapter 62 on TP = `tensor_parallel` (the world): greedy tokens with and without the KV cache, a padded batch's
     tokens, and the largest difference between cached logits and the training forward's, gathered over the vocabulary."""
     from mtnlg.model import GPT
     from mtnlg.generate import generate, forward_cached, full_logits, KVCache
+
     quiet_libraries()
     cfg = load_config(config_path)
     init_distributed(Layout(tensor_parallel, 1, dist.get_world_size() // tensor_parallel))
     model = GPT(cfg.model, init_seed=init_seed).eval()
-    out = {"cached": generate(model, prompts, max_new), "recomputed": generate(model, prompts, max_new, use_cache=False),
-           "alone": [generate(model, [p], max_new)[0] for p in prompts]}
+    out = {
+        "cached": generate(model, prompts, max_new),
+        "recomputed": generate(model, prompts, max_new, use_cache=False),
+        "alone": [generate(model, [p], max_new)[0] for p in prompts],
+    }
     seq, cache, worst = torch.tensor([prompts[0]]), KVCache(), 0.0
     logits = forward_cached(model, seq, cache)[:, -1:]
     for _ in range(max_new):
         seq = torch.cat([seq, logits.argmax(-1)], 1)
         logits = forward_cached(model, seq[:, -1:], cache)
-        with torch.no_grad(): full = full_logits(model, model.final_ln(_hidden(model, seq)))[:, -1:]
+        with torch.no_grad():
+            full = full_logits(model, model.final_ln(_hidden(model, seq)))[:, -1:]
         worst = max(worst, (logits - full).abs().max().item())
     return {**out, "max_logit_diff": worst}
 
+
 def _hidden(model, tokens):
     x = model.embedding(tokens)
-    for block in model.blocks: x = block(x)
+    for block in model.blocks:
+        x = block(x)
     return x
 
-def gpt_tp_worker(config_path: str, tensor_parallel: int, overrides: dict | None = None, sum_layernorm_grads: bool = True):
+
+def gpt_tp_worker(
+    config_path: str, tensor_parallel: int, overrides: dict | None = None, sum_layernorm_grads: bool = True
+):
     """Build our GPT with TP = `tensor_parallel` (the world) from `config_path` (with `parallel.sequence_parallel` if
     it says so); return its loss, full parameters and gradients."""
     from mtnlg.model import GPT
+
     quiet_libraries()
     cfg = load_config(config_path, overrides)
     init_distributed(Layout(tensor_parallel, 1, dist.get_world_size() // tensor_parallel))
@@ -218,36 +336,54 @@ def gpt_tp_worker(config_path: str, tensor_parallel: int, overrides: dict | None
     return gpt_loss_and_grads(model, gpt_batch(cfg), sum_layernorm_grads)
 
 # %% ../nbs/98_testing.ipynb
-def pipeline_worker(config_path: str, schedule: str = "1f1b", num_micro: int = 4, micro_batch: int = 2,
-                    overrides: dict | None = None) -> dict:
+def pipeline_worker(
+    config_path: str, schedule: str = "1f1b", num_micro: int = 4, micro_batch: int = 2, overrides: dict | None = None
+) -> dict:
     "One pipeline stage per process: run `schedule` ('1f1b' or 'gpipe'); return pipelined and reference loss/grads."
     from mtnlg import pipeline_parallel as pp
     from mtnlg.model import GPT
-    if schedule not in ("1f1b", "gpipe"): raise ValueError(f"schedule must be '1f1b' or 'gpipe', got {schedule!r}")
+
+    if schedule not in ("1f1b", "gpipe"):
+        raise ValueError(f"schedule must be '1f1b' or 'gpipe', got {schedule!r}")
     quiet_libraries()
     cfg = load_config(config_path, overrides)
     rank, p = dist.get_rank(), dist.get_world_size()
-    init_distributed(Layout(1, 1, p))                   # megatron-core groups at TP = 1 for the layers
-    seed_everything(cfg.seed); full = GPT(cfg.model)           # the unpipelined reference
-    seed_everything(cfg.seed); stage = pp.GPTStage(GPT(cfg.model), rank, p)   # the same weights; keep this stage
+    init_distributed(Layout(1, 1, p))  # megatron-core groups at TP = 1 for the layers
+    seed_everything(cfg.seed)
+    full = GPT(cfg.model)  # the unpipelined reference
+    seed_everything(cfg.seed)
+    stage = pp.GPTStage(GPT(cfg.model), rank, p)  # the same weights; keep this stage
     g = torch.Generator().manual_seed(0)
     batch = torch.randint(0, cfg.model.vocab_size, (num_micro * micro_batch, cfg.model.seq_length + 1), generator=g)
     micro = batch.split(micro_batch)
     loss_fn = lambda logits, labels: full.token_losses(logits, labels).mean()
 
     steps = (pp.one_f_one_b_schedule if schedule == "1f1b" else pp.gpipe_schedule)(p, num_micro)[rank]
-    tied = dist.new_group([0, p - 1]) if p > 1 else None   # every rank takes part in creating a group
+    tied = dist.new_group([0, p - 1]) if p > 1 else None  # every rank takes part in creating a group
     dist.barrier()
-    out = pp.run_schedule(stage, steps, [mb[:, :-1] for mb in micro], [mb[:, 1:] for mb in micro],
-                          (micro_batch, cfg.model.seq_length, cfg.model.hidden_size), loss_fn, tied_group=tied)
+    out = pp.run_schedule(
+        stage,
+        steps,
+        [mb[:, :-1] for mb in micro],
+        [mb[:, 1:] for mb in micro],
+        (micro_batch, cfg.model.seq_length, cfg.model.hidden_size),
+        loss_fn,
+        tied_group=tied,
+    )
     grads = {stage.full_name(n): q.grad.clone() for n, q in stage.named_parameters()}
 
-    ref_loss = sum(loss_fn(full(mb[:, :-1]), mb[:, 1:]) for mb in micro) / num_micro   # the unpipelined model
+    ref_loss = sum(loss_fn(full(mb[:, :-1]), mb[:, 1:]) for mb in micro) / num_micro  # the unpipelined model
     ref_loss.backward()
     ref_grads = {n: q.grad for n, q in full.named_parameters() if n in grads}
-    return {"loss": out["loss"], "grads": grads, "ref_loss": ref_loss.detach(), "ref_grads": ref_grads,
-            "timeline": out["timeline"], "peak_activations": pp.peak_activations(steps),
-            "model_names": [n for n, _ in full.named_parameters()]}
+    return {
+        "loss": out["loss"],
+        "grads": grads,
+        "ref_loss": ref_loss.detach(),
+        "ref_grads": ref_grads,
+        "timeline": out["timeline"],
+        "peak_activations": pp.peak_activations(steps),
+        "model_names": [n for n, _ in full.named_parameters()],
+    }
 
 # %% ../nbs/98_testing.ipynb
 def training_batches(cfg, steps: int, batch_size: int = 4, seed: int = 0) -> list[torch.Tensor]:
@@ -255,26 +391,47 @@ def training_batches(cfg, steps: int, batch_size: int = 4, seed: int = 0) -> lis
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, cfg.model.vocab_size, (batch_size, cfg.model.seq_length + 1), generator=g)] * steps
 
+
 def _setup(config_path: str, overrides: dict | None):
     from mtnlg.model import GPT
+
     quiet_libraries()
     cfg = load_config(config_path, overrides)
-    init_distributed(Layout(1, 1, dist.get_world_size() if dist.is_initialized() else 1))   # in `launch`ed processes or this one
+    init_distributed(
+        Layout(1, 1, dist.get_world_size() if dist.is_initialized() else 1)
+    )  # in `launch`ed processes or this one
     seed_everything(cfg.seed)
     return cfg, GPT(cfg.model)
 
-def _state(model) -> dict: return {n: p.detach().float().clone() for n, p in model.named_parameters()}
+
+def _state(model) -> dict:
+    return {n: p.detach().float().clone() for n, p in model.named_parameters()}
+
 
 def _mean_over_ranks(x: float) -> float:
-    t = torch.tensor([x], dtype=torch.float64); dist.all_reduce(t)
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t)
     return t.item() / dist.get_world_size()
+
 
 def max_param_difference(a: dict, b: dict) -> float:
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-                      "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_")
+
 
 @contextlib.contextmanager
 def single_process_env():
@@ -282,17 +439,26 @@ def single_process_env():
     `OMPI_*`, … — for the duration, so `init_distributed` starts a one-process group instead of joining a job; put
     them back after. A reference run inside a test that a launcher started stays one process."""
     import os
+
     hidden = {k: v for k, v in os.environ.items() if k in LAUNCHER_VARIABLES or k.startswith(LAUNCHER_PREFIXES)}
-    for k in hidden: del os.environ[k]
-    try: yield
-    finally: os.environ.update(hidden)
+    for k in hidden:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
+
 
 def reference_run(config_path: str, steps: int, clip_grad: float, overrides: dict | None = None) -> dict:
     "One process, full batches, torch AdamW: per-step losses and gradient norms, final parameters."
     from mtnlg.data_parallel import make_optimizer
+
     if dist.is_initialized() and dist.get_world_size() > 1:
-        raise RuntimeError(f"reference_run is one process, but this one is rank {dist.get_rank()} of {dist.get_world_size()}")
-    with single_process_env(): cfg, model = _setup(config_path, overrides)
+        raise RuntimeError(
+            f"reference_run is one process, but this one is rank {dist.get_rank()} of {dist.get_world_size()}"
+        )
+    with single_process_env():
+        cfg, model = _setup(config_path, overrides)
     opt = make_optimizer(model, cfg)
     losses, norms = [], []
     for batch in training_batches(cfg, steps):
@@ -300,69 +466,103 @@ def reference_run(config_path: str, steps: int, clip_grad: float, overrides: dic
         loss = model(batch[:, :-1], batch[:, 1:]).mean()
         loss.backward()
         norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad).item())
-        opt.step(); losses.append(loss.item())
+        opt.step()
+        losses.append(loss.item())
     return {"losses": losses, "grad_norms": norms, "params": _state(model)}
+
 
 def _train_data_parallel(config_path, steps, clip_grad, optimizer, overrides) -> dict:
     from mtnlg.data_parallel import ZeroOneAdamW, allreduce_gradients, param_groups, make_optimizer
+
     cfg, model = _setup(config_path, overrides)
     o, rank, world = cfg.optimizer, dist.get_rank(), dist.get_world_size()
     if optimizer == "zero1":
-        opt = ZeroOneAdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
-                           clip_grad=clip_grad)
-    elif optimizer == "adamw": opt = make_optimizer(model, cfg)
-    else: raise ValueError(f"optimizer must be 'zero1' or 'adamw', got {optimizer!r}")
+        opt = ZeroOneAdamW(
+            param_groups(model, o.weight_decay),
+            lr=o.lr,
+            betas=(o.adam_beta1, o.adam_beta2),
+            eps=o.adam_eps,
+            clip_grad=clip_grad,
+        )
+    elif optimizer == "adamw":
+        opt = make_optimizer(model, cfg)
+    else:
+        raise ValueError(f"optimizer must be 'zero1' or 'adamw', got {optimizer!r}")
     losses, norms = [], []
     for batch in training_batches(cfg, steps):
         opt.zero_grad()
         mine = batch.chunk(world)[rank]
         loss = model(mine[:, :-1], mine[:, 1:]).mean()
         loss.backward()
-        if optimizer == "zero1": norms.append(opt.step())
+        if optimizer == "zero1":
+            norms.append(opt.step())
         else:
-            params = [p for g in opt.param_groups for p in g["params"]]   # ZeRO-1's order: the same sum, the same norm
+            params = [p for g in opt.param_groups for p in g["params"]]  # ZeRO-1's order: the same sum, the same norm
             allreduce_gradients(params)
             norms.append(torch.nn.utils.clip_grad_norm_(params, clip_grad).item())
             opt.step()
         losses.append(_mean_over_ranks(loss.item()))
     n = sum(p.numel() for p in model.parameters())
-    state = opt.state_numel() if optimizer == "zero1" else 3 * n     # unsharded: fp32 weights (the master) + m + v
+    state = opt.state_numel() if optimizer == "zero1" else 3 * n  # unsharded: fp32 weights (the master) + m + v
     return {"losses": losses, "grad_norms": norms, "params": _state(model), "state_numel": state}
 
-def data_parallel_worker(config_path: str, steps: int, clip_grad: float, optimizers=("zero1", "adamw"),
-                         overrides: dict | None = None) -> dict:
+
+def data_parallel_worker(
+    config_path: str, steps: int, clip_grad: float, optimizers=("zero1", "adamw"), overrides: dict | None = None
+) -> dict:
     """Data parallel over the world, each rank half of every batch, once per optimizer: 'zero1' is `ZeroOneAdamW`;
     'adamw' is `allreduce_gradients`, `clip_grad_norm_` and an unsharded torch AdamW on every rank."""
     return {name: _train_data_parallel(config_path, steps, clip_grad, name, overrides) for name in optimizers}
 
+
 def _train_deepspeed(config_path, steps, clip_grad, precision, overrides) -> dict:
     from mtnlg.engine import prepare_deepspeed, deepspeed_config
     from mtnlg.data_parallel import make_optimizer
+
     deepspeed = prepare_deepspeed()
-    world, batch = dist.get_world_size(), 4                    # training_batches' batch, split over the ranks
-    cfg, model = _setup(config_path, {**(overrides or {}), "parallel.data_parallel": world, "precision": precision,
-                                      "optimizer.clip_grad": clip_grad, "schedule.global_batch_size": batch,
-                                      "schedule.micro_batch_size": batch // world, "schedule.batch_size_rampup_start": None,
-                                      "schedule.batch_size_rampup_increment": None})
+    world, batch = dist.get_world_size(), 4  # training_batches' batch, split over the ranks
+    cfg, model = _setup(
+        config_path,
+        {
+            **(overrides or {}),
+            "parallel.data_parallel": world,
+            "precision": precision,
+            "optimizer.clip_grad": clip_grad,
+            "schedule.global_batch_size": batch,
+            "schedule.micro_batch_size": batch // world,
+            "schedule.batch_size_rampup_start": None,
+            "schedule.batch_size_rampup_increment": None,
+        },
+    )
     rank = dist.get_rank()
-    with contextlib.redirect_stdout(io.StringIO()):           # DeepSpeed prints memory reports while it builds
-        engine, *_ = deepspeed.initialize(model=model, optimizer=make_optimizer(model, cfg), config=deepspeed_config(cfg))
+    with contextlib.redirect_stdout(io.StringIO()):  # DeepSpeed prints memory reports while it builds
+        engine, *_ = deepspeed.initialize(
+            model=model, optimizer=make_optimizer(model, cfg), config=deepspeed_config(cfg)
+        )
     losses, norms = [], []
     for b in training_batches(cfg, steps, batch):
         mine = b.chunk(world)[rank]
         loss = engine(mine[:, :-1], mine[:, 1:]).mean()
         engine.backward(loss)
         engine.step()
-        losses.append(_mean_over_ranks(loss.item())); norms.append(float(engine.get_global_grad_norm()))
-    zo = engine.optimizer          # DeepSpeedZeroOptimizer (fp32) or BF16_Optimizer (bf16): both shard over DP
+        losses.append(_mean_over_ranks(loss.item()))
+        norms.append(float(engine.get_global_grad_norm()))
+    zo = engine.optimizer  # DeepSpeedZeroOptimizer (fp32) or BF16_Optimizer (bf16): both shard over DP
     master = getattr(zo, "single_partition_of_fp32_groups", None) or getattr(zo, "fp32_groups_flat_partition", [])
-    return {"losses": losses, "grad_norms": norms, "params": _state(engine.module),
-            "param_dtype": str(next(engine.module.parameters()).dtype),
-            "master_dtype": str(master[0].dtype) if master else None,
-            "master_numel": sum(t.numel() for t in master), "optimizer": type(zo).__name__}
+    return {
+        "losses": losses,
+        "grad_norms": norms,
+        "params": _state(engine.module),
+        "param_dtype": str(next(engine.module.parameters()).dtype),
+        "master_dtype": str(master[0].dtype) if master else None,
+        "master_numel": sum(t.numel() for t in master),
+        "optimizer": type(zo).__name__,
+    }
 
-def deepspeed_worker(config_path: str, steps: int, clip_grad: float, precisions=("fp32", "bf16"),
-                     overrides: dict | None = None) -> dict:
+
+def deepspeed_worker(
+    config_path: str, steps: int, clip_grad: float, precisions=("fp32", "bf16"), overrides: dict | None = None
+) -> dict:
     "Data parallel over the world with DeepSpeed's engine (ZeRO-1), each rank half of every batch, once per precision."
     return {p: _train_deepspeed(config_path, steps, clip_grad, p, overrides) for p in precisions}
 
@@ -371,20 +571,27 @@ import gc
 from torch.profiler import profile, ProfilerActivity, record_function
 
 ACTIVATIONS = "activations and working buffers"
-CATEGORY_ORDER = ("parameters", "optimizer", "gradients")     # a storage tagged twice keeps the earlier category
+CATEGORY_ORDER = ("parameters", "optimizer", "gradients")  # a storage tagged twice keeps the earlier category
 
-def _top(category: str) -> str: return category.split(":")[0]
+
+def _top(category: str) -> str:
+    return category.split(":")[0]
+
 
 def _walk(ns):
     for n in ns:
-        yield n; yield from _walk(n.children)
+        yield n
+        yield from _walk(n.children)
+
 
 def _context(n) -> str:
     "The `@`-markers (pipeline instructions, optimizer calls) enclosing profiler event `n`, innermost first."
     out = []
     while (n := n.parent) is not None:
-        if n.name.startswith("@"): out.append(n.name[1:])
+        if n.name.startswith("@"):
+            out.append(n.name[1:])
     return " < ".join(out)
+
 
 def _allocator_order(allocs: list) -> int:
     """Put allocation events (time-sorted, each with the allocator's running total after it) in the allocator's own
@@ -395,44 +602,59 @@ def _allocator_order(allocs: list) -> int:
         prev = allocs[i - 1][6]
         if allocs[i][6] - allocs[i][3] != prev:
             j = next((j for j in range(i + 1, min(i + 16, len(allocs))) if allocs[j][6] - allocs[j][3] == prev), None)
-            if j is not None: allocs.insert(i, allocs.pop(j)); moved += 1
+            if j is not None:
+                allocs.insert(i, allocs.pop(j))
+                moved += 1
         i += 1
     return moved
+
 
 class MemoryTracker:
     """Records every CPU tensor allocation and free while active (torch.profiler memory events), plus `tag`s naming
     what some storages are; `peak(window)` replays the record and returns the window's peak, by category."""
+
     def __init__(self):
         self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self.tags: list[dict] = []                 # {storage address: category} per tag call
+        self.tags: list[dict] = []  # {storage address: category} per tag call
 
     def __enter__(self):
-        self.prof.__enter__(); return self
+        self.prof.__enter__()
+        return self
 
     def __exit__(self, *exc):
         self.prof.__exit__(*exc)
-        if exc[0] is None: self._collect()
+        if exc[0] is None:
+            self._collect()
 
     def tag(self, categories: dict):
         "Name storages now: `{data_ptr: category}`; 'gradients:ipg bucket' is sub-category 'ipg bucket' of 'gradients'."
-        with record_function(f"memtag:{len(self.tags)}"): pass
+        with record_function(f"memtag:{len(self.tags)}"):
+            pass
         self.tags.append(dict(categories))
 
     def tag_tensors(self, **tensors_by_category):
         "`tag` from tensors: `tag_tensors(parameters=[w], gradients=[w.grad])` (underscores stand for spaces)."
-        self.tag({t.untyped_storage().data_ptr(): c.replace("_", " ") for c, ts in tensors_by_category.items() for t in ts
-                  if t is not None and t.untyped_storage().nbytes()})
+        self.tag(
+            {
+                t.untyped_storage().data_ptr(): c.replace("_", " ")
+                for c, ts in tensors_by_category.items()
+                for t in ts
+                if t is not None and t.untyped_storage().nbytes()
+            }
+        )
 
     def check_scan(self, name: str, storages: dict):
         """Hold the record against an independent count now: `storages` ({data_ptr: nbytes}, e.g. `live_storages()`).
         `scans[name]` then says how many live recorded bytes the scan found, and lists those it did not."""
-        with record_function(f"memscan:{name}"): pass
+        with record_function(f"memscan:{name}"):
+            pass
         self._scans = getattr(self, "_scans", {}) | {name: dict(storages)}
 
     @contextlib.contextmanager
     def window(self, name: str):
         "The span of time `peak(name)` looks at."
-        with record_function(f"memwindow:{name}"): yield
+        with record_function(f"memwindow:{name}"):
+            yield
 
     def _collect(self):
         allocs, marks, self.windows = [], [], {}
@@ -440,45 +662,61 @@ class MemoryTracker:
             if n.tag.name == "Allocation" and str(n.extra_fields.device) == "cpu":
                 op, e = n.parent.name if n.parent is not None else "", n.extra_fields
                 allocs.append((n.start_time_ns, 1, e.ptr, e.alloc_size, op, _context(n), e.total_allocated))
-            elif n.name.startswith("memtag:"): marks.append((n.start_time_ns, 0, int(n.name[7:]), 0, "", ""))
-            elif n.name.startswith("memwindow:"): self.windows[n.name[10:]] = (n.start_time_ns, n.end_time_ns)
-            elif n.name.startswith("memscan:"): marks.append((n.start_time_ns, 2, n.name[8:], 0, "", ""))
+            elif n.name.startswith("memtag:"):
+                marks.append((n.start_time_ns, 0, int(n.name[7:]), 0, "", ""))
+            elif n.name.startswith("memwindow:"):
+                self.windows[n.name[10:]] = (n.start_time_ns, n.end_time_ns)
+            elif n.name.startswith("memscan:"):
+                marks.append((n.start_time_ns, 2, n.name[8:], 0, "", ""))
         allocs.sort(key=lambda e: e[0])
         self.reordered = _allocator_order(allocs)
         marks.sort(key=lambda e: e[0])
-        events, k = [], 0                          # merge: a tag before an allocation stamped the same nanosecond
+        events, k = [], 0  # merge: a tag before an allocation stamped the same nanosecond
         for e in allocs:
-            while k < len(marks) and marks[k][0] <= e[0]: events.append(marks[k]); k += 1
+            while k < len(marks) and marks[k][0] <= e[0]:
+                events.append(marks[k])
+                k += 1
             events.append(e[:6])
         events += marks[k:]
         # pass 1: every allocation gets an id; a tag names the allocations alive at it
         live, rank, self.category, self.op, self.context = {}, {}, {}, {}, {}
         order = {c: i for i, c in enumerate(CATEGORY_ORDER)}
-        self.record = []                           # (time, allocation id, +/- bytes, markers around the event)
-        self.untracked_tagged = {}                 # tagged storages not in the record: made before the tracker started
+        self.record = []  # (time, allocation id, +/- bytes, markers around the event)
+        self.untracked_tagged = {}  # tagged storages not in the record: made before the tracker started
         self.scans, sizes, self.unseen_free, missed = {}, {}, set(), {}
         for i, (t, kind, x, size, op, ctx) in enumerate(events):
             if kind == 2:
                 scan = self._scans[x]
                 missed[x] = [a for p, a in live.items() if p not in scan]
-                self.scans[x] = {"recorded": sum(sizes[a] for a in live.values()),
-                                 "found by scan": sum(sizes[a] for p, a in live.items() if p in scan),
-                                 "scanned, not recorded": sum(n for p, n in scan.items() if p not in live),
-                                 "recorded, not scanned": [{"bytes": sizes[a], "op": self.op[a], "made in": self.context[a]}
-                                                           for a in sorted(missed[x], key=sizes.get, reverse=True)[:10]]}
+                self.scans[x] = {
+                    "recorded": sum(sizes[a] for a in live.values()),
+                    "found by scan": sum(sizes[a] for p, a in live.items() if p in scan),
+                    "scanned, not recorded": sum(n for p, n in scan.items() if p not in live),
+                    "recorded, not scanned": [
+                        {"bytes": sizes[a], "op": self.op[a], "made in": self.context[a]}
+                        for a in sorted(missed[x], key=sizes.get, reverse=True)[:10]
+                    ],
+                }
             elif kind == 0:
                 for ptr, cat in self.tags[x].items():
-                    if ptr not in live: self.untracked_tagged[ptr] = cat; continue
+                    if ptr not in live:
+                        self.untracked_tagged[ptr] = cat
+                        continue
                     a = live[ptr]
-                    if order.get(_top(cat), 99) < rank.get(a, 100): self.category[a], rank[a] = cat, order.get(_top(cat), 99)
+                    if order.get(_top(cat), 99) < rank.get(a, 100):
+                        self.category[a], rank[a] = cat, order.get(_top(cat), 99)
             elif size > 0:
-                if x in live:                      # its free went unseen (see below): it was freed by now at the latest
-                    a = live.pop(x); self.unseen_free.add(a); self.record.append((t, a, -sizes[a], ctx))
-                live[x] = i; self.op[i], self.context[i], sizes[i] = op, ctx, size; self.record.append((t, i, size, ctx))
-            elif x in live and sizes[live[x]] == -size:   # frees of blocks from before the tracker are not reported
+                if x in live:  # its free went unseen (see below): it was freed by now at the latest
+                    a = live.pop(x)
+                    self.unseen_free.add(a)
+                    self.record.append((t, a, -sizes[a], ctx))
+                live[x] = i
+                self.op[i], self.context[i], sizes[i] = op, ctx, size
+                self.record.append((t, i, size, ctx))
+            elif x in live and sizes[live[x]] == -size:  # frees of blocks from before the tracker are not reported
                 self.record.append((t, live.pop(x), size, ctx))
         self.live_at_end = {a: None for a in live.values()}
-        for x, ids in missed.items():              # what the scan missed because its free went unseen (known only now)
+        for x, ids in missed.items():  # what the scan missed because its free went unseen (known only now)
             self.scans[x]["not scanned, freed unseen"] = sum(sizes[a] for a in ids if a in self.unseen_free)
 
     def peak(self, window: str, exclude: tuple = (), largest: int = 5) -> dict:
@@ -489,41 +727,71 @@ class MemoryTracker:
         cat = lambda a: self.category.get(a, ACTIVATIONS)
         skip = lambda a: cat(a) in exclude or _top(cat(a)) in exclude
         record = [r for r in self.record if r[0] <= t1]
-        cur, start, best, at = 0, None, None, None          # at: how many records lead to the peak
+        cur, start, best, at = 0, None, None, None  # at: how many records lead to the peak
         for j, (t, a, size, _) in enumerate(record):
-            if t >= t0 and start is None: start, best, at = cur, cur, j
-            if not skip(a): cur += size
-            if t >= t0 and cur > best: best, at = cur, j + 1
-        if start is None: start = best = cur; at = len(record)
-        live = {}                                           # replay to the peak: what is alive there
+            if t >= t0 and start is None:
+                start, best, at = cur, cur, j
+            if not skip(a):
+                cur += size
+            if t >= t0 and cur > best:
+                best, at = cur, j + 1
+        if start is None:
+            start = best = cur
+            at = len(record)
+        live = {}  # replay to the peak: what is alive there
         for t, a, size, _ in record[:at]:
-            if skip(a): continue
-            if size > 0: live[a] = size
-            else: del live[a]
+            if skip(a):
+                continue
+            if size > 0:
+                live[a] = size
+            else:
+                del live[a]
         detail = {}
-        for a, size in live.items(): detail[cat(a)] = detail.get(cat(a), 0) + size
+        for a, size in live.items():
+            detail[cat(a)] = detail.get(cat(a), 0) + size
         top = {c: 0 for c in (*CATEGORY_ORDER, ACTIVATIONS)}
-        for c, b in detail.items(): top[_top(c)] = top.get(_top(c), 0) + b
+        for c, b in detail.items():
+            top[_top(c)] = top.get(_top(c), 0) + b
         assert sum(detail.values()) == best, (sum(detail.values()), best)
         unsure = sum(size for a, size in live.items() if a in self.unseen_free)
-        biggest = sorted(((s, self.op[a], self.context[a]) for a, s in live.items() if a not in self.category), reverse=True)[:largest]
-        return {"start": start, "peak": best, "at": record[at - 1][3] if at else "",
-                "at ms": max(0.0, round((record[at - 1][0] - t0) / 1e6, 3)) if at else 0.0,
-                "of which freed unseen": unsure, "categories": top,
-                "detail": dict(sorted(detail.items())),
-                "largest untagged": [{"bytes": s, "op": op, "made in": c} for s, op, c in biggest]}
+        biggest = sorted(
+            ((s, self.op[a], self.context[a]) for a, s in live.items() if a not in self.category), reverse=True
+        )[:largest]
+        return {
+            "start": start,
+            "peak": best,
+            "at": record[at - 1][3] if at else "",
+            "at ms": max(0.0, round((record[at - 1][0] - t0) / 1e6, 3)) if at else 0.0,
+            "of which freed unseen": unsure,
+            "categories": top,
+            "detail": dict(sorted(detail.items())),
+            "largest untagged": [{"bytes": s, "op": op, "made in": c} for s, op, c in biggest],
+        }
 
     def allocations(self, window: str, min_bytes: int = 2**20) -> list[dict]:
         "Allocations of at least `min_bytes` alive at some time in `window`: category, op, where made and freed (ms)."
         t0, t1 = self.windows[window]
         made, out = {}, []
         for t, a, size, ctx in self.record + [(float("inf"), a, -1, "") for a in self.live_at_end]:
-            if size > 0: made[a] = (t, size, ctx); continue
-            if a not in made or made[a][1] < min_bytes or t < t0 or made[a][0] > t1: continue
+            if size > 0:
+                made[a] = (t, size, ctx)
+                continue
+            if a not in made or made[a][1] < min_bytes or t < t0 or made[a][0] > t1:
+                continue
             ta, n, where = made[a]
-            out.append({"bytes": n, "category": self.category.get(a, ACTIVATIONS), "op": self.op[a], "made in": where,
-                        "made ms": round((ta - t0) / 1e6, 3), "freed in": ctx, "freed ms": round((t - t0) / 1e6, 3)})
+            out.append(
+                {
+                    "bytes": n,
+                    "category": self.category.get(a, ACTIVATIONS),
+                    "op": self.op[a],
+                    "made in": where,
+                    "made ms": round((ta - t0) / 1e6, 3),
+                    "freed in": ctx,
+                    "freed ms": round((t - t0) / 1e6, 3),
+                }
+            )
         return sorted(out, key=lambda r: r["made ms"])
+
 
 def memory_exactness_check(mib: int = 1) -> dict:
     """The method on a known workload: W (tagged a parameter) before the window; in it allocate A, then B, free A,
@@ -545,50 +813,80 @@ def memory_exactness_check(mib: int = 1) -> dict:
 def deepspeed_storage_tags(engine) -> dict:
     "{storage address: category} of the parameters, gradients and optimizer state of a DeepSpeed (ZeRO-1) engine now."
     zero, tags = engine.optimizer, {}
+
     def put(t, category):
-        if torch.is_tensor(t) and t.untyped_storage().nbytes(): tags.setdefault(t.untyped_storage().data_ptr(), category)
+        if torch.is_tensor(t) and t.untyped_storage().nbytes():
+            tags.setdefault(t.untyped_storage().data_ptr(), category)
+
     params = list(engine.module.parameters())
-    for p in params: put(p, "parameters")
-    for flat in getattr(zero, "bit16_groups_flat", []): put(flat, "parameters")
-    for flat in getattr(zero, "single_partition_of_fp32_groups", []): put(flat, "optimizer:fp32 master")
+    for p in params:
+        put(p, "parameters")
+    for flat in getattr(zero, "bit16_groups_flat", []):
+        put(flat, "parameters")
+    for flat in getattr(zero, "single_partition_of_fp32_groups", []):
+        put(flat, "optimizer:fp32 master")
     for state in zero.optimizer.state.values():
-        for k, v in state.items(): put(v, f"optimizer:{k}")
-    for p in params: put(p.grad, "gradients:param.grad"); put(getattr(p, "grad_accum", None), "gradients:grad_accum")
-    for flat in getattr(zero, "single_partition_of_fp32_groups", []): put(flat.grad, "gradients:fp32 partition grad")
+        for k, v in state.items():
+            put(v, f"optimizer:{k}")
+    for p in params:
+        put(p.grad, "gradients:param.grad")
+        put(getattr(p, "grad_accum", None), "gradients:grad_accum")
+    for flat in getattr(zero, "single_partition_of_fp32_groups", []):
+        put(flat.grad, "gradients:fp32 partition grad")
     for bucket in getattr(zero, "ipg_buckets", {}).values():
-        for t in bucket.buffer: put(t, "gradients:ipg bucket")
+        for t in bucket.buffer:
+            put(t, "gradients:ipg bucket")
     put(getattr(zero, "grads_in_partition", None), "gradients:grads_in_partition")
     for name in ("averaged_gradients", "all_grad_tensors"):
         for ts in getattr(zero, name, {}).values():
-            for t in ts or []: put(t, f"gradients:{name}")
+            for t in ts or []:
+                put(t, f"gradients:{name}")
     return tags
+
 
 def _tag_around(obj, name: str, tag):
     "Replace bound method `obj.name` by one that calls `tag()` before and after it."
     f = getattr(obj, name)
+
     def tagged(*args, **kwargs):
         tag()
-        with record_function(f"@{type(obj).__name__}.{name}"): out = f(*args, **kwargs)
-        tag(); return out
+        with record_function(f"@{type(obj).__name__}.{name}"):
+            out = f(*args, **kwargs)
+        tag()
+        return out
+
     setattr(obj, name, tagged)
+
 
 def tag_deepspeed_step(mt: MemoryTracker, engine):
     """Tag `engine`'s storages before and after every pipeline instruction, and inside the ZeRO optimizer around each
     gradient reduction and Adam's update (the buffers that live only inside one instruction)."""
     tag = lambda: mt.tag(deepspeed_storage_tags(engine))
+
     def wrap(f):
         def instruction(self, *args, **kwargs):
             tag()
-            with record_function(f"@{f.__name__}"): out = f(self, *args, **kwargs)
-            tag(); return out
+            with record_function(f"@{f.__name__}"):
+                out = f(self, *args, **kwargs)
+            tag()
+            return out
+
         return instruction
-    engine._INSTRUCTION_MAP = {k: wrap(f) for k, f in type(engine)._INSTRUCTION_MAP.items()}   # shadows the class's map
+
+    engine._INSTRUCTION_MAP = {k: wrap(f) for k, f in type(engine)._INSTRUCTION_MAP.items()}  # shadows the class's map
     zero = engine.optimizer
-    for name in ("reduce_gradients", "reduce_ready_partitions_and_remove_grads", "independent_gradient_partition_epilogue",
-                 "copy_grads_in_partition", "step"):
-        if hasattr(zero, name): _tag_around(zero, name, tag)
+    for name in (
+        "reduce_gradients",
+        "reduce_ready_partitions_and_remove_grads",
+        "independent_gradient_partition_epilogue",
+        "copy_grads_in_partition",
+        "step",
+    ):
+        if hasattr(zero, name):
+            _tag_around(zero, name, tag)
     _tag_around(zero.optimizer, "step", tag)
     return tag
+
 
 def live_storages(*extra) -> dict:
     "{data_ptr: nbytes} of the distinct CPU storages of every tensor the garbage collector sees, and of `extra` tensors."
@@ -596,13 +894,17 @@ def live_storages(*extra) -> dict:
     try:
         for o in (*objects, *extra):
             try:
-                if not isinstance(o, torch.Tensor) or o.device.type != "cpu" or o.is_sparse or o.is_meta: continue
+                if not isinstance(o, torch.Tensor) or o.device.type != "cpu" or o.is_sparse or o.is_meta:
+                    continue
                 st = o.untyped_storage()
-            except Exception: continue       # weak proxies, tensor subclasses without storage
-            if st.nbytes(): out[st.data_ptr()] = st.nbytes()
-    finally:   # the list can end up in a reference cycle: emptied, it keeps no tensor alive past the scan
+            except Exception:
+                continue  # weak proxies, tensor subclasses without storage
+            if st.nbytes():
+                out[st.data_ptr()] = st.nbytes()
+    finally:  # the list can end up in a reference cycle: emptied, it keeps no tensor alive past the scan
         objects.clear()
     return out
+
 
 def _count(mt: MemoryTracker, allocations) -> list[dict]:
     "Allocations grouped by (bytes, op, where made), with how many of each."
@@ -612,22 +914,29 @@ def _count(mt: MemoryTracker, allocations) -> list[dict]:
         groups[key] = groups.get(key, 0) + 1
     return [{"bytes": -n, "op": op, "made in": c, "count": k} for (n, op, c), k in sorted(groups.items())]
 
+
 def _rss(field: str) -> int:
     for line in open("/proc/self/status"):
-        if line.startswith(field + ":"): return int(line.split()[1]) * 1024
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
     return 0
+
 
 def _reset_rss_peak() -> bool:
     try:
-        with open("/proc/self/clear_refs", "w") as f: f.write("5")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
         return True
-    except OSError: return False
+    except OSError:
+        return False
+
 
 def measure_stage_memory(config_path: str, overrides: dict | None = None, steps: int = 2, largest: int = 5) -> dict:
     """In every rank of a launch: build the 3D engine as `mtnlg train` does (`DeepSpeedBackend`), run `steps` training
     steps at the full global batch, and return the last step's memory peak on this rank, by category (bytes), with
     the rank's stage, TP and DP coordinates. Step 1 creates Adam's state, so measure at least 2."""
     from mtnlg.engine import DeepSpeedBackend
+
     quiet_libraries()
     cfg = load_config(config_path, overrides)
     layout = init_distributed(Layout.of(cfg))
@@ -642,7 +951,9 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         for i in range(steps):
             if i == steps - 1:
                 grads = [p.grad for p in engine.module.parameters()]
-                mt.check_scan("step start", live_storages(*grads, *(t.grad for t in zero.single_partition_of_fp32_groups)))
+                mt.check_scan(
+                    "step start", live_storages(*grads, *(t.grad for t in zero.single_partition_of_fp32_groups))
+                )
                 rss_reset, rss_start = _reset_rss_peak(), _rss("VmRSS")
             with mt.window(f"step {i + 1}"):
                 losses.append(backend.train_step(gpt_batch(cfg, batch, seed=i), cfg.optimizer.lr)[0])
@@ -650,52 +961,92 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         rss_peak = _rss("VmHWM")
     window = f"step {steps}"
     out = mt.peak(window, largest=largest)
-    act = mt.peak(window, exclude=CATEGORY_ORDER, largest=largest)     # activations and working buffers alone
+    act = mt.peak(window, exclude=CATEGORY_ORDER, largest=largest)  # activations and working buffers alone
     params = list(engine.module.parameters())
-    return {"rank": rank, "stage": c.pipe, "tp_rank": c.model, "dp_rank": c.data, "layout": str(layout),
-            "recompute": cfg.model.recompute, "losses": losses,
-            **out,
-            "activation peak": {k: act[k] for k in ("peak", "at", "at ms", "of which freed unseen", "largest untagged")},
-            "scan at step start": mt.scans["step start"],
-            "param_numel": sum(p.numel() for p in params), "param_bytes": sum(p.numel() * p.element_size() for p in params),
-            "trainable_numel": sum(p.numel() for p in params if p.requires_grad),
-            "master_numel": sum(t.numel() for t in zero.single_partition_of_fp32_groups),
-            "partition_numel": [int(n) for n in zero.partition_size], "reduce_bucket_elements": int(zero.reduce_bucket_size),
-            "untracked tagged storages": len(mt.untracked_tagged), "frees unseen": _count(mt, mt.unseen_free),
-            "events reordered": mt.reordered,
-            "large allocations": mt.allocations(window, 2**20),
-            "rss_start": rss_start, "rss_peak": rss_peak if rss_reset else None}
+    return {
+        "rank": rank,
+        "stage": c.pipe,
+        "tp_rank": c.model,
+        "dp_rank": c.data,
+        "layout": str(layout),
+        "recompute": cfg.model.recompute,
+        "losses": losses,
+        **out,
+        "activation peak": {k: act[k] for k in ("peak", "at", "at ms", "of which freed unseen", "largest untagged")},
+        "scan at step start": mt.scans["step start"],
+        "param_numel": sum(p.numel() for p in params),
+        "param_bytes": sum(p.numel() * p.element_size() for p in params),
+        "trainable_numel": sum(p.numel() for p in params if p.requires_grad),
+        "master_numel": sum(t.numel() for t in zero.single_partition_of_fp32_groups),
+        "partition_numel": [int(n) for n in zero.partition_size],
+        "reduce_bucket_elements": int(zero.reduce_bucket_size),
+        "untracked tagged storages": len(mt.untracked_tagged),
+        "frees unseen": _count(mt, mt.unseen_free),
+        "events reordered": mt.reordered,
+        "large allocations": mt.allocations(window, 2**20),
+        "rss_start": rss_start,
+        "rss_peak": rss_peak if rss_reset else None,
+    }
 
 # %% ../nbs/98_testing.ipynb
 def reader_requests(checkpoint: str, n: int = 24, seed: int = 0) -> tuple[list, list]:
     "Scoring requests [(context ids, continuation ids)] and generation prompts [ids] from the checkpoint's vocabulary."
     from mtnlg.checkpoint import Checkpoint
+
     m = Checkpoint(checkpoint).config.model
     g = torch.Generator().manual_seed(seed)
     ids = lambda k: torch.randint(0, m.vocab_size, (k,), generator=g).tolist()
-    lengths = [1, 3, 7, 20, m.seq_length // 2, m.seq_length - 1, m.seq_length + 9]     # the last: the context cut on the left
+    lengths = [
+        1,
+        3,
+        7,
+        20,
+        m.seq_length // 2,
+        m.seq_length - 1,
+        m.seq_length + 9,
+    ]  # the last: the context cut on the left
     requests = [(ids(lengths[i % len(lengths)]), ids(1 + i % 3)) for i in range(n)]
-    requests += [(requests[0][0], ids(1)), (requests[0][0], ids(2))]                  # choices sharing one input window
-    requests += [(ids(3), ids(m.seq_length + 5))]                                     # a continuation scored in two windows
+    requests += [(requests[0][0], ids(1)), (requests[0][0], ids(2))]  # choices sharing one input window
+    requests += [(ids(3), ids(m.seq_length + 5))]  # a continuation scored in two windows
     return requests, [ids(5), ids(2), ids(9)]
 
-def parallel_reader_worker(checkpoint: str, tp: int | None, pp: int | None, sequence_parallel: bool, requests: list,
-                           prompts: list, max_new: int = 8) -> dict:
+
+def parallel_reader_worker(
+    checkpoint: str,
+    tp: int | None,
+    pp: int | None,
+    sequence_parallel: bool,
+    requests: list,
+    prompts: list,
+    max_new: int = 8,
+) -> dict:
     "Chapter 65 in this job: scores, generations, weight bytes and live tensor bytes of this rank (see above)."
     import gc
     from mtnlg.evaluate import MtnlgLM
     from mtnlg.generate import generate
     from mtnlg.parallel_inference import held_bytes, predicted_bytes
+
     quiet_libraries()
-    lm = MtnlgLM(checkpoint, batch_size=8, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sequence_parallel)
+    lm = MtnlgLM(
+        checkpoint, batch_size=8, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sequence_parallel
+    )
     gc.collect()
     live = sum(live_storages().values())
     stage = getattr(lm.model, "stage", None)
     greedy = generate(lm.model, prompts, max_new)
-    scored = [(c, k) for c, k in requests] + [(p, g) for p, g in zip(prompts, greedy) if g]   # the last ones: greedy by construction
-    out = {"held": held_bytes(lm.model), "live": live,
-           "predicted": predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe) if stage else held_bytes(lm.model),
-           "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in scored], disable_tqdm=True),
-           "greedy": greedy, "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3)}
-    if dist.is_initialized() and dist.get_world_size() > 1: dist.barrier()
+    scored = [(c, k) for c, k in requests] + [
+        (p, g) for p, g in zip(prompts, greedy) if g
+    ]  # the last ones: greedy by construction
+    out = {
+        "held": held_bytes(lm.model),
+        "live": live,
+        "predicted": predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe)
+        if stage
+        else held_bytes(lm.model),
+        "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in scored], disable_tqdm=True),
+        "greedy": greedy,
+        "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3),
+    }
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
     return out

@@ -12,13 +12,26 @@ __all__ = ['Coord', 'AXES', 'model_parallel_rng', 'DETERMINISTIC_ENV', 'NOISY_WA
            'run_ranks', 'end_distributed', 'leave_job']
 
 # %% ../nbs/10_topology.ipynb
-import contextlib, json, os, random, re, shutil, signal, socket, sys, tempfile, time, warnings, logging
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import warnings
+import logging
 from collections import namedtuple
 from dataclasses import dataclass
 from datetime import timedelta
 from itertools import product
 from pathlib import Path
-import numpy as np, torch
+import numpy as np
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from .config import Config, ConfigError
@@ -27,18 +40,25 @@ from .config import Config, ConfigError
 Coord = namedtuple("Coord", ["pipe", "data", "model"])
 AXES = ("pipe", "data", "model")
 
+
 @dataclass(frozen=True)
 class Layout:
     "A 3D layout: `tp` tensor-parallel x `pp` pipeline stages x `dp` data-parallel replicas, model axis fastest."
+
     tp: int
     pp: int
     dp: int
 
     @property
-    def world_size(self) -> int: return self.tp * self.pp * self.dp
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
     @property
-    def dims(self) -> dict: return {"pipe": self.pp, "data": self.dp, "model": self.tp}
-    def __str__(self): return f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
+    def dims(self) -> dict:
+        return {"pipe": self.pp, "data": self.dp, "model": self.tp}
+
+    def __str__(self):
+        return f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
 
     @classmethod
     def of(cls, cfg: Config) -> "Layout":
@@ -48,7 +68,8 @@ class Layout:
 
     def coord(self, rank: int) -> Coord:
         "(pipe, data, model) of `rank`: rank = model + TP*(data + DP*pipe)."
-        if not 0 <= rank < self.world_size: raise ValueError(f"rank {rank} is outside a world of {self.world_size}")
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} is outside a world of {self.world_size}")
         return Coord(pipe=rank // (self.tp * self.dp), data=rank // self.tp % self.dp, model=rank % self.tp)
 
     def rank(self, pipe: int, data: int, model: int) -> int:
@@ -56,24 +77,32 @@ class Layout:
 
     def groups(self, axis: str) -> list[list[int]]:
         "The rank groups along `axis` ('model', 'data' or 'pipe'): ranks agreeing on the other two coordinates."
-        if axis not in AXES: raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
+        if axis not in AXES:
+            raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
         others = [a for a in AXES if a != axis]
-        return [[self.rank(**{axis: i}, **dict(zip(others, fixed))) for i in range(self.dims[axis])]
-                for fixed in product(*(range(self.dims[a]) for a in others))]
+        return [
+            [self.rank(**{axis: i}, **dict(zip(others, fixed))) for i in range(self.dims[axis])]
+            for fixed in product(*(range(self.dims[a]) for a in others))
+        ]
 
 # %% ../nbs/10_topology.ipynb
 _MEGATRON_AXIS = {"model": "tp", "data": "dp", "pipe": "pp"}
 
+
 def deepspeed_topology(layout: Layout):
     "DeepSpeed's topology object for `layout` (pure Python: no process group needed)."
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
     return PipeModelDataParallelTopology(num_pp=layout.pp, num_mp=layout.tp, num_dp=layout.dp)
+
 
 def megatron_groups(layout: Layout, axis: str) -> list[list[int]]:
     "The groups megatron-core's `initialize_model_parallel` creates along `axis`, from its own RankGenerator."
     from megatron.core.parallel_state import RankGenerator
+
     gen = RankGenerator(tp=layout.tp, ep=1, dp=layout.dp, pp=layout.pp, cp=1, order="tp-cp-ep-dp-pp")
     return gen.get_ranks(_MEGATRON_AXIS[axis])
+
 
 def check_against_libraries(layout: Layout) -> int:
     "Assert our coordinates and groups equal DeepSpeed's and megatron-core's; return the number of ranks checked."
@@ -88,23 +117,32 @@ def check_against_libraries(layout: Layout) -> int:
     return layout.world_size
 
 # %% ../nbs/10_topology.ipynb
-def node_of(rank: int, gpus_per_node: int = 8) -> int: return rank // gpus_per_node
+def node_of(rank: int, gpus_per_node: int = 8) -> int:
+    return rank // gpus_per_node
+
 
 def placement_report(layout: Layout, gpus_per_node: int = 8) -> dict:
     "Count how each kind of group sits on nodes of `gpus_per_node` consecutive ranks."
     nodes = lambda g: {node_of(r, gpus_per_node) for r in g}
     tp_groups, dp_groups, pp_groups = (layout.groups(a) for a in ("model", "data", "pipe"))
     hops = [(a, b) for g in pp_groups for a, b in zip(g, g[1:])]
-    return {"layout": f"TP{layout.tp} x PP{layout.pp} x DP{layout.dp}", "gpus": layout.world_size,
-            "nodes": -(-layout.world_size // gpus_per_node),
-            "tp_groups": len(tp_groups), "tp_groups_in_one_node": sum(len(nodes(g)) == 1 for g in tp_groups),
-            "pipeline_hops": len(hops), "hops_crossing_nodes": sum(node_of(a, gpus_per_node) != node_of(b, gpus_per_node) for a, b in hops),
-            "dp_groups": len(dp_groups), "dp_nodes_per_group": max(len(nodes(g)) for g in dp_groups)}
+    return {
+        "layout": f"TP{layout.tp} x PP{layout.pp} x DP{layout.dp}",
+        "gpus": layout.world_size,
+        "nodes": -(-layout.world_size // gpus_per_node),
+        "tp_groups": len(tp_groups),
+        "tp_groups_in_one_node": sum(len(nodes(g)) == 1 for g in tp_groups),
+        "pipeline_hops": len(hops),
+        "hops_crossing_nodes": sum(node_of(a, gpus_per_node) != node_of(b, gpus_per_node) for a, b in hops),
+        "dp_groups": len(dp_groups),
+        "dp_nodes_per_group": max(len(nodes(g)) for g in dp_groups),
+    }
 
 # %% ../nbs/10_topology.ipynb
 def plot_rank_grid(layout: Layout, gpus_per_node: int = 4):
     "Draw every rank of `layout` at (stage, replica, slice), coloured by node (`gpus_per_node` consecutive ranks)."
     import matplotlib.pyplot as plt
+
     T, P, D = layout.tp, layout.pp, layout.dp
     fig, ax = plt.subplots(figsize=(0.8 * T * D + 1.5, 0.8 * P + 1.2))
     cmap = plt.get_cmap("tab20")
@@ -113,67 +151,93 @@ def plot_rank_grid(layout: Layout, gpus_per_node: int = 4):
         x, y = c.data * (T + 0.4) + c.model, (P - 1 - c.pipe)
         ax.add_patch(plt.Rectangle((x, y), 0.95, 0.9, color=cmap(node_of(r, gpus_per_node) % 20), alpha=0.85))
         ax.text(x + 0.47, y + 0.45, f"{r}\ntp{c.model}", ha="center", va="center", fontsize=7)
-    ax.set_xlim(-0.2, D * (T + 0.4)); ax.set_ylim(-0.2, P + 0.1)
+    ax.set_xlim(-0.2, D * (T + 0.4))
+    ax.set_ylim(-0.2, P + 0.1)
     ax.set_xticks([d * (T + 0.4) + T / 2 for d in range(D)], [f"replica (dp) {d}" for d in range(D)])
     ax.set_yticks([P - 1 - p + 0.45 for p in range(P)], [f"stage (pp) {p}" for p in range(P)])
     ax.set_title(f"TP{T} x PP{P} x DP{D}: colour = node of {gpus_per_node} GPUs")
-    for s in ax.spines.values(): s.set_visible(False)
-    fig.tight_layout(); plt.close(fig)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    fig.tight_layout()
+    plt.close(fig)
     return fig
 
 # %% ../nbs/10_topology.ipynb
 def _ephemeral_low() -> int:
     "The lowest port the kernel hands out by itself (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768 by default)."
-    try: return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError): return 32768
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port(low: int = 20000) -> int:
     """A free TCP port for a rendezvous, below the kernel's ephemeral range. A port from `bind(0)` is ephemeral: between
     returning it and the rendezvous binding it, the kernel can give it to any other socket (a gloo pair of a job running
     beside this one), and the two jobs then connect to each other and hang."""
     import random
+
     high, rng = _ephemeral_low(), random.SystemRandom()
     for _ in range(100):
         port = rng.randrange(low, high) if high > low else 0
         with socket.socket() as s:
-            try: s.bind(("127.0.0.1", port)); return s.getsockname()[1]
-            except OSError: continue
+            try:
+                s.bind(("127.0.0.1", port))
+                return s.getsockname()[1]
+            except OSError:
+                continue
     raise OSError(f"no free TCP port between {low} and {high}")
+
 
 def _plain(x):
     "`x` with named tuples turned into tuples, so the parent can load it without unpickling any class."
-    if isinstance(x, dict): return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return type(x)(map(_plain, x)) if type(x) in (list, tuple) else tuple(map(_plain, x))
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(map(_plain, x)) if type(x) in (list, tuple) else tuple(map(_plain, x))
     return x
 
+
 def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_dir: str, timeout_s: float):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)                 # several processes share a few cores
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    torch.set_num_threads(1)  # several processes share a few cores
     # a collective that waits longer than timeout_s raises instead of hanging (a deadlocked schedule fails fast)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s))
     result = fn(*args)
     torch.save(_plain(result), Path(out_dir) / f"rank{rank}.pt")
-    end_distributed()                        # a rank that failed raises instead: its peers' collectives fail, and launch reports it
-    leave_job(0)                             # not the teardown (below, `leave_job`)
+    end_distributed()  # a rank that failed raises instead: its peers' collectives fail, and launch reports it
+    leave_job(0)  # not the teardown (below, `leave_job`)
+
 
 def launch(fn, world_size: int, *args, timeout_s: float = 300) -> list:
     "Run `fn(*args)` in `world_size` spawned processes joined by a gloo group; return the list of their results."
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_launch_entry, args=(fn, world_size, free_port(), args, out, timeout_s), nprocs=world_size,
-                           join=True, start_method="spawn")
-        return [torch.load(Path(out) / f"rank{r}.pt", weights_only=True) for r in range(world_size)]   # tensors, numbers, containers
+        mp.start_processes(
+            _launch_entry,
+            args=(fn, world_size, free_port(), args, out, timeout_s),
+            nprocs=world_size,
+            join=True,
+            start_method="spawn",
+        )
+        return [
+            torch.load(Path(out) / f"rank{r}.pt", weights_only=True) for r in range(world_size)
+        ]  # tensors, numbers, containers
 
 # %% ../nbs/10_topology.ipynb
 def _env_int(env, *names):
     for n in names:
-        if env.get(n, "") != "": return int(env[n])
+        if env.get(n, "") != "":
+            return int(env[n])
     return None
+
 
 def first_host(nodelist: str) -> str:
     "First host of a Slurm node list: `node[003-005,9]` -> `node003`, `a1,b2` -> `a1`."
     m = re.match(r"([^\[,]+)(?:\[([^\],\-]+))?", nodelist.strip())
     return m.group(1) + (m.group(2) or "")
+
 
 def launcher_env(env=None) -> dict:
     "Rank, world size, local rank and rendezvous address from torchrun/deepspeed, srun or mpirun (else: one process)."
@@ -181,180 +245,269 @@ def launcher_env(env=None) -> dict:
     rank = _env_int(env, "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
     world = _env_int(env, "WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
     local = _env_int(env, "LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
-    addr = env.get("MASTER_ADDR") or (first_host(env["SLURM_JOB_NODELIST"]) if "SLURM_JOB_NODELIST" in env else "127.0.0.1")
-    return {"rank": rank or 0, "world_size": world or 1, "local_rank": local or 0, "master_addr": addr,
-            "master_port": env.get("MASTER_PORT", "29500"), "launched": rank is not None}
+    addr = env.get("MASTER_ADDR") or (
+        first_host(env["SLURM_JOB_NODELIST"]) if "SLURM_JOB_NODELIST" in env else "127.0.0.1"
+    )
+    return {
+        "rank": rank or 0,
+        "world_size": world or 1,
+        "local_rank": local or 0,
+        "master_addr": addr,
+        "master_port": env.get("MASTER_PORT", "29500"),
+        "launched": rank is not None,
+    }
+
 
 def launched() -> bool:
     "True inside a process started by torchrun, deepspeed, srun or mpirun."
     return launcher_env()["launched"]
 
 # %% ../nbs/10_topology.ipynb
-def layout_problems(model, layout: Layout, global_batch: int, micro_batch: int = 1, gpus_per_node: int | None = None) -> list[str]:
+def layout_problems(
+    model, layout: Layout, global_batch: int, micro_batch: int = 1, gpus_per_node: int | None = None
+) -> list[str]:
     "Why `layout` cannot train `model` (a `ModelConfig`) with `global_batch` and `micro_batch` (empty list: it can)."
     tp, pp, dp = layout.tp, layout.pp, layout.dp
-    if min(tp, pp, dp, micro_batch) < 1: return [f"sizes must be >= 1 ({layout}, micro-batch {micro_batch})"]
+    if min(tp, pp, dp, micro_batch) < 1:
+        return [f"sizes must be >= 1 ({layout}, micro-batch {micro_batch})"]
     out = []
     if gpus_per_node and tp > gpus_per_node:
         out.append(f"TP {tp} > {gpus_per_node} GPUs per node: tensor parallelism must stay on NVLink inside a node")
-    if model.num_attention_heads % tp: out.append(f"{model.num_attention_heads} heads do not split over TP {tp}")
-    if model.ffn_size % tp: out.append(f"MLP size {model.ffn_size} does not split over TP {tp}")
-    if pp > model.num_layers: out.append(f"PP {pp} > {model.num_layers} layers: a stage needs at least one layer")
-    elif model.num_layers % pp: out.append(f"{model.num_layers} layers do not split into {pp} equal stages")
+    if model.num_attention_heads % tp:
+        out.append(f"{model.num_attention_heads} heads do not split over TP {tp}")
+    if model.ffn_size % tp:
+        out.append(f"MLP size {model.ffn_size} does not split over TP {tp}")
+    if pp > model.num_layers:
+        out.append(f"PP {pp} > {model.num_layers} layers: a stage needs at least one layer")
+    elif model.num_layers % pp:
+        out.append(f"{model.num_layers} layers do not split into {pp} equal stages")
     if global_batch % (micro_batch * dp):
         out.append(f"global batch {global_batch} is not divisible by micro-batch x DP = {micro_batch} x {dp}")
     elif (m := global_batch // (micro_batch * dp)) < pp:
-        out.append(f"{m} micro-batches per step (global batch {global_batch} / (micro-batch {micro_batch} x DP {dp})) "
-                   f"cannot fill {pp} pipeline stages")
+        out.append(
+            f"{m} micro-batches per step (global batch {global_batch} / (micro-batch {micro_batch} x DP {dp})) "
+            f"cannot fill {pp} pipeline stages"
+        )
     return out
+
 
 def check_layout(cfg: Config, world_size: int):
     "Reject a config that cannot run on `world_size` processes with a message naming the fix (no process group needed)."
     p, s = cfg.parallel, cfg.schedule
     if world_size != p.total_gpus:
-        fix = (f"or set parallel.data_parallel={world_size // p.gpus_per_replica}" if world_size % p.gpus_per_replica == 0
-               else f"(a world size must be a multiple of TP*PP = {p.gpus_per_replica})")
-        raise ConfigError(f"{world_size} processes but TP*PP*DP = {p.tensor_parallel}*{p.pipeline_parallel}*{p.data_parallel} = "
-                          f"{p.total_gpus}; launch {p.total_gpus} processes (e.g. `mtnlg train --nproc {p.total_gpus}`) {fix}")
+        fix = (
+            f"or set parallel.data_parallel={world_size // p.gpus_per_replica}"
+            if world_size % p.gpus_per_replica == 0
+            else f"(a world size must be a multiple of TP*PP = {p.gpus_per_replica})"
+        )
+        raise ConfigError(
+            f"{world_size} processes but TP*PP*DP = {p.tensor_parallel}*{p.pipeline_parallel}*{p.data_parallel} = "
+            f"{p.total_gpus}; launch {p.total_gpus} processes (e.g. `mtnlg train --nproc {p.total_gpus}`) {fix}"
+        )
     if problems := layout_problems(cfg.model, Layout.of(cfg), s.global_batch_size, s.micro_batch_size):
         fill = p.pipeline_parallel * s.micro_batch_size * p.data_parallel
-        hint = (f"; set schedule.global_batch_size >= {fill} or lower schedule.micro_batch_size"
-                if "cannot fill" in problems[-1] else "")
+        hint = (
+            f"; set schedule.global_batch_size >= {fill} or lower schedule.micro_batch_size"
+            if "cannot fill" in problems[-1]
+            else ""
+        )
         raise ConfigError("; ".join(problems) + hint)
 
 # %% ../nbs/10_topology.ipynb
 def init_distributed(layout: Layout = Layout(1, 1, 1), backend: str | None = None, timeout_s: float = 1800) -> Layout:
     "Join the job (or start a one-process group), initialise megatron-core's groups for `layout`, check them. Idempotent."
     from megatron.core import parallel_state as ps
+
     env = launcher_env()
     if env["world_size"] != layout.world_size:
         raise ConfigError(f"{env['world_size']} processes but {layout} needs {layout.world_size}")
     if not dist.is_initialized():
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        if torch.cuda.is_available(): torch.cuda.set_device(env["local_rank"])
+        if torch.cuda.is_available():
+            torch.cuda.set_device(env["local_rank"])
         if env["launched"]:
-            for k in ("rank", "world_size", "local_rank", "master_addr", "master_port"): os.environ[k.upper()] = str(env[k])
+            for k in ("rank", "world_size", "local_rank", "master_addr", "master_port"):
+                os.environ[k.upper()] = str(env[k])
             dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
         else:
-            os.environ.setdefault("LOCAL_RANK", "0")     # DeepSpeed's PipelineModule reads it even in one process
+            os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's PipelineModule reads it even in one process
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     if ps.model_parallel_is_initialized():
-        if (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()) == (layout.tp, layout.pp):
+        if (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()) == (
+            layout.tp,
+            layout.pp,
+        ):
             return layout
-        ps.destroy_model_parallel()                      # a different layout in the same process (notebooks, tests)
-    ps.initialize_model_parallel(tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
-                                 order="tp-cp-ep-dp-pp")
+        ps.destroy_model_parallel()  # a different layout in the same process (notebooks, tests)
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp, order="tp-cp-ep-dp-pp"
+    )
     check_groups(layout)
     return layout
+
 
 def check_groups(layout: Layout):
     "Assert the groups megatron-core built for this rank are `layout`'s, and so is this rank's coordinate."
     from megatron.core import parallel_state as ps
+
     rank = dist.get_rank()
-    for axis, group in (("model", ps.get_tensor_model_parallel_group()), ("data", ps.get_data_parallel_group()),
-                        ("pipe", ps.get_pipeline_model_parallel_group())):
+    for axis, group in (
+        ("model", ps.get_tensor_model_parallel_group()),
+        ("data", ps.get_data_parallel_group()),
+        ("pipe", ps.get_pipeline_model_parallel_group()),
+    ):
         mine = next(g for g in layout.groups(axis) if rank in g)
         assert dist.get_process_group_ranks(group) == mine, (axis, dist.get_process_group_ranks(group), mine)
     c = layout.coord(rank)
-    assert (c.model, c.data, c.pipe) == (ps.get_tensor_model_parallel_rank(), ps.get_data_parallel_rank(),
-                                         ps.get_pipeline_model_parallel_rank())
+    assert (c.model, c.data, c.pipe) == (
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_data_parallel_rank(),
+        ps.get_pipeline_model_parallel_rank(),
+    )
 
 # %% ../nbs/10_topology.ipynb
 class ParallelRNG:
     "A second RNG stream, distinct per tensor-parallel rank, swapped in with `fork()` (device-agnostic)."
-    def __init__(self): self.states = {}
+
+    def __init__(self):
+        self.states = {}
 
     def seed(self, seed: int, device: torch.device | str = "cpu"):
         from megatron.core import parallel_state as ps
+
         device = torch.device(device)
         tp_rank = ps.get_tensor_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
         with self._default_state(device):
-            torch.manual_seed(seed + 2718 + tp_rank)   # Megatron's offset for the model-parallel stream
+            torch.manual_seed(seed + 2718 + tp_rank)  # Megatron's offset for the model-parallel stream
             self.states[device.type] = self._get(device)
 
     @staticmethod
-    def _get(device): return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    def _get(device):
+        return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
     @staticmethod
     def _set(device, state):
-        if device.type == "cuda": torch.cuda.set_rng_state(state, device)
-        else: torch.set_rng_state(state)
+        if device.type == "cuda":
+            torch.cuda.set_rng_state(state, device)
+        else:
+            torch.set_rng_state(state)
 
     @contextlib.contextmanager
     def _default_state(self, device):
         saved = self._get(device)
-        try: yield
-        finally: self._set(device, saved)
+        try:
+            yield
+        finally:
+            self._set(device, saved)
 
     @contextlib.contextmanager
     def fork(self, device: torch.device | str = "cpu"):
         "Run the block with the tracked stream as the default generator of `device`."
         device = torch.device(device)
-        if device.type not in self.states: self.seed(0, device)
+        if device.type not in self.states:
+            self.seed(0, device)
         with self._default_state(device):
             self._set(device, self.states[device.type])
-            try: yield
-            finally: self.states[device.type] = self._get(device)
+            try:
+                yield
+            finally:
+                self.states[device.type] = self._get(device)
+
 
 model_parallel_rng = ParallelRNG()
+
 
 def seed_everything(seed: int, device: torch.device | str = "cpu"):
     """Default stream: same on TP ranks, offset per pipeline stage (as Megatron); tracked stream: per TP rank. numpy's
     and Python's global generators get the default stream's seed: nothing in a run draws from an unseeded generator."""
     from megatron.core import parallel_state as ps
+
     pp_rank = ps.get_pipeline_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
     torch.manual_seed(seed + 100 * pp_rank)
-    np.random.seed((seed + 100 * pp_rank) % 2**32); random.seed(seed + 100 * pp_rank)
+    np.random.seed((seed + 100 * pp_rank) % 2**32)
+    random.seed(seed + 100 * pp_rank)
     model_parallel_rng.seed(seed, device)
 
 # %% ../nbs/10_topology.ipynb
-DETERMINISTIC_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8",   # fixed cuBLAS workspaces: one reduction order per GEMM
-                     "NCCL_ALGO": "Ring"}                    # one all-reduce algorithm (not NVLS, which reduces in the switch)
+DETERMINISTIC_ENV = {
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # fixed cuBLAS workspaces: one reduction order per GEMM
+    "NCCL_ALGO": "Ring",
+}  # one all-reduce algorithm (not NVLS, which reduces in the switch)
+
 
 def deterministic_mode(on: bool) -> dict:
     """Make this process compute the same bits every time (`on`), or PyTorch's fast defaults (not `on`). Call it
     before `init_distributed` and the first CUDA kernel. Returns the environment variables it set (kept if already set)."""
     torch.use_deterministic_algorithms(on)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = on, False
-    if not on: return {}
+    if not on:
+        return {}
     return {k: os.environ.setdefault(k, v) for k, v in DETERMINISTIC_ENV.items()}
 
 # %% ../nbs/10_topology.ipynb
-NOISY_WARNINGS = ("Transformer Engine and Apex are not installed", ".*autograd kernel was not registered.*",
-                  ".*CUDA_DEVICE_MAX_CONNECTIONS.*", ".*all_gather_into_tensor.*is deprecated.*",
-                  ".*does not have many workers.*")
+NOISY_WARNINGS = (
+    "Transformer Engine and Apex are not installed",
+    ".*autograd kernel was not registered.*",
+    ".*CUDA_DEVICE_MAX_CONNECTIONS.*",
+    ".*all_gather_into_tensor.*is deprecated.*",
+    ".*does not have many workers.*",
+)
+
 
 def quiet_libraries():
     "Silence the CPU-irrelevant warnings of megatron-core, DeepSpeed and DataLoader, and DeepSpeed's INFO logs."
-    for message in NOISY_WARNINGS: warnings.filterwarnings("ignore", message=message)
-    for name in ("DeepSpeed", "deepspeed"): logging.getLogger(name).setLevel(logging.WARNING)
+    for message in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    for name in ("DeepSpeed", "deepspeed"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 # %% ../nbs/10_topology.ipynb
 def torchrun_command(argv: list[str], nproc: int, program: str = "mtnlg") -> list[str]:
     "The torchrun command that runs `program argv...` as `nproc` local processes."
     exe = shutil.which(program, path=str(Path(sys.executable).parent)) or shutil.which(program) or program
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-            "--master-port", str(free_port()), "--no-python", exe, *argv]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "--no-python",
+        exe,
+        *argv,
+    ]
 
 # %% ../nbs/10_topology.ipynb
-RANK_ERRORS_ENV = "MTNLG_RANK_ERRORS"     # the folder where each rank `run_ranks` started leaves its error, if it fails
+RANK_ERRORS_ENV = "MTNLG_RANK_ERRORS"  # the folder where each rank `run_ranks` started leaves its error, if it fails
+
 
 def report_rank_error(code: int, message: str) -> bool:
     """In a rank `run_ranks` started: leave `message` (one line) and the exit `code` (2: a user error, 1: a crash) for
     the launcher, which prints the job's first error once. False when no launcher is listening (print it yourself).
     Written whole or not at all (a temporary file renamed into place): the launcher never reads half a file."""
     where = os.environ.get(RANK_ERRORS_ENV)
-    if not where or not launched(): return False
+    if not where or not launched():
+        return False
     rank = launcher_env()["rank"]
     path = Path(where) / f"rank-{rank:05d}.json"
-    if not path.exists():                               # a rank's first error is its cause; later ones follow from it
+    if not path.exists():  # a rank's first error is its cause; later ones follow from it
         record = {"rank": rank, "code": code, "message": message, "time": time.time()}
         try:
             part = path.with_suffix(f".{os.getpid()}.part")
-            part.write_text(json.dumps(record)); os.replace(part, path)
-        except OSError: return False                    # the launcher is gone (its folder with it): say it here
+            part.write_text(json.dumps(record))
+            os.replace(part, path)
+        except OSError:
+            return False  # the launcher is gone (its folder with it): say it here
     return True
 
-FIRST_ERROR_WAIT_S = 5.0   # how long rank 0, the store's host, stays for its failing peers' claims when a peer failed first
+
+FIRST_ERROR_WAIT_S = (
+    5.0  # how long rank 0, the store's host, stays for its failing peers' claims when a peer failed first
+)
+
 
 def claim_first_error() -> bool:
     """In a rank no `run_ranks` started (srun, mpirun, a plain torchrun): whether this rank prints the error it found.
@@ -363,8 +516,10 @@ def claim_first_error() -> bool:
     lives in rank 0: when a peer failed first, rank 0 stays until every rank has claimed (at most `FIRST_ERROR_WAIT_S`),
     so that a slower peer does not find the store gone and print its error too."""
     env = launcher_env()
-    if not env["launched"] or env["world_size"] == 1: return True
-    if not dist.is_initialized(): return env["rank"] == 0
+    if not env["launched"] or env["world_size"] == 1:
+        return True
+    if not dist.is_initialized():
+        return env["rank"] == 0
     try:
         store = dist.distributed_c10d._get_default_store()
         store.set_timeout(timedelta(seconds=10))
@@ -372,40 +527,55 @@ def claim_first_error() -> bool:
         first, claimed = store.compare_set("mtnlg/first-error", "", me) == me, store.add("mtnlg/claimed", 1)
         deadline = time.monotonic() + FIRST_ERROR_WAIT_S
         while dist.get_rank() == 0 and not first and claimed < env["world_size"] and time.monotonic() < deadline:
-            time.sleep(0.05); claimed = store.add("mtnlg/claimed", 0)
+            time.sleep(0.05)
+            claimed = store.add("mtnlg/claimed", 0)
         return first
-    except (RuntimeError, OSError): return True   # DistStoreError, a timeout: the store went with its host (rank 0); better twice than not at all
+    except (RuntimeError, OSError):
+        return True  # DistStoreError, a timeout: the store went with its host (rank 0); better twice than not at all
+
 
 def rank_errors(where) -> list[dict]:
     "The errors ranks left in `where`, earliest first; a file that cannot be read or is not a whole error is skipped."
     out = []
     for p in Path(where).glob("rank-*.json"):
-        try: e = json.loads(p.read_text())
-        except (OSError, ValueError): continue
-        if isinstance(e, dict) and {"rank", "code", "message", "time"} <= e.keys(): out.append(e)
+        try:
+            e = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(e, dict) and {"rank", "code", "message", "time"} <= e.keys():
+            out.append(e)
     return sorted(out, key=lambda e: (e["time"], e["rank"]))
 
 # %% ../nbs/10_topology.ipynb
-SIGNAL_SLACK_S = 0.1      # how much earlier than seen a signal's death may have been (the exit clock's lag)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT)   # what a launcher sends the ranks it stops
+SIGNAL_SLACK_S = 0.1  # how much earlier than seen a signal's death may have been (the exit clock's lag)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT)  # what a launcher sends the ranks it stops
+
 
 def _signal_name(code: int) -> str:
     return signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+
 
 def _failure_times(errors: dict, exit_codes: dict, exit_times: dict) -> dict:
     "rank -> when it failed: its error's time, else its exit's (less `SIGNAL_SLACK_S` for a death by signal)."
     t = {}
     for r, code in exit_codes.items():
-        if r in errors: t[r] = errors[r]["time"]
-        elif r in exit_times: t[r] = exit_times[r] - (SIGNAL_SLACK_S if code < 0 else 0)
-        else: t[r] = float("inf")
+        if r in errors:
+            t[r] = errors[r]["time"]
+        elif r in exit_times:
+            t[r] = exit_times[r] - (SIGNAL_SLACK_S if code < 0 else 0)
+        else:
+            t[r] = float("inf")
     return t
+
 
 def _stopped(rank: int, code: int, errors: dict) -> bool:
     "A rank the launcher ended: no error of its own, and the signal a launcher stops ranks with."
     return rank not in errors and code < 0 and -code in STOP_SIGNALS
 
-def job_failure(errors: list[dict], exit_codes: dict[int, int], exit_times: dict[int, float] | None = None) -> tuple[int, str]:
+
+def job_failure(
+    errors: list[dict], exit_codes: dict[int, int], exit_times: dict[int, float] | None = None
+) -> tuple[int, str]:
     """The failed job's exit code and what to print: the rank that failed first (`errors`: what ranks left,
     `exit_codes`: rank -> exit code, negative for a signal; `exit_times`: rank -> when it exited) — a user error as
     one process prints it, with its rank only where the other ranks did not say the same; a crash with its rank; a
@@ -414,35 +584,48 @@ def job_failure(errors: list[dict], exit_codes: dict[int, int], exit_times: dict
     torchrun's SIGTERM comes last, always."""
     by_rank = {e["rank"]: e for e in errors}
     codes = {**{r: e["code"] for r, e in by_rank.items()}, **exit_codes}
-    if not codes: return 1, "the job failed and no rank said why"
-    t = _failure_times(by_rank, codes, exit_times or {})          # no exit times: the errors, then the signals
+    if not codes:
+        return 1, "the job failed and no rank said why"
+    t = _failure_times(by_rank, codes, exit_times or {})  # no exit times: the errors, then the signals
     # torchrun's SIGTERM (no error of its own) is never the cause while another rank failed otherwise: it follows the
     # first failure within milliseconds, less than a signal's `SIGNAL_SLACK_S`
     first = min(codes, key=lambda r: (codes[r] == -signal.SIGTERM and r not in by_rank, t[r], r))
     code, err = codes[first], by_rank.get(first)
-    if err and err["code"] == 2:                 # a user error: one line, as one process prints it, and nothing after
+    if err and err["code"] == 2:  # a user error: one line, as one process prints it, and nothing after
         alone = any(e["message"] != err["message"] for e in errors) or len(errors) < len(codes)
         return 2, (f"rank {first}: " if alone and first != 0 else "") + err["message"]
-    if err: exit_code, line = err["code"], f"rank {first} failed: {err['message']} (its traceback is above)"
-    elif code < 0: exit_code, line = 128 - code, f"rank {first} was ended by {_signal_name(code)} and left no error"
-    else: exit_code, line = code or 1, f"rank {first} exited with code {code} and left no error"
+    if err:
+        exit_code, line = err["code"], f"rank {first} failed: {err['message']} (its traceback is above)"
+    elif code < 0:
+        exit_code, line = 128 - code, f"rank {first} was ended by {_signal_name(code)} and left no error"
+    else:
+        exit_code, line = code or 1, f"rank {first} exited with code {code} and left no error"
     return exit_code, line + _after(first, err, codes, by_rank, t)
+
 
 def _short(message: str, width: int = 80) -> str:
     "An error's gist: without a C++ source location (`[.../pair.cc:553] `), its first sentence, at most `width` characters."
     m = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ", "", message).split(". ")[0]
-    return m if len(m) <= width else m[:width - 3] + "..."
+    return m if len(m) <= width else m[: width - 3] + "..."
+
 
 def _after(first: int, err: dict | None, codes: dict, by_rank: dict, t: dict) -> str:
     "One line: the ranks that failed after `first` (grouped by what they said), not those the launcher stopped."
     why = {}
     for r in sorted(codes, key=lambda r: (t[r], r)):
-        if r == first or _stopped(r, codes[r], by_rank): continue
+        if r == first or _stopped(r, codes[r], by_rank):
+            continue
         e = by_rank.get(r)
-        if err and e and e["message"] == err["message"]: continue      # said the same: the first line says it
-        reason = _short(e["message"]) if e else (f"ended by {_signal_name(codes[r])}" if codes[r] < 0 else f"exit code {codes[r]}")
+        if err and e and e["message"] == err["message"]:
+            continue  # said the same: the first line says it
+        reason = (
+            _short(e["message"])
+            if e
+            else (f"ended by {_signal_name(codes[r])}" if codes[r] < 0 else f"exit code {codes[r]}")
+        )
         why.setdefault(reason, []).append(r)
-    if not why: return ""
+    if not why:
+        return ""
     n = sum(map(len, why.values()))
     parts = "; ".join(f"rank{'s' * (len(rs) > 1)} {', '.join(map(str, rs))}: {reason}" for reason, rs in why.items())
     return f"\n{n} other rank{'s' * (n > 1)} failed after it: {parts}"
@@ -451,18 +634,25 @@ def _after(first: int, err: dict | None, codes: dict, by_rank: dict, t: dict) ->
 @contextlib.contextmanager
 def _torchrun_quietly():
     "torchrun's log lines off (its thread-count banner, `Sending process ... SIGTERM`, its failure report): the launcher says what failed."
-    import torch.distributed.run                        # creates torchrun's loggers
+    import torch.distributed.run  # creates torchrun's loggers
+
     loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.startswith("torch.distributed")]
     levels = [l.level for l in loggers]
-    for l in loggers: l.setLevel(logging.CRITICAL)
-    try: yield
+    for l in loggers:
+        l.setLevel(logging.CRITICAL)
+    try:
+        yield
     finally:
-        for l, level in zip(loggers, levels): l.setLevel(level)
+        for l, level in zip(loggers, levels):
+            l.setLevel(level)
+
 
 class _ExitClock:
     "A thread noting when each child of this process exits (a pidfd per child, polled), without reaping it."
+
     def __init__(self):
         import threading
+
         self.times, self._stop = {}, threading.Event()
         self._thread = threading.Thread(target=self._run, name="mtnlg-exit-clock", daemon=True)
         self._thread.start()
@@ -471,32 +661,45 @@ class _ExitClock:
     def _children() -> set[int]:
         pids = set()
         for task in Path("/proc/self/task").iterdir():
-            try: pids |= {int(p) for p in (task / "children").read_text().split()}
-            except (OSError, ValueError): pass
+            try:
+                pids |= {int(p) for p in (task / "children").read_text().split()}
+            except (OSError, ValueError):
+                pass
         return pids
 
     def _run(self):
         import select
-        poller, watched = select.poll(), {}                          # fd -> pid
+
+        poller, watched = select.poll(), {}  # fd -> pid
         try:
             while not self._stop.is_set():
                 for pid in self._children() - set(watched.values()) - self.times.keys():
-                    try: fd = os.pidfd_open(pid)
-                    except OSError: continue                         # already reaped
-                    watched[fd] = pid; poller.register(fd, select.POLLIN)
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except OSError:
+                        continue  # already reaped
+                    watched[fd] = pid
+                    poller.register(fd, select.POLLIN)
                 for fd, _ in poller.poll(10):
                     self.times.setdefault(watched[fd], time.time())
-                    poller.unregister(fd); os.close(fd); del watched[fd]
-        except (OSError, AttributeError): pass                       # no pidfd_open/poll here, or the kernel refused: torchrun's timestamps stand in
+                    poller.unregister(fd)
+                    os.close(fd)
+                    del watched[fd]
+        except (OSError, AttributeError):
+            pass  # no pidfd_open/poll here, or the kernel refused: torchrun's timestamps stand in
         finally:
-            for fd in watched: os.close(fd)
+            for fd in watched:
+                os.close(fd)
 
-    def stop(self): self._stop.set(); self._thread.join(5)
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
 
 # The reaper: a small process that waits on a pipe from the launcher. A launcher killed by SIGKILL closes the pipe
 # without a word; then the reaper ends every process started with the launcher's error folder in its environment
 # (the ranks and what they started), and removes the folder.
-_REAPER = r'''
+_REAPER = r"""
 import os, shutil, signal, sys
 where = sys.argv[1]
 if sys.stdin.buffer.read():                              # the launcher ended and cleaned up itself
@@ -507,25 +710,34 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         if mark in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"): os.kill(int(pid), signal.SIGKILL)
     except OSError: pass
 shutil.rmtree(where, ignore_errors=True)
-'''
+"""
+
 
 def ranks_of(where) -> list[int]:
     "The pids of the live processes started under the error folder `where` (the ranks of one `run_ranks`, and their children)."
     mark, out = f"{RANK_ERRORS_ENV}={where}".encode(), []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z":
+            if (
+                mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+            ):
                 out.append(int(pid))
-        except (OSError, IndexError): pass
+        except (OSError, IndexError):
+            pass
     return out
+
 
 def _end_ranks(where):
     for pid in ranks_of(where):
-        with contextlib.suppress(OSError): os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
 
 def _exit_times(failures, clock) -> dict[int, float]:
     "rank -> when it exited: the clock's time, else torchrun's (whole seconds: the end of its second)."
     return {r: clock.times.get(f.pid, f.timestamp + 0.999) for r, f in failures.items()}
+
 
 def run_ranks(argv: list[str], nproc: int, program: str = "mtnlg") -> int:
     """Run `program argv...` as `nproc` local ranks under torchrun's launcher, in this process. 0 if every rank
@@ -536,35 +748,47 @@ def run_ranks(argv: list[str], nproc: int, program: str = "mtnlg") -> int:
     from torch.distributed.run import parse_args, run
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with tempfile.TemporaryDirectory(prefix="mtnlg-rank-errors-") as where, _torchrun_quietly():
         reaper = subprocess.Popen([sys.executable, "-c", _REAPER, where], stdin=subprocess.PIPE, start_new_session=True)
         previous, clock = os.environ.get(RANK_ERRORS_ENV), _ExitClock()
-        os.environ[RANK_ERRORS_ENV] = where            # the ranks inherit it
-        try: run(parse_args(torchrun_command(argv, nproc, program)[3:])); return 0
+        os.environ[RANK_ERRORS_ENV] = where  # the ranks inherit it
+        try:
+            run(parse_args(torchrun_command(argv, nproc, program)[3:]))
+            return 0
         except ChildFailedError as e:
-            code, lines = job_failure(rank_errors(where), {r: f.exitcode for r, f in e.failures.items()},
-                                      _exit_times(e.failures, clock))
-            for line in lines.splitlines(): print(f"{program}: {line}", file=sys.stderr)
+            code, lines = job_failure(
+                rank_errors(where), {r: f.exitcode for r, f in e.failures.items()}, _exit_times(e.failures, clock)
+            )
+            for line in lines.splitlines():
+                print(f"{program}: {line}", file=sys.stderr)
             return code
-        except (SignalException, KeyboardInterrupt) as e:   # torchrun has passed the signal to every rank and waited
+        except (SignalException, KeyboardInterrupt) as e:  # torchrun has passed the signal to every rank and waited
             sig = getattr(e, "sigval", signal.SIGINT)
             print(f"{program}: stopped by {signal.Signals(sig).name}; every rank ended", file=sys.stderr)
             return 128 + sig
         finally:
-            if previous is None: os.environ.pop(RANK_ERRORS_ENV, None)
-            else: os.environ[RANK_ERRORS_ENV] = previous
-            for s, h in handlers.items(): signal.signal(s, h)
+            if previous is None:
+                os.environ.pop(RANK_ERRORS_ENV, None)
+            else:
+                os.environ[RANK_ERRORS_ENV] = previous
+            for s, h in handlers.items():
+                signal.signal(s, h)
             clock.stop()
-            _end_ranks(where)                          # a rank a Ctrl-C caught before torchrun listened
-            with contextlib.suppress(OSError): reaper.stdin.write(b"done"); reaper.stdin.close()
+            _end_ranks(where)  # a rank a Ctrl-C caught before torchrun listened
+            with contextlib.suppress(OSError):
+                reaper.stdin.write(b"done")
+                reaper.stdin.close()
             reaper.wait()
+
 
 def end_distributed():
     """Leave the process group together: a barrier, then `destroy_process_group`. A rank that exits while a gloo peer
     is still inside a collective makes the peer abort (SIGABRT) — every multi-process program here ends this way.
     One process keeps its group (a notebook or test goes on using it)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1: return
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
     dist.barrier()
     dist.destroy_process_group()
 
@@ -576,5 +800,7 @@ def leave_job(code: int) -> int:
     process, a test calling `mtnlg.cli.main`) it returns `code`."""
     env = launcher_env()
     if env["launched"] and env["world_size"] > 1:
-        sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code

@@ -9,10 +9,14 @@ __all__ = ['BACKENDS', 'MAX_SKIPPED_IN_A_ROW', 'FRESH_STATE', 'autocast_for', 't
            'log_step', 'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'reshard', 'plot_losses']
 
 # %% ../nbs/41_train.ipynb
-import json, math, os, time
+import json
+import math
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-import numpy as np, torch
+import numpy as np
+import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 from .config import Config, load_config, count_parameters
@@ -23,16 +27,31 @@ from .schedules import iterations, lr_at
 from .data_loading import check_data, training_data
 from .config import narayanan_flops
 from .counting import gpu_for, utilization
-from .checkpoint import (Checkpoint, StopRequest, make_shard, save_checkpoint, latest_checkpoint, set_rng_state,
-                              shard_name, tp_dim, newest_verified_checkpoint, CheckpointCorruptError, _what_is_wrong)
+from mtnlg.checkpoint import (
+    Checkpoint,
+    StopRequest,
+    make_shard,
+    save_checkpoint,
+    latest_checkpoint,
+    set_rng_state,
+    shard_name,
+    tp_dim,
+    newest_verified_checkpoint,
+    CheckpointCorruptError,
+    _what_is_wrong,
+)
 
 # %% ../nbs/41_train.ipynb
 def autocast_for(cfg: Config, device: torch.device):
     "bf16 autocast if the config trains in bf16, else a no-op context."
-    if cfg.precision == "bf16": return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    if cfg.precision == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
     return lambda: torch.autocast(device.type, enabled=False)
 
-def train_step(model, optimizer, batch: torch.Tensor, micro_batch_size: int, clip_grad: float, autocast) -> tuple[float, float, bool]:
+
+def train_step(
+    model, optimizer, batch: torch.Tensor, micro_batch_size: int, clip_grad: float, autocast
+) -> tuple[float, float, bool]:
     """Forward/backward over the micro-batches of `batch` ([global_batch, seq+1]), clip, step — unless the loss or the
     gradient norm is NaN/Inf: then the step is skipped (gradients dropped, weights and Adam state untouched).
     Returns (loss, grad norm, skipped)."""
@@ -51,20 +70,30 @@ def train_step(model, optimizer, batch: torch.Tensor, micro_batch_size: int, cli
     optimizer.step()
     return total, grad_norm, False
 
+
 class SingleProcess:
     "The whole model in this process: plain PyTorch GPT, AdamW, gradient accumulation, clipping."
+
     holds_loss = True
+
     def __init__(self, cfg: Config, device: torch.device):
         self.cfg, self.device = cfg, device
-        self.model = GPT(cfg.model, init_seed=cfg.seed).to(device).train()   # layer i from seed+i, as the 3D engine
+        self.model = GPT(cfg.model, init_seed=cfg.seed).to(device).train()  # layer i from seed+i, as the 3D engine
         self.optimizer = make_optimizer(self.model, cfg)
         self.autocast = autocast_for(cfg, device)
         self.description = f"one process ({device.type})"
 
     def train_step(self, batch: torch.Tensor, lr: float) -> tuple[float, float, bool]:
-        for g in self.optimizer.param_groups: g["lr"] = lr
-        return train_step(self.model, self.optimizer, batch, self.cfg.schedule.micro_batch_size,
-                          self.cfg.optimizer.clip_grad, self.autocast)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        return train_step(
+            self.model,
+            self.optimizer,
+            batch,
+            self.cfg.schedule.micro_batch_size,
+            self.cfg.optimizer.clip_grad,
+            self.autocast,
+        )
 
     @torch.no_grad()
     def eval_loss(self, batches: list) -> float:
@@ -72,7 +101,8 @@ class SingleProcess:
         self.model.eval()
         losses = []
         for b in batches:
-            with self.autocast(): losses.append(self.model(b[:, :-1], b[:, 1:]).mean().item())
+            with self.autocast():
+                losses.append(self.model(b[:, :-1], b[:, 1:]).mean().item())
         self.model.train()
         return float(np.mean(losses))
 
@@ -81,114 +111,155 @@ class SingleProcess:
         params, frags, step = dict(self.model.named_parameters()), {}, 0
         for n, p in params.items():
             st = self.optimizer.state.get(p, {})
-            if "step" in st: step = int(st["step"])
-            frags[n] = {"start": 0, "master": p, "exp_avg": st.get("exp_avg", torch.zeros_like(p)),
-                        "exp_avg_sq": st.get("exp_avg_sq", torch.zeros_like(p))}
+            if "step" in st:
+                step = int(st["step"])
+            frags[n] = {
+                "start": 0,
+                "master": p,
+                "exp_avg": st.get("exp_avg", torch.zeros_like(p)),
+                "exp_avg_sq": st.get("exp_avg_sq", torch.zeros_like(p)),
+            }
         return make_shard(params, frags, step, with_model=True)
 
     @torch.no_grad()
     def load_checkpoint(self, ckpt: Checkpoint):
         "Weights (the fp32 masters) and Adam's state from a checkpoint of any layout."
-        with ckpt.checking_behind():                     # checksums checked while the tensors are copied
+        with ckpt.checking_behind():  # checksums checked while the tensors are copied
             step = ckpt.optimizer_step
             for n, p in self.model.named_parameters():
-                local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p)).to(self.device, copy=True)   # not a view of the file
+                local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p)).to(
+                    self.device, copy=True
+                )  # not a view of the file
                 p.copy_(local("master"))
-                if step: self.optimizer.state[p] = {"step": torch.tensor(float(step)), "exp_avg": local("exp_avg"),
-                                                    "exp_avg_sq": local("exp_avg_sq")}
+                if step:
+                    self.optimizer.state[p] = {
+                        "step": torch.tensor(float(step)),
+                        "exp_avg": local("exp_avg"),
+                        "exp_avg_sq": local("exp_avg_sq"),
+                    }
 
 # %% ../nbs/41_train.ipynb
 @dataclass
 class TrainResult:
     run_dir: Path
     metrics: list
-    final_train_loss: float   # mean training loss over the last logging window
+    final_train_loss: float  # mean training loss over the last logging window
     final_valid_loss: float
-    unigram_entropy: float    # nats/token of the training data: the context-free baseline
-    checkpoint: Path          # the last step directory written
-    model: torch.nn.Module | None   # the trained model (single process only)
-    stopped_by: str | None = None   # the signal that stopped the run early (after a checkpoint), if any
+    unigram_entropy: float  # nats/token of the training data: the context-free baseline
+    checkpoint: Path  # the last step directory written
+    model: torch.nn.Module | None  # the trained model (single process only)
+    stopped_by: str | None = None  # the signal that stopped the run early (after a checkpoint), if any
+
 
 BACKENDS = ("auto", "single", "deepspeed")
+
 
 def pick_backend(kind: str, world_size: int, launched: bool, device_type: str) -> str:
     """`auto` -> chapter 14's engine for several processes, under a launcher, or on a GPU (bf16 weights with fp32
     masters: 1.34x the plain loop's tokens/s for gpt-1.3b on an H100); the plain loop on one CPU process."""
-    if kind not in BACKENDS: raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
-    if kind != "auto": return kind
+    if kind not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
+    if kind != "auto":
+        return kind
     return "deepspeed" if launched or world_size > 1 or device_type == "cuda" else "single"
+
 
 def make_backend(cfg: Config, layout: Layout, kind: str, device: torch.device):
     "`single` (plain PyTorch, one process) or `deepspeed` (chapter 14's 3D engine); `auto` as `pick_backend` says."
     kind = pick_backend(kind, layout.world_size, launched(), device.type)
     if kind == "single":
-        if layout.world_size != 1: raise ValueError(f"the single-process backend runs TP=PP=DP=1, not {layout}")
+        if layout.world_size != 1:
+            raise ValueError(f"the single-process backend runs TP=PP=DP=1, not {layout}")
         return SingleProcess(cfg, device)
     from mtnlg.engine import DeepSpeedBackend
+
     return DeepSpeedBackend(cfg, layout, iterations(cfg)[0][1])
+
 
 def checkpoint_dir(cfg: Config, run_dir: Path) -> Path:
     return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else Path(run_dir) / "checkpoints"
+
 
 def resume_from(cfg: Config, run_dir: Path, layout: Layout, say=print, skip: dict | None = None) -> Checkpoint | None:
     """Collective: the checkpoint `checkpoint.resume` names (`auto`: the newest in this run's checkpoints, if any, not
     in `skip`), checked against the run; its meta.json, config and tokenizer verified, its shards' checksums being
     checked in a background thread while the model is built (`load_start` waits for the verdict)."""
     r = cfg.checkpoint.resume
-    if r is None: return None
-    if r == "auto": ckpt = newest_verified_checkpoint(checkpoint_dir(cfg, run_dir), say, skip, behind=True)
-    else: ckpt = Checkpoint(r); ckpt.start_verify()     # named: refused if corrupt, by `load_start`
-    if ckpt is None: return None
+    if r is None:
+        return None
+    if r == "auto":
+        ckpt = newest_verified_checkpoint(checkpoint_dir(cfg, run_dir), say, skip, behind=True)
+    else:
+        ckpt = Checkpoint(r)
+        ckpt.start_verify()  # named: refused if corrupt, by `load_start`
+    if ckpt is None:
+        return None
     if ckpt.config.model != cfg.model:
         raise ValueError(f"checkpoint {str(ckpt.dir)!r} holds a different model ({ckpt.config.model}) than this config")
     if ckpt.layout != layout and not cfg.checkpoint.reshard:
-        raise ValueError(f"checkpoint {str(ckpt.dir)!r} was saved on {ckpt.layout}, this run is {layout}, and "
-                         f"checkpoint.reshard is false: set it true to reshard on load, or run on {ckpt.layout}")
+        raise ValueError(
+            f"checkpoint {str(ckpt.dir)!r} was saved on {ckpt.layout}, this run is {layout}, and "
+            f"checkpoint.reshard is false: set it true to reshard on load, or run on {ckpt.layout}"
+        )
     return ckpt
+
 
 def check_inputs(cfg: Config, run_dir=None):
     """What a job reads before its first step — the training data, and a checkpoint `checkpoint.resume` names — checked
     in the launcher before any rank starts (`mtnlg train --nproc`): a missing file is one error, not one per rank."""
     check_data(cfg, Path(run_dir or cfg.run_dir))
-    if cfg.checkpoint.resume not in (None, "auto"): Checkpoint(cfg.checkpoint.resume)   # complete; meta, config, tokenizer as saved
+    if cfg.checkpoint.resume not in (None, "auto"):
+        Checkpoint(cfg.checkpoint.resume)  # complete; meta, config, tokenizer as saved
 
 # %% ../nbs/41_train.ipynb
 MAX_SKIPPED_IN_A_ROW = 10
 FRESH_STATE = {"step": 0, "consumed_samples": 0, "tokens": 0, "skipped_steps": 0, "loss_window": [], "elapsed_s": 0.0}
 
+
 @dataclass
 class Run:
     "One rank's training run, as the loop's parts share it. `state` is what a checkpoint carries; the rest is rebuilt."
+
     cfg: Config
     layout: Layout
     device: torch.device
     run_dir: Path
-    start: Checkpoint | None                 # the checkpoint this run resumes from, if any
-    steps: list = field(default_factory=list)          # (tokens before, batch size) of every step: chapter 40
-    data: object = None                      # chapter 42's training data
-    engine: object = None                    # SingleProcess or chapter 14's DeepSpeedBackend
+    start: Checkpoint | None  # the checkpoint this run resumes from, if any
+    steps: list = field(default_factory=list)  # (tokens before, batch size) of every step: chapter 40
+    data: object = None  # chapter 42's training data
+    engine: object = None  # SingleProcess or chapter 14's DeepSpeedBackend
     state: dict = field(default_factory=lambda: dict(FRESH_STATE))
-    say: object = print                      # the log on the rank that holds the loss, silent on the others
+    say: object = print  # the log on the rank that holds the loss, silent on the others
     skipped_in_a_row: int = 0
-    losses: list = field(default_factory=list)         # since the last log line: the steps that were not skipped
-    seconds: float = 0.0                     # ... the time spent in training steps
-    tokens: int = 0                          # ... and the tokens they trained
+    losses: list = field(default_factory=list)  # since the last log line: the steps that were not skipped
+    seconds: float = 0.0  # ... the time spent in training steps
+    tokens: int = 0  # ... and the tokens they trained
 
     @property
-    def ckpt_dir(self) -> Path: return checkpoint_dir(self.cfg, self.run_dir)
+    def ckpt_dir(self) -> Path:
+        return checkpoint_dir(self.cfg, self.run_dir)
+
 
 def open_run(cfg: Config, run_dir=None, log=print) -> Run:
     """Join the job, seed every stream, and find the checkpoint to resume from (a missing one, or one whose meta.json,
     config or tokenizer is bad, fails here, before any data; its shards are checked while the model is built)."""
-    deterministic_mode(cfg.deterministic)               # before the process group and the first CUDA kernel
+    deterministic_mode(cfg.deterministic)  # before the process group and the first CUDA kernel
     layout = init_distributed(Layout.of(cfg))
     run_dir = Path(run_dir or cfg.run_dir)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     seed_everything(cfg.seed, device)
-    run = Run(cfg, layout, device, run_dir, resume_from(cfg, run_dir, layout, log if dist.get_rank() == 0 else lambda *a: None))
-    if dist.get_rank() == 0: run_dir.mkdir(parents=True, exist_ok=True)
+    run = Run(
+        cfg,
+        layout,
+        device,
+        run_dir,
+        resume_from(cfg, run_dir, layout, log if dist.get_rank() == 0 else lambda *a: None),
+    )
+    if dist.get_rank() == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     return run
+
 
 def load_start(run: Run, say=print) -> Checkpoint:
     """Collective: `run.start`'s weights and Adam's state copied into the engine while its shards' checksums are still
@@ -197,57 +268,83 @@ def load_start(run: Run, say=print) -> Checkpoint:
     newest older step instead, checked the same way."""
     ckpt, skip = run.start, {}
     while True:
-        try: run.engine.load_checkpoint(ckpt); found = None
-        except CheckpointCorruptError as e: found = e          # unreadable and corrupt on this rank: one verdict with the others'
-        try: ckpt.verify_all(found); return ckpt
+        try:
+            run.engine.load_checkpoint(ckpt)
+            found = None
         except CheckpointCorruptError as e:
-            if run.cfg.checkpoint.resume != "auto": raise
-            skip[ckpt.dir] = _what_is_wrong(e)                 # what was copied is overwritten by the older step
+            found = e  # unreadable and corrupt on this rank: one verdict with the others'
+        try:
+            ckpt.verify_all(found)
+            return ckpt
+        except CheckpointCorruptError as e:
+            if run.cfg.checkpoint.resume != "auto":
+                raise
+            skip[ckpt.dir] = _what_is_wrong(e)  # what was copied is overwritten by the older step
             ckpt = resume_from(run.cfg, run.run_dir, run.layout, say, skip)
+
 
 def load_run(run: Run, backend: str = "auto", log=print) -> Run:
     "The schedule, the data and the backend; on resume, the weights, Adam's state, the counters and the random streams."
     cfg, s, m, rank = run.cfg, run.cfg.schedule, run.cfg.model, dist.get_rank()
     quiet = lambda *a, **k: None
     run.steps = iterations(cfg)
-    samples = max(math.ceil(s.train_tokens / m.seq_length), sum(b for _, b in run.steps))   # the whole schedule's
+    samples = max(math.ceil(s.train_tokens / m.seq_length), sum(b for _, b in run.steps))  # the whole schedule's
     run.data = training_data(cfg, samples, s.micro_batch_size * s.eval_iters, run.run_dir, log if rank == 0 else quiet)
     run.engine = make_backend(cfg, run.layout, backend, run.device)
     run.say = log if run.engine.holds_loss else quiet
     if run.start:
         start = run.start
         if start.tokenizer_file.read_bytes() != Path(run.data.tokenizer_file).read_bytes():
-            raise ValueError(f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {run.data.tokenizer_file}: "
-                             f"resume on the data it was trained on")
+            raise ValueError(
+                f"checkpoint {str(start.dir)!r} was trained with another tokenizer than {run.data.tokenizer_file}: "
+                f"resume on the data it was trained on"
+            )
         start = run.start = load_start(run, log if rank == 0 else quiet)
         run.state.update({k: start.meta[k] for k in FRESH_STATE})
-        if start.layout == run.layout: set_rng_state(start.rng(rank))   # the same rank's streams; a new layout reseeds
-        run.say(f"resumed from {start.dir} (step {start.step}, {run.state['consumed_samples']:,} samples, saved on {start.layout})")
+        if start.layout == run.layout:
+            set_rng_state(start.rng(rank))  # the same rank's streams; a new layout reseeds
+        run.say(
+            f"resumed from {start.dir} (step {start.step}, {run.state['consumed_samples']:,} samples, saved on {start.layout})"
+        )
     run.losses = list(run.state["loss_window"])
-    run.say(f"{count_parameters(m, run.layout.tp):,} parameters on {run.engine.description}; {run.data.description}; "
-            f"{len(run.steps)} steps")
+    run.say(
+        f"{count_parameters(m, run.layout.tp):,} parameters on {run.engine.description}; {run.data.description}; "
+        f"{len(run.steps)} steps"
+    )
     return run
 
 # %% ../nbs/41_train.ipynb
 def _batch(samples, start: int, size: int, device) -> torch.Tensor:
     return torch.as_tensor(np.stack([samples[i] for i in range(start, start + size)]), dtype=torch.long, device=device)
 
+
 def train_one_step(run: Run, step: int) -> dict:
     "Train step `step` (from 1) of the schedule; count it. Returns its step, lr, batch size, loss, grad norm, skipped."
     tokens_before, batch_size = run.steps[step - 1]
     lr = lr_at(tokens_before, run.cfg)
     t0 = time.time()
-    loss, grad_norm, skipped = run.engine.train_step(_batch(run.data.train, run.state["consumed_samples"], batch_size, run.device), lr)
+    loss, grad_norm, skipped = run.engine.train_step(
+        _batch(run.data.train, run.state["consumed_samples"], batch_size, run.device), lr
+    )
     run.seconds += time.time() - t0
     tokens = batch_size * run.cfg.model.seq_length
-    run.state["consumed_samples"] += batch_size; run.state["tokens"] += tokens; run.tokens += tokens
+    run.state["consumed_samples"] += batch_size
+    run.state["tokens"] += tokens
+    run.tokens += tokens
     if skipped:
-        run.state["skipped_steps"] += 1; run.skipped_in_a_row += 1
-        run.say(f"step {step}: loss {loss}, gradient norm {grad_norm}: step skipped ({run.state['skipped_steps']} so far)")
+        run.state["skipped_steps"] += 1
+        run.skipped_in_a_row += 1
+        run.say(
+            f"step {step}: loss {loss}, gradient norm {grad_norm}: step skipped ({run.state['skipped_steps']} so far)"
+        )
         if run.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW:
-            raise FloatingPointError(f"{run.skipped_in_a_row} steps in a row had a NaN/Inf loss or gradient (last at step "
-                                     f"{step}); lower optimizer.lr or resume from an earlier checkpoint")
-    else: run.losses.append(loss); run.skipped_in_a_row = 0
+            raise FloatingPointError(
+                f"{run.skipped_in_a_row} steps in a row had a NaN/Inf loss or gradient (last at step "
+                f"{step}); lower optimizer.lr or resume from an earlier checkpoint"
+            )
+    else:
+        run.losses.append(loss)
+        run.skipped_in_a_row = 0
     return {"step": step, "lr": lr, "batch_size": batch_size, "loss": loss, "grad_norm": grad_norm, "skipped": skipped}
 
 # %% ../nbs/41_train.ipynb
@@ -259,26 +356,44 @@ def speed_metrics(cfg: Config, layout: Layout, sequences: int, seconds: float, d
     m = cfg.model
     gpu = gpu_for(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     mfu, hfu = utilization(m, sequences, seconds, layout.world_size, gpu, m.recompute, layout.tp)
-    row = {"tokens_per_s": sequences * m.seq_length / seconds,
-           "tflops_per_gpu": narayanan_flops(sequences, m.seq_length, m.num_layers, m.hidden_size,
-                                             m.padded_vocab_size(layout.tp)) / seconds / layout.world_size / 1e12,
-           "mfu": mfu, "hfu": hfu, "max_allocated_gib": None, "max_reserved_gib": None}
+    row = {
+        "tokens_per_s": sequences * m.seq_length / seconds,
+        "tflops_per_gpu": narayanan_flops(
+            sequences, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size(layout.tp)
+        )
+        / seconds
+        / layout.world_size
+        / 1e12,
+        "mfu": mfu,
+        "hfu": hfu,
+        "max_allocated_gib": None,
+        "max_reserved_gib": None,
+    }
     if device.type == "cuda":
-        peaks = torch.tensor([torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)],
-                             dtype=torch.float64)
+        peaks = torch.tensor(
+            [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)], dtype=torch.float64
+        )
         if dist.is_initialized() and dist.get_world_size() > 1:
             on = peaks.to(device) if dist.get_backend() == "nccl" else peaks
-            dist.all_reduce(on, op=dist.ReduceOp.MAX); peaks = on.cpu()
+            dist.all_reduce(on, op=dist.ReduceOp.MAX)
+            peaks = on.cpu()
         row["max_allocated_gib"], row["max_reserved_gib"] = (peaks / 2**30).tolist()
         torch.cuda.reset_peak_memory_stats(device)
     return row
 
+
 def log_line(row: dict, steps: int) -> str:
     "One metrics row as the console shows it: `step 10/300 | loss 5.123 | lr 3.00e-03 | 1,234 tokens/s | MFU n/a | ...`."
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
-    parts = [f"step {row['step']}/{steps}", "loss n/a" if row["loss"] is None else f"loss {row['loss']:.4f}",
-             f"lr {row['lr']:.2e}", f"grad norm {row['grad_norm']:.3f}" if row["grad_norm"] is not None else "grad norm n/a",
-             f"{row['tokens_per_s']:,.0f} tokens/s", f"MFU {pct(row['mfu'])}", f"HFU {pct(row['hfu'])}"]
+    parts = [
+        f"step {row['step']}/{steps}",
+        "loss n/a" if row["loss"] is None else f"loss {row['loss']:.4f}",
+        f"lr {row['lr']:.2e}",
+        f"grad norm {row['grad_norm']:.3f}" if row["grad_norm"] is not None else "grad norm n/a",
+        f"{row['tokens_per_s']:,.0f} tokens/s",
+        f"MFU {pct(row['mfu'])}",
+        f"HFU {pct(row['hfu'])}",
+    ]
     if row["max_allocated_gib"] is not None:
         parts.append(f"memory {row['max_allocated_gib']:.1f} GiB allocated, {row['max_reserved_gib']:.1f} reserved")
     return " | ".join(parts)
@@ -287,15 +402,19 @@ def log_line(row: dict, steps: int) -> str:
 def tensorboard_writer(log_dir: Path, purge_step: int):
     "TensorBoard's writer (events beside metrics.jsonl); `purge_step` drops events a resumed run will write again."
     from torch.utils.tensorboard import SummaryWriter
+
     return SummaryWriter(str(log_dir), purge_step=purge_step)
+
 
 class MetricsLog:
     "`metrics.jsonl` and TensorBoard on the rank that holds the loss (elsewhere only the rows in memory)."
+
     def __init__(self, run: Run):
         self.rows, self.out, self.tb = [], None, None
-        if not run.engine.holds_loss: return
+        if not run.engine.holds_loss:
+            return
         path = run.run_dir / "metrics.jsonl"
-        if run.start and path.is_file():      # keep what the resumed checkpoint had seen, drop what came after it
+        if run.start and path.is_file():  # keep what the resumed checkpoint had seen, drop what came after it
             self.rows = [r for r in map(json.loads, path.read_text().splitlines()) if r["step"] <= run.state["step"]]
         path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
         self.out = open(path, "a")
@@ -303,26 +422,41 @@ class MetricsLog:
 
     def record(self, row: dict):
         self.rows.append(row)
-        if self.out: self.out.write(json.dumps(row) + "\n"); self.out.flush()
+        if self.out:
+            self.out.write(json.dumps(row) + "\n")
+            self.out.flush()
         if self.tb:
             for k, v in row.items():
-                if k not in ("step", "tokens") and v is not None: self.tb.add_scalar(k, v, row["step"])
+                if k not in ("step", "tokens") and v is not None:
+                    self.tb.add_scalar(k, v, row["step"])
 
     def close(self):
-        if self.out: self.out.close()
-        if self.tb: self.tb.close()
+        if self.out:
+            self.out.close()
+        if self.tb:
+            self.tb.close()
+
 
 def log_step(run: Run, done: dict, metrics: MetricsLog, bar, t_start: float) -> dict:
     "The row of the log window that ends with step `done` (`train_one_step`'s), recorded and shown; the window restarts."
     s = run.state
-    row = {"step": done["step"], "tokens": s["tokens"], "consumed_samples": s["consumed_samples"],
-           "loss": float(np.mean(run.losses)) if run.losses else None, "lr": done["lr"], "batch_size": done["batch_size"],
-           "grad_norm": done["grad_norm"], "skipped_steps": s["skipped_steps"],
-           **speed_metrics(run.cfg, run.layout, run.tokens // run.cfg.model.seq_length, run.seconds, run.device),
-           "elapsed_s": time.time() - t_start}
+    row = {
+        "step": done["step"],
+        "tokens": s["tokens"],
+        "consumed_samples": s["consumed_samples"],
+        "loss": float(np.mean(run.losses)) if run.losses else None,
+        "lr": done["lr"],
+        "batch_size": done["batch_size"],
+        "grad_norm": done["grad_norm"],
+        "skipped_steps": s["skipped_steps"],
+        **speed_metrics(run.cfg, run.layout, run.tokens // run.cfg.model.seq_length, run.seconds, run.device),
+        "elapsed_s": time.time() - t_start,
+    }
     metrics.record(row)
-    if bar.disable: run.say(log_line(row, len(run.steps)))
-    else: bar.set_postfix_str(log_line(row, len(run.steps)).split(" | ", 1)[1], refresh=False)
+    if bar.disable:
+        run.say(log_line(row, len(run.steps)))
+    else:
+        bar.set_postfix_str(log_line(row, len(run.steps)).split(" | ", 1)[1], refresh=False)
     run.losses, run.seconds, run.tokens = [], 0.0, 0
     return row
 
@@ -330,38 +464,77 @@ def log_step(run: Run, done: dict, metrics: MetricsLog, bar, t_start: float) -> 
 def validation_loss(run: Run) -> float:
     "Mean loss (nats/token) over the first `eval_iters` validation micro-batches."
     s = run.cfg.schedule
-    return run.engine.eval_loss([_batch(run.data.valid, i, s.micro_batch_size, run.device)
-                                 for i in range(0, s.micro_batch_size * s.eval_iters, s.micro_batch_size)])
+    return run.engine.eval_loss(
+        [
+            _batch(run.data.valid, i, s.micro_batch_size, run.device)
+            for i in range(0, s.micro_batch_size * s.eval_iters, s.micro_batch_size)
+        ]
+    )
 
 # %% ../nbs/41_train.ipynb
 def checkpoint_if_due(run: Run, step: int, stop_now: bool, t_start: float) -> Path | None:
     "Save step `step` if a signal asked for it, it is the last, or `checkpoint.save_interval` says so; the step directory, else None."
     interval = run.cfg.checkpoint.save_interval
-    if not (stop_now or step == len(run.steps) or (interval and step % interval == 0)): return None
+    if not (stop_now or step == len(run.steps) or (interval and step % interval == 0)):
+        return None
     run.state.update(step=step, elapsed_s=time.time() - t_start, loss_window=list(run.losses))
-    return save_checkpoint(run.ckpt_dir, step, run.engine.checkpoint_shard(), run.cfg, run.layout, run.data.tokenizer_file,
-                           dict(run.state, trained_on=str(run.layout)), run.cfg.checkpoint.keep_last)
+    return save_checkpoint(
+        run.ckpt_dir,
+        step,
+        run.engine.checkpoint_shard(),
+        run.cfg,
+        run.layout,
+        run.data.tokenizer_file,
+        dict(run.state, trained_on=str(run.layout)),
+        run.cfg.checkpoint.keep_last,
+    )
 
 # %% ../nbs/41_train.ipynb
-def finish_run(run: Run, metrics: list, last: Path | None, stopped_by: str | None, t_start: float) -> TrainResult | None:
+def finish_run(
+    run: Run, metrics: list, last: Path | None, stopped_by: str | None, t_start: float
+) -> TrainResult | None:
     "The result, plot and summary.json of a run (on the rank that holds the loss; None elsewhere)."
-    if not run.engine.holds_loss: return None
+    if not run.engine.holds_loss:
+        return None
     s, layout = run.state, run.layout
     train_losses = [r["loss"] for r in metrics if r.get("loss") is not None]
     valid_losses = [r["valid_loss"] for r in metrics if "valid_loss" in r]
-    result = TrainResult(run.run_dir, metrics, train_losses[-1] if train_losses else float("nan"),
-                         valid_losses[-1] if valid_losses else float("nan"), run.data.unigram_entropy, last,
-                         getattr(run.engine, "model", None), stopped_by)
+    result = TrainResult(
+        run.run_dir,
+        metrics,
+        train_losses[-1] if train_losses else float("nan"),
+        valid_losses[-1] if valid_losses else float("nan"),
+        run.data.unigram_entropy,
+        last,
+        getattr(run.engine, "model", None),
+        stopped_by,
+    )
     plot_losses(result, f"{run.cfg.name} {layout}").savefig(run.run_dir / "loss.png", dpi=110, bbox_inches="tight")
-    (run.run_dir / "summary.json").write_text(json.dumps(
-        {"name": run.cfg.name, "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp}, "steps": s["step"],
-         "of_steps": len(run.steps), "tokens": s["tokens"], "consumed_samples": s["consumed_samples"],
-         "skipped_steps": s["skipped_steps"], "final_train_loss": result.final_train_loss,
-         "final_valid_loss": result.final_valid_loss, "unigram_entropy": run.data.unigram_entropy,
-         "checkpoint": str(last), "stopped_by": stopped_by, "seconds": time.time() - t_start}, indent=1))
+    (run.run_dir / "summary.json").write_text(
+        json.dumps(
+            {
+                "name": run.cfg.name,
+                "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+                "steps": s["step"],
+                "of_steps": len(run.steps),
+                "tokens": s["tokens"],
+                "consumed_samples": s["consumed_samples"],
+                "skipped_steps": s["skipped_steps"],
+                "final_train_loss": result.final_train_loss,
+                "final_valid_loss": result.final_valid_loss,
+                "unigram_entropy": run.data.unigram_entropy,
+                "checkpoint": str(last),
+                "stopped_by": stopped_by,
+                "seconds": time.time() - t_start,
+            },
+            indent=1,
+        )
+    )
     if not stopped_by:
-        run.say(f"final loss: train {result.final_train_loss:.3f}, valid {result.final_valid_loss:.3f} nats "
-                f"vs unigram entropy {run.data.unigram_entropy:.3f}; wrote {run.run_dir}")
+        run.say(
+            f"final loss: train {result.final_train_loss:.3f}, valid {result.final_valid_loss:.3f} nats "
+            f"vs unigram entropy {run.data.unigram_entropy:.3f}; wrote {run.run_dir}"
+        )
     return result
 
 # %% ../nbs/41_train.ipynb
@@ -371,22 +544,30 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
     Without a progress bar, every log step prints `log_line`; with one, the bar shows it."""
     run = open_run(cfg, run_dir, log)
     s, last, stopped_by = cfg.schedule, None, None
-    with StopRequest() as stop:          # from here on SIGUSR1/SIGTERM only set a flag, read after each step
+    with StopRequest() as stop:  # from here on SIGUSR1/SIGTERM only set a flag, read after each step
         load_run(run, backend, log)
         metrics, t_start = MetricsLog(run), time.time() - run.state["elapsed_s"]
         n = len(run.steps)
-        bar = tqdm(range(run.state["step"] + 1, n + 1), desc=f"train {cfg.name} {run.layout}", initial=run.state["step"],
-                   total=n, disable=not (progress and run.engine.holds_loss), mininterval=1.0)
+        bar = tqdm(
+            range(run.state["step"] + 1, n + 1),
+            desc=f"train {cfg.name} {run.layout}",
+            initial=run.state["step"],
+            total=n,
+            disable=not (progress and run.engine.holds_loss),
+            mininterval=1.0,
+        )
         for step in bar:
             done = train_one_step(run, step)
-            if step % s.log_interval == 0 or step == n: log_step(run, done, metrics, bar, t_start)
+            if step % s.log_interval == 0 or step == n:
+                log_step(run, done, metrics, bar, t_start)
             if step % s.eval_interval == 0 or step == n:
                 metrics.record({"step": step, "tokens": run.state["tokens"], "valid_loss": validation_loss(run)})
             stop_now = stop.requested()
             last = checkpoint_if_due(run, step, stop_now, t_start) or last
             if stop_now and step < n:
                 stopped_by = stop.received or "a signal on another rank"
-                run.say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto"); break
+                run.say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto")
+                break
         # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the batch
         # shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
         metrics.close()
@@ -394,31 +575,44 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
         dist.barrier()
     return result
 
+
 def reshard(src, dst, cfg: Config | None = None, backend: str = "auto") -> Path:
     """Load checkpoint `src` onto `cfg`'s layout (default: the checkpoint's own config) and save it to `dst` at the
     same step, trainer state included: `mtnlg reshard`. Run it as TP x PP x DP processes of the new layout."""
     ckpt = Checkpoint(src)
     cfg = cfg or ckpt.config
-    if cfg.model != ckpt.config.model: raise ValueError(f"{src} holds a different model than the config to reshard it to")
+    if cfg.model != ckpt.config.model:
+        raise ValueError(f"{src} holds a different model than the config to reshard it to")
     layout = init_distributed(Layout.of(cfg))
-    ckpt.verify_all()                                    # every file as saved, before any rank reads one
+    ckpt.verify_all()  # every file as saved, before any rank reads one
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     engine = make_backend(cfg, layout, backend, device)
     engine.load_checkpoint(ckpt)
     state = {k: ckpt.meta[k] for k in FRESH_STATE}
-    return save_checkpoint(dst, ckpt.step, engine.checkpoint_shard(), cfg, layout, ckpt.tokenizer_file,
-                           dict(state, trained_on=ckpt.meta.get("trained_on", str(ckpt.layout))), cfg.checkpoint.keep_last)
+    return save_checkpoint(
+        dst,
+        ckpt.step,
+        engine.checkpoint_shard(),
+        cfg,
+        layout,
+        ckpt.tokenizer_file,
+        dict(state, trained_on=ckpt.meta.get("trained_on", str(ckpt.layout))),
+        cfg.checkpoint.keep_last,
+    )
 
 # %% ../nbs/41_train.ipynb
 def plot_losses(r: TrainResult, title: str = ""):
     "Training and validation loss against tokens, with the unigram-entropy baseline."
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4))
-    tr = [m for m in r.metrics if m.get("loss") is not None]; va = [m for m in r.metrics if "valid_loss" in m]
+    tr = [m for m in r.metrics if m.get("loss") is not None]
+    va = [m for m in r.metrics if "valid_loss" in m]
     ax.plot([m["tokens"] for m in tr], [m["loss"] for m in tr], label="train loss")
     ax.plot([m["tokens"] for m in va], [m["valid_loss"] for m in va], "o-", label="validation loss")
     ax.axhline(r.unigram_entropy, color="gray", ls="--", label=f"unigram entropy {r.unigram_entropy:.2f}")
     ax.set(xlabel="tokens", ylabel="nats / token", title=f"{title} training loss")
-    ax.legend(); fig.tight_layout()
+    ax.legend()
+    fig.tight_layout()
     plt.close(fig)
     return fig

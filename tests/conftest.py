@@ -1,4 +1,5 @@
-import os, sys
+import os
+import sys
 from pathlib import Path
 import pytest
 
@@ -9,11 +10,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # other: a training loop ran 2.8x slower that way than with 1 thread each (measured here, 68 s vs 24 s).
 if (_workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))) > 1:
     _threads = max(1, (os.cpu_count() or 1) // _workers)
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[_var] = str(_threads)
-    if "torch" in sys.modules: sys.modules["torch"].set_num_threads(_threads)
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = str(_threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(_threads)
+
 
 @pytest.fixture
-def root(): return ROOT
+def root():
+    return ROOT
 
 
 # -- chapter 60's tiny model, shared by the evaluation tests (test_eval.py, test_bias_tasks.py): trained once a session ----
@@ -21,16 +26,31 @@ def root(): return ROOT
 def checkpoint(tmp_path_factory) -> Path:
     "A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/ root."
     import subprocess
+
     run = tmp_path_factory.mktemp("tiny-eval")
-    subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "train", "--config", str(ROOT / "scaled_configs" / "tiny.yaml"),
-                    "--set", "schedule.train_iters=40", "--run-dir", str(run), "--no-progress"],
-                   cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(Path(sys.executable).parent / "mtnlg"),
+            "train",
+            "--config",
+            str(ROOT / "scaled_configs" / "tiny.yaml"),
+            "--set",
+            "schedule.train_iters=40",
+            "--run-dir",
+            str(run),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return run / "checkpoints"
 
 
 @pytest.fixture(scope="session")
 def hf_dir(checkpoint, tmp_path_factory) -> Path:
     from mtnlg.export_hf import export_hf
+
     return export_hf(checkpoint, tmp_path_factory.mktemp("hf"))
 
 
@@ -39,18 +59,36 @@ def backends(checkpoint, hf_dir):
     "Our `mtnlg` harness backend and the harness's own `hf` backend on the same weights."
     from mtnlg.evaluate import MtnlgLM, offline_environment
     from lm_eval.models.huggingface import HFLM
+
     offline_environment()
-    return MtnlgLM(str(checkpoint), batch_size=64), HFLM(pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=64)
+    return MtnlgLM(str(checkpoint), batch_size=64), HFLM(
+        pretrained=str(hf_dir), device="cpu", dtype="float32", batch_size=64
+    )
 
 
 # -- `make test` runs on two workers (pytest -n 2 --dist loadscope): a scope (a test file, or a class of chapters in ---------
 # test_notebooks.py) stays on one worker. The longest scopes start first, so neither worker is left with a long one at the
 # end (longest-processing-time first); the rest keep their order.
-LONGEST_FIRST = ["TestChapters_62_generate", "TestChapters_41_train", "test_slurm.py", "test_checkpoint.py", "test_eval.py", "TestChapters_60_evaluate",
-                 "test_bench_gpu.py", "test_engine.py", "test_memory.py", "test_deterministic.py", "test_bias_tasks.py", "test_architecture.py",
-                 "test_recompute.py"]
+LONGEST_FIRST = [
+    "TestChapters_62_generate",
+    "TestChapters_41_train",
+    "test_slurm.py",
+    "test_checkpoint.py",
+    "test_eval.py",
+    "TestChapters_60_evaluate",
+    "test_bench_gpu.py",
+    "test_engine.py",
+    "test_memory.py",
+    "test_deterministic.py",
+    "test_bias_tasks.py",
+    "test_architecture.py",
+    "test_recompute.py",
+]
 
-def scope_of(item) -> str: return item.cls.__name__ if item.cls else item.path.name
+
+def scope_of(item) -> str:
+    return item.cls.__name__ if item.cls else item.path.name
+
 
 def pytest_collection_modifyitems(config, items):
     rank = {s: i for i, s in enumerate(LONGEST_FIRST)}

@@ -4,7 +4,11 @@ greedy and seeded-sampled generations, each rank holding exactly the bytes chapt
 other live tensor memory to speak of) — on every TP, PP, DP in {1, 2} and one sequence-parallel layout (`make test`:
 two of them; `make test-full`: the rest), from a checkpoint of another layout too; `mtnlg eval`, `generate` and `bias`
 with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line."""
-import json, os, subprocess, sys
+
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 import pytest
 from mtnlg import testing
@@ -12,50 +16,77 @@ from mtnlg.topology import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
-DATA = ROOT / "tests" / "fixtures"                  # the root that holds eval/ (chapter 03)
-LIVE_SLACK = 64 * 1024                              # bytes of live CPU tensors beyond the weights (RNG states and such)
+DATA = ROOT / "tests" / "fixtures"  # the root that holds eval/ (chapter 03)
+LIVE_SLACK = 64 * 1024  # bytes of live CPU tensors beyond the weights (RNG states and such)
 
 FAST = {(2, 2, 1, False), (1, 2, 2, False)}
-LAYOUTS = [(tp, pp, dp, False) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2) if tp * pp * dp > 1] + [(2, 2, 1, True)]
-CASES = [pytest.param(*c, marks=() if c in FAST else pytest.mark.slow, id=f"tp{c[0]}-pp{c[1]}-dp{c[2]}" + ("-sp" if c[3] else ""))
-         for c in LAYOUTS]
+LAYOUTS = [(tp, pp, dp, False) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2) if tp * pp * dp > 1] + [
+    (2, 2, 1, True)
+]
+CASES = [
+    pytest.param(
+        *c, marks=() if c in FAST else pytest.mark.slow, id=f"tp{c[0]}-pp{c[1]}-dp{c[2]}" + ("-sp" if c[3] else "")
+    )
+    for c in LAYOUTS
+]
 
 
 @pytest.fixture(scope="module")
 def reference(checkpoint):
     "The requests, the prompts, and what chapter 60's single-process reader makes of them."
     requests, prompts = testing.reader_requests(str(checkpoint))
-    return requests, prompts, launch(testing.parallel_reader_worker, 1, str(checkpoint), None, None, False, requests, prompts)[0]
+    return (
+        requests,
+        prompts,
+        launch(testing.parallel_reader_worker, 1, str(checkpoint), None, None, False, requests, prompts)[0],
+    )
 
 
 def assert_reads_like_one_process(ranks: list, reference: tuple):
     requests, _, ref = reference
     flags = [g for _, g in ref["scores"]]
-    assert any(flags) and not all(flags) and len(set(map(tuple, ref["sampled"]))) == len(ref["sampled"])   # a test that can fail
+    assert (
+        any(flags) and not all(flags) and len(set(map(tuple, ref["sampled"]))) == len(ref["sampled"])
+    )  # a test that can fail
     for r in ranks:
         diffs = [abs(a[0] - b[0]) for a, b in zip(r["scores"], ref["scores"])]
         assert len(diffs) == len(ref["scores"]) > len(requests) and max(diffs) <= 1e-5, max(diffs)
         assert [g for _, g in r["scores"]] == [g for _, g in ref["scores"]]
         assert r["greedy"] == ref["greedy"] and r["sampled"] == ref["sampled"]
-        assert r["held"] == r["predicted"], (r["held"], r["predicted"])        # chapter 50's count, to the byte
-        assert r["live"] - r["held"] <= LIVE_SLACK, (r["live"], r["held"])     # no other copy of any weight is alive
+        assert r["held"] == r["predicted"], (r["held"], r["predicted"])  # chapter 50's count, to the byte
+        assert r["live"] - r["held"] <= LIVE_SLACK, (r["live"], r["held"])  # no other copy of any weight is alive
 
 
 @pytest.mark.parametrize("tp,pp,dp,sp", CASES)
 def test_every_layout_reads_like_one_process(checkpoint, reference, tp, pp, dp, sp):
     ranks = launch(testing.parallel_reader_worker, tp * pp * dp, str(checkpoint), tp, pp, sp, *reference[:2])
     assert_reads_like_one_process(ranks, reference)
-    if tp * pp > 1: assert max(r["held"] for r in ranks) < reference[2]["held"]     # no rank holds the whole model
+    if tp * pp > 1:
+        assert max(r["held"] for r in ranks) < reference[2]["held"]  # no rank holds the whole model
 
 
 @pytest.mark.slow
 def test_a_checkpoint_of_another_layout_reads_the_same(checkpoint, reference, tmp_path):
     "Trained TP 1 and resharded to TP 2 x PP 2 (its vocabulary padded for TP 2), then read as TP 1 x PP 2 and TP 2 x DP 2."
-    run([MTNLG, "reshard", str(checkpoint), str(tmp_path), "--set", "parallel.tensor_parallel=2",
-         "--set", "parallel.pipeline_parallel=2", "--nproc", "4"])
+    run(
+        [
+            MTNLG,
+            "reshard",
+            str(checkpoint),
+            str(tmp_path),
+            "--set",
+            "parallel.tensor_parallel=2",
+            "--set",
+            "parallel.pipeline_parallel=2",
+            "--nproc",
+            "4",
+        ]
+    )
     for tp, pp, dp in [(1, 2, 1), (2, 1, 2)]:
-        assert_reads_like_one_process(launch(testing.parallel_reader_worker, tp * pp * dp, str(tmp_path), tp, pp, False,
-                                             *reference[:2]), reference)
+        assert_reads_like_one_process(
+            launch(testing.parallel_reader_worker, tp * pp * dp, str(tmp_path), tp, pp, False, *reference[:2]),
+            reference,
+        )
 
 
 def run(argv, **kw) -> subprocess.CompletedProcess:
@@ -63,24 +94,51 @@ def run(argv, **kw) -> subprocess.CompletedProcess:
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
+
 def eval_results(checkpoint, out: Path, *extra) -> dict:
-    run([MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), "--tasks", "all", "--shots", "0,few",
-         "--limit", "8", "--out", str(out), *extra])
+    run(
+        [
+            MTNLG,
+            "eval",
+            "--checkpoint",
+            str(checkpoint),
+            "--data-dir",
+            str(DATA),
+            "--tasks",
+            "all",
+            "--shots",
+            "0,few",
+            "--limit",
+            "8",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     return json.loads((out / "results.json").read_text())
+
 
 def same_table(a: dict, b: dict):
     assert a["tasks"].keys() == b["tasks"].keys() and len(a["tasks"]) >= 9
-    for name in a["tasks"]: assert a["tasks"][name]["acc"] == b["tasks"][name]["acc"], name
+    for name in a["tasks"]:
+        assert a["tasks"][name]["acc"] == b["tasks"][name]["acc"], name
     assert (Path(a["out"]) / "results.md").read_text() == (Path(b["out"]) / "results.md").read_text()
+
 
 @pytest.fixture(scope="module")
 def one_process_results(checkpoint, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("eval-one")
     return {**eval_results(checkpoint, out), "out": str(out)}
 
-@pytest.mark.parametrize("nproc,sets", [(4, ["parallel.pipeline_parallel=2"]),
-                                        pytest.param(8, ["parallel.tensor_parallel=2", "parallel.pipeline_parallel=2"],
-                                                     marks=pytest.mark.slow)], ids=["pp2-dp2", "tp2-pp2-dp2"])
+
+@pytest.mark.parametrize(
+    "nproc,sets",
+    [
+        (4, ["parallel.pipeline_parallel=2"]),
+        pytest.param(8, ["parallel.tensor_parallel=2", "parallel.pipeline_parallel=2"], marks=pytest.mark.slow),
+    ],
+    ids=["pp2-dp2", "tp2-pp2-dp2"],
+)
 def test_mtnlg_eval_on_n_processes_prints_the_same_table(checkpoint, one_process_results, tmp_path, nproc, sets):
     "The nine tasks' metrics identical on the fixture sets; the replicas split the requests (DP 2) and change nothing."
     res = eval_results(checkpoint, tmp_path, "--nproc", str(nproc), *[a for s in sets for a in ("--set", s)])
@@ -89,48 +147,103 @@ def test_mtnlg_eval_on_n_processes_prints_the_same_table(checkpoint, one_process
 
 
 def generated(checkpoint, *extra) -> list:
-    r = run([MTNLG, "generate", "--checkpoint", str(checkpoint), "--prompt", "The river", "--prompt", "In 1887 the city of",
-             "--max-new-tokens", "12", *extra])
+    r = run(
+        [
+            MTNLG,
+            "generate",
+            "--checkpoint",
+            str(checkpoint),
+            "--prompt",
+            "The river",
+            "--prompt",
+            "In 1887 the city of",
+            "--max-new-tokens",
+            "12",
+            *extra,
+        ]
+    )
     return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
 
-@pytest.mark.slow            # make test keeps the in-process generations' equality above; the CLI over two processes: test-full
+
+@pytest.mark.slow  # make test keeps the in-process generations' equality above; the CLI over two processes: test-full
 def test_mtnlg_generate_on_two_processes_writes_the_same_text(checkpoint):
     one = generated(checkpoint, "--temperature", "0.8", "--seed", "5")
     assert len(one) == 2
-    assert generated(checkpoint, "--temperature", "0.8", "--seed", "5", "--nproc", "2", "--set", "parallel.pipeline_parallel=2") == one
+    assert (
+        generated(
+            checkpoint, "--temperature", "0.8", "--seed", "5", "--nproc", "2", "--set", "parallel.pipeline_parallel=2"
+        )
+        == one
+    )
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--nproc", "3", "--set", "parallel.pipeline_parallel=2"], "3 processes do not split into replicas of TP 1 x PP 2"),
-    (["--nproc", "3", "--set", "parallel.tensor_parallel=3"], "4 heads do not split over TP 3"),
-    (["--nproc", "2", "--set", "model.hidden_size=64"], "--set model.hidden_size: reading a checkpoint takes only"),
-], ids=["world", "heads", "not-a-layout"])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["--nproc", "3", "--set", "parallel.pipeline_parallel=2"],
+            "3 processes do not split into replicas of TP 1 x PP 2",
+        ),
+        (["--nproc", "3", "--set", "parallel.tensor_parallel=3"], "4 heads do not split over TP 3"),
+        (["--nproc", "2", "--set", "model.hidden_size=64"], "--set model.hidden_size: reading a checkpoint takes only"),
+    ],
+    ids=["world", "heads", "not-a-layout"],
+)
 def test_a_layout_that_cannot_read_the_checkpoint_is_one_line_before_any_rank(checkpoint, argv, message):
-    r = subprocess.run([MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), *argv], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
 
 
 @pytest.mark.slow
 def test_mtnlg_bias_on_n_processes_writes_the_same_report(checkpoint, tmp_path):
     "Chapter 70's probes (log-likelihoods, sampled continuations) and chapter 72's benchmarks, read PP 2 x DP 2: the same report."
+
     def report(out, *extra):
-        run([MTNLG, "bias", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), "--samples", "2", "--max-new-tokens", "8",
-             "--benchmarks-limit", "6", "--out", str(out), *extra])
+        run(
+            [
+                MTNLG,
+                "bias",
+                "--checkpoint",
+                str(checkpoint),
+                "--data-dir",
+                str(DATA),
+                "--samples",
+                "2",
+                "--max-new-tokens",
+                "8",
+                "--benchmarks-limit",
+                "6",
+                "--out",
+                str(out),
+                *extra,
+            ]
+        )
         return json.loads((out / "bias.json").read_text())["sections"]
+
     one = report(tmp_path / "one")
     assert_close(report(tmp_path / "four", "--nproc", "4", "--set", "parallel.pipeline_parallel=2"), one)
+
 
 def assert_close(a, b, where="", tol=1e-4):
     "Equal structures; numbers within `tol` (sums of log-likelihoods in fp32, summed in another order), all else equal."
     if isinstance(a, dict):
         assert a.keys() == b.keys(), where
-        for k in a: assert_close(a[k], b[k], f"{where}.{k}", tol)
+        for k in a:
+            assert_close(a[k], b[k], f"{where}.{k}", tol)
     elif isinstance(a, list):
         assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)): assert_close(x, y, f"{where}[{i}]", tol)
-    elif isinstance(a, float) and isinstance(b, float): assert abs(a - b) <= tol or a == b, (where, a, b)
-    else: assert a == b, (where, a, b)
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{where}[{i}]", tol)
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= tol or a == b, (where, a, b)
+    else:
+        assert a == b, (where, a, b)
 
 
 @pytest.mark.slow
@@ -139,15 +252,46 @@ def test_lm_eval_model_mtnlg_under_torchrun_names_the_layout(checkpoint, tmp_pat
     from mtnlg.evaluate import install_lm_eval_plugin
     from mtnlg.tasks import write_task_yamls
     from mtnlg.topology import free_port
+
     install_lm_eval_plugin()
     tasks = write_task_yamls(tmp_path / "tasks", DATA / "eval")
-    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+
     def table(nproc: int, model_args: str) -> list[str]:
-        r = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(free_port()),
-                 str(Path(sys.executable).parent / "lm_eval"), "--model", "mtnlg", "--model_args", model_args, "--batch_size", "16",
-                 "--include_path", str(tasks), "--tasks", "boolq_local,winogrande_local,hans_local", "--num_fewshot", "2",
-                 "--limit", "8"], env=env)
+        r = run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                str(nproc),
+                "--master-port",
+                str(free_port()),
+                str(Path(sys.executable).parent / "lm_eval"),
+                "--model",
+                "mtnlg",
+                "--model_args",
+                model_args,
+                "--batch_size",
+                "16",
+                "--include_path",
+                str(tasks),
+                "--tasks",
+                "boolq_local,winogrande_local,hans_local",
+                "--num_fewshot",
+                "2",
+                "--limit",
+                "8",
+            ],
+            env=env,
+        )
         return [line for line in r.stdout.splitlines() if line.startswith("|")]
+
     one = table(1, f"checkpoint={checkpoint}")
     assert len(one) == 5 and all(t in "\n".join(one) for t in ("boolq_local", "winogrande_local", "hans_local"))
     assert table(4, f"checkpoint={checkpoint},tensor_parallel=2") == one
@@ -157,14 +301,51 @@ def test_lm_eval_model_mtnlg_under_torchrun_names_the_layout(checkpoint, tmp_pat
 def test_mtnlg_eval_started_as_srun_starts_it(checkpoint, one_process_results, tmp_path):
     "Four ranks started as srun starts them (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; no torchrun): the same table, written once."
     from mtnlg.topology import free_port
+
     port, n = free_port(), 4
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MTNLG_RANK_ERRORS")}
-    argv = [MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), "--tasks", "all", "--shots", "0,few",
-            "--limit", "8", "--out", str(tmp_path), "--set", "parallel.pipeline_parallel=2"]
-    procs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**env, "SLURM_PROCID": str(r), "SLURM_NTASKS": str(n), "SLURM_LOCALID": str(r),
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for r in range(n)]
+    argv = [
+        MTNLG,
+        "eval",
+        "--checkpoint",
+        str(checkpoint),
+        "--data-dir",
+        str(DATA),
+        "--tasks",
+        "all",
+        "--shots",
+        "0,few",
+        "--limit",
+        "8",
+        "--out",
+        str(tmp_path),
+        "--set",
+        "parallel.pipeline_parallel=2",
+    ]
+    procs = [
+        subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **env,
+                "SLURM_PROCID": str(r),
+                "SLURM_NTASKS": str(n),
+                "SLURM_LOCALID": str(r),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            },
+        )
+        for r in range(n)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
-    assert [sum(line.startswith("wrote ") for line in out.splitlines()) for out, _ in outs] == [1, 0, 0, 0]   # rank 0 alone
+    assert [sum(line.startswith("wrote ") for line in out.splitlines()) for out, _ in outs] == [
+        1,
+        0,
+        0,
+        0,
+    ]  # rank 0 alone
     same_table({**json.loads((tmp_path / "results.json").read_text()), "out": str(tmp_path)}, one_process_results)
