@@ -1,4 +1,5 @@
-"""Sharded checkpoints (chapter 43) against plain `torch.save` / `torch.load`, on CPU, one process, all measured in this run:
+"""Sharded checkpoints (chapter 43) against plain `torch.save` / `torch.load`, on CPU, one process, all measured in this
+run:
 
 1. Save, GB/s per rank: `save_checkpoint` of a real shard (a `SingleProcess` backend after one training step on
    scaled_configs/tiny.yaml scaled up to --hidden x --layers; the shard holds the weights, fp32 masters, Adam's two
@@ -11,9 +12,10 @@
    file (which copies nothing into the model), and vs that load followed by the same copies (like for like). Warm: the
    file is in the page cache (just written); cold: its pages are dropped first (posix_fadvise DONTNEED after fsync).
    Checksums (chapter 43): every save hashes the shard as it writes it; every load checks it, in a second thread
-   while `torch.load` maps the file and `load_checkpoint` copies the tensors out (an error on a mismatch, after). Both are also timed
-   without (`ours_unhashed`: the shard written by plain `torch.save`, no checksum; `ours_unverified`: the load with the
-   checks off), in the same run, alternating: `checksum_cost` is ours / without, in seconds (target: <= 1.05 on load).
+   while `torch.load` maps the file and `load_checkpoint` copies the tensors out (an error on a mismatch, after). Both
+   are also timed without (`ours_unhashed`: the shard written by plain `torch.save`, no checksum; `ours_unverified`: the
+   load with the checks off), in the same run, alternating: `checksum_cost` is ours / without, in seconds (target: <=
+   1.05 on load).
 3. The resume path, seconds: what the trainer does with a checkpoint, minus the data — choose the step (`--resume
    auto`), build the model, copy the weights and Adam's state in, and the checksums' verdict (`resume_from`,
    `make_backend`, `load_start`). The shards are hashed in a background thread from the moment the step is chosen,
@@ -513,9 +515,12 @@ def main():
     s, l = res["save"], res["load"]
     mb = s["bytes_per_shard"] / 1e6
     print(
-        f"{res['config']['parameters']:,} parameters (hidden {a.hidden}, {a.layers} layers), one rank, shard {mb:,.0f} MB; "
-        f"{os.cpu_count()} CPUs (load average {res['hardware']['load_avg_1min_start']:.1f} at the start: other work slows both sides), "
-        f"torch {torch.__version__} on {torch.get_num_threads()} thread(s); medians of {a.reps} (train: {a.resume_reps})"
+        f"{res['config']['parameters']:,} parameters (hidden {a.hidden}, {a.layers} layers), one rank, "
+        f"shard {mb:,.0f} MB; "
+        f"{os.cpu_count()} CPUs (load average {res['hardware']['load_avg_1min_start']:.1f} at the start: "
+        f"other work slows both sides), "
+        f"torch {torch.__version__} on {torch.get_num_threads()} thread(s); medians of {a.reps} (train: "
+        f"{a.resume_reps})"
     )
     sv = lambda k: (s["median_s"][k], s["min_s"][k], s["max_s"][k])
     rows = [
@@ -572,7 +577,8 @@ def main():
             ),
         ]
     print(
-        f"{'':10} {'':36} {'median s':>8} {'min s':>7} {'max s':>7} {'GB/s':>7} {'ours/it':>8}   (GB/s and ratios: of medians)"
+        f"{'':10} {'':36} {'median s':>8} {'min s':>7} {'max s':>7} {'GB/s':>7} {'ours/it':>8}   (GB/s and "
+        f"ratios: of medians)"
     )
     if "warm_ours_default_threads" in l:
         w = l["warm_ours_default_threads"]
@@ -600,7 +606,8 @@ def main():
         ]
         for a_, b, k, r in rows_rp:
             print(
-                f"{a_:10} {b:36} {c['median_s'][k]['total']:8.3f} {c['min_total_s'][k]:7.3f} {c['max_total_s'][k]:7.3f} {'':>7} {r:>8}"
+                f"{a_:10} {b:36} {c['median_s'][k]['total']:8.3f} {c['min_total_s'][k]:7.3f} "
+                f"{c['max_total_s'][k]:7.3f} {'':>7} {r:>8}"
             )
     for cache in ("warm", "cold"):
         o = l[cache]["median_s"]["ours"]
@@ -612,11 +619,15 @@ def main():
         r = res["resume"]
         i = r["inside_train_median_s"]["resume"]
         print(
-            f"train() for 1 step, call to return: fresh {r['median_s']['fresh']:.2f}s ({r['min_s']['fresh']:.2f}-{r['max_s']['fresh']:.2f}), "
+            f"train() for 1 step, call to return: fresh {r['median_s']['fresh']:.2f}s "
+            f"({r['min_s']['fresh']:.2f}-{r['max_s']['fresh']:.2f}), "
             f"resumed {r['median_s']['resume']:.2f}s ({r['min_s']['resume']:.2f}-{r['max_s']['resume']:.2f}) "
-            f"({r['resume_overhead_s']:+.2f}s, ratio {r['ratio_resume_vs_fresh']:.2f}); inside the resumed call: finding and "
-            f"checking the checkpoint {i['find_and_check_checkpoint_s']:.2f}s, load_checkpoint {i['load_checkpoint_s']:.2f}s "
-            f"(the final save: {i['save_checkpoint_s']:.2f}s, fresh {r['inside_train_median_s']['fresh']['save_checkpoint_s']:.2f}s)"
+            f"({r['resume_overhead_s']:+.2f}s, ratio {r['ratio_resume_vs_fresh']:.2f}); inside the resumed "
+            f"call: finding and "
+            f"checking the checkpoint {i['find_and_check_checkpoint_s']:.2f}s, load_checkpoint "
+            f"{i['load_checkpoint_s']:.2f}s "
+            f"(the final save: {i['save_checkpoint_s']:.2f}s, fresh "
+            f"{r['inside_train_median_s']['fresh']['save_checkpoint_s']:.2f}s)"
         )
     print(
         f"checksums (xxh3-64) cost: save x{s['checksum_cost']:.3f}, load warm x{l['warm']['checksum_cost']:.3f}, "

@@ -5,7 +5,7 @@ article-extraction benchmark (their own markup: navigation, scripts, styles, foo
 Wikipedia paragraphs, plus a few non-HTML responses, and planted near-duplicates (the same paragraphs on another site's
 template, one word deleted from every other paragraph) whose ids are written to `planted.json`.
 
-    python bench/crawl.py OUT --shards 8 --shard-mb 128    # 1 GB of .warc.gz under OUT/cc/, OUT/wikipedia/*.jsonl.zst"""
+    python bench/crawl.py OUT --shards 8 --shard-mb 128    # 1 GB: .warc.gz under OUT/cc/, OUT/wikipedia/*.jsonl.zst"""
 
 import argparse
 import io
@@ -30,7 +30,8 @@ def _norm(s: str) -> str:
 
 
 def templates(html_dir) -> list[str]:
-    "The benchmark pages with their article's paragraphs replaced by one slot (pages where fewer than 2 are found are left out)."
+    """The benchmark pages with their article's paragraphs replaced by one slot (pages where fewer than 2 are found are
+    left out)."""
     import lxml.html
     from mtnlg.extract import load_benchmark_pages, decode_html
 
@@ -149,7 +150,8 @@ def write_wikipedia(corpus_file, out_dir) -> Path:
 
 
 def make_input(out, shards: int, shard_bytes: int, seed: int = 0, workers: int = 2) -> dict:
-    "Build OUT/cc/crawl-NNNNN.warc.gz and OUT/wikipedia/wiki-000.jsonl.zst; return (and write OUT/input.json) what it holds."
+    """Build OUT/cc/crawl-NNNNN.warc.gz and OUT/wikipedia/wiki-000.jsonl.zst; return (and write OUT/input.json) what it
+    holds."""
     from mtnlg.catalog import data_path
 
     out = Path(out)

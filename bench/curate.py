@@ -1,12 +1,17 @@
-"""Curation at scale, against the field: `mtnlg curate` and datatrove on the same Common Crawl-like input (bench/crawl.py:
-.warc.gz shards of real page markup around Wikipedia paragraphs, planted near-duplicates, The Pile-style Wikipedia
-shard), in the same run, on this machine's cores, at two input sizes 4x apart (shards 4x bigger, same shard count).
+"""Curation at scale, against the field: `mtnlg curate` and datatrove on the same Common Crawl-like input
+(bench/crawl.py: .warc.gz shards of real page markup around Wikipedia paragraphs, planted near-duplicates, The
+Pile-style Wikipedia shard), in the same run, on this machine's cores, at two input sizes 4x apart (shards 4x bigger,
+same shard count).
 
-    MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench] [--save]
-    MTNLG_DATA=DIR python bench/curate.py --speed-rows [--gb 0.25] [--speed-shards 1] [--speed-reps 3] [--before-rev REV] [--save]
+    MTNLG_DATA=DIR python bench/curate.py [--gb 1.0] [--shards 8] [--workers 2] [--work /tmp/mtnlg-curate-bench]
+                                          [--save]
+    MTNLG_DATA=DIR python bench/curate.py --speed-rows [--gb 0.25] [--speed-shards 1] [--speed-reps 3]
+                                          [--before-rev REV] [--save]
                                           [--speed-stages extract,decontaminate] [--save-suffix NAME]
-    MTNLG_DATA=DIR python bench/curate.py --speed-rows --speed-stages tokenize [--tokenize-from RUN_OUTPUT] [--before-rev REV] [--save]
-                                          (issue 52: extraction, decontamination and tokenize before/after rows only, bytes compared)
+    MTNLG_DATA=DIR python bench/curate.py --speed-rows --speed-stages tokenize [--tokenize-from RUN_OUTPUT]
+                                          [--before-rev REV] [--save]
+                                          (extraction, decontamination and tokenize before/after rows only,
+                                          bytes compared)
 
 Ours: the whole pipeline, `mtnlg curate --config scaled_configs/curate-cc.yaml` (extract -> quality -> dedup ->
 decontaminate -> tokenize -> blend), with two settings changed and said: the tokenizer is a fixed GPT-2-sized BPE
@@ -108,7 +113,8 @@ def run_measured(cmd: list, log: Path, env=None) -> dict:
 
 
 def tokenizer_files(work: Path) -> dict:
-    "A GPT-2-sized byte-level BPE trained once on the Wikipedia corpus: vocab.json + merges.txt (ours) and tokenizer.json (datatrove)."
+    """A GPT-2-sized byte-level BPE trained once on the Wikipedia corpus: vocab.json + merges.txt (ours) and
+    tokenizer.json (datatrove)."""
     from mtnlg.catalog import data_path
     from mtnlg.data import train_bpe, load_gpt2_tokenizer
 
@@ -227,7 +233,8 @@ def run_datatrove(inp: Path, work: Path, tok: dict, shards: int, workers: int) -
 
 
 def planted_jaccard(out: Path, planted: list) -> dict:
-    "Exact word 5-gram Jaccard of each planted pair's extracted texts (ours): the paper's duplicates are the pairs >= 0.8."
+    """Exact word 5-gram Jaccard of each planted pair's extracted texts (ours): the paper's duplicates are the pairs >=
+    0.8."""
     from mtnlg.dedup import exact_jaccard
 
     want, text = {i for p in planted for i in p}, {}
@@ -241,8 +248,9 @@ def planted_jaccard(out: Path, planted: list) -> dict:
 
 
 def dedup_quality(removed: list, planted: list, jaccard: dict, threshold: float = 0.8) -> dict:
-    """Recall over the planted pairs whose extracted texts are duplicates by the paper's definition (Jaccard >= 0.8; a pair
-    is found when either copy is removed) and over all planted pairs; precision: removals that belong to a planted pair."""
+    """Recall over the planted pairs whose extracted texts are duplicates by the paper's definition (Jaccard >= 0.8; a
+    pair is found when either copy is removed) and over all planted pairs; precision: removals that belong to a planted
+    pair."""
     removed, pair_ids = set(removed), {i for p in planted for i in p}
     found = lambda pairs: sum(c in removed or o in removed for c, o in pairs) / max(1, len(pairs))
     dup = [(c, o) for c, o in planted if jaccard.get(c, 0) >= threshold]
@@ -294,7 +302,8 @@ from pathlib import Path
 from mtnlg.dedup import plan_dedup
 files, dd = sorted(Path(sys.argv[1]).glob("dedup_signatures/*/*.npz")), json.loads(sys.argv[2])
 smallest = min(files, key=lambda f: f.stat().st_size)
-plan_dedup([smallest], sys.argv[3].split(","), dd["threshold"], dd["bands"], dd["rows"], dd["engine"])   # compiles the kernels
+# compiles the kernels
+plan_dedup([smallest], sys.argv[3].split(","), dd["threshold"], dd["bands"], dd["rows"], dd["engine"])
 tracemalloc.start()                      # numpy's buffers and the ids' strings, not the compiler's memory
 drops, info = plan_dedup(files, sys.argv[3].split(","), dd["threshold"], dd["bands"], dd["rows"], dd["engine"])
 print(json.dumps({"documents": info["documents"], "peak_traced_bytes": tracemalloc.get_traced_memory()[1]}))
@@ -302,7 +311,8 @@ print(json.dumps({"documents": info["documents"], "peak_traced_bytes": tracemall
 
 
 def dedup_index_bytes(out: Path) -> dict:
-    "The driver's dedup planning as a fresh process runs it on this run's signature files: its peak traced memory per document."
+    """The driver's dedup planning as a fresh process runs it on this run's signature files: its peak traced memory per
+    document."""
     import yaml
 
     cfg = yaml.safe_load((ROOT / "scaled_configs/curate-cc.yaml").read_text())
@@ -326,9 +336,10 @@ def dedup_index_bytes(out: Path) -> dict:
 
 def plan_rates(small: dict, large: dict) -> dict:
     """Per-GB-of-.warc.gz rates for `mtnlg curate --plan` (chapter 36): the marginal cost between the two sizes of ours
-    ((large - small) / (its GB - small's GB)), so that fixed costs (training the classifier on its capped sample, building
-    the evaluation sets' n-gram table, process start-up) are not multiplied by a snapshot's 65,000 GB; they are kept
-    apart as `fixed_seconds`. Serial (driver) seconds: a stage's wall time minus its CPU time spread over the workers."""
+    ((large - small) / (its GB - small's GB)), so that fixed costs (training the classifier on its capped sample,
+    building the evaluation sets' n-gram table, process start-up) are not multiplied by a snapshot's 65,000 GB; they are
+    kept apart as `fixed_seconds`. Serial (driver) seconds: a stage's wall time minus its CPU time spread over the
+    workers."""
     gb = lambda z: z["input"]["warc_bytes"] / 1e9
     serial = lambda z, n: (
         z["ours"]["stages"][n]["wall_seconds"]
@@ -349,7 +360,8 @@ def plan_rates(small: dict, large: dict) -> dict:
         "kept_docs_per_page": o["cc_documents_extracted"] / large["input"]["html_pages"],
         "note": (
             "marginal rates between the two sizes of one run (each also curated the same 44 MB Wikipedia shard, so its "
-            "work cancels); the synthetic pages are all English articles, so every page is kept: a real crawl keeps fewer"
+            "work cancels); the synthetic pages are all English articles, so every page is kept: a real "
+            "crawl keeps fewer"
         ),
         "cpu_seconds_per_gb": {n: marginal(cpu, n) for n in stages},
         "serial_seconds_per_gb": {n: marginal(serial, n) for n in drivers},
@@ -383,7 +395,9 @@ from mtnlg.decontaminate import count_shard, decontaminate_shard, frequent_ngram
 stage, src, dst = sys.argv[2], [Path(p) for p in json.loads(sys.argv[3])], Path(sys.argv[4])
 if stage == "extract":
     from mtnlg.extract import html_to_text, language_of
-    language_of(html_to_text("<html><body><p>" + "A warm-up paragraph of plain English words. " * 5 + "</p></body></html>"))   # imports
+    # imports
+    warm_up = "<html><body><p>" + "A warm-up paragraph of plain English words. " * 5 + "</p></body></html>"
+    language_of(html_to_text(warm_up))
     t = time.process_time()
     for s in src: extract_shard(s, dst / s.name.replace(".warc.gz", ".jsonl"), "cc")
 else:
@@ -408,9 +422,9 @@ def before_tree(rev: str, work: Path) -> Path:
 
 
 def speed_rows(warc_shards: list, work: Path, rev: str, reps: int, stages=("extract", "decontaminate")) -> dict:
-    """Extraction (chapter 30) and both decontamination passes (chapter 33: count, then cut) over the same shards, by the
-    code at `rev` (before) and this working tree (after): each a fresh process per measurement, CPU seconds of the timed
-    part (imports, numba compilation and a warm-up shard excluded), repetitions interleaved, medians. Each stage's
+    """Extraction (chapter 30) and both decontamination passes (chapter 33: count, then cut) over the same shards, by
+    the code at `rev` (before) and this working tree (after): each a fresh process per measurement, CPU seconds of the
+    timed part (imports, numba compilation and a warm-up shard excluded), repetitions interleaved, medians. Each stage's
     output files must be byte-identical between before and after. The 1-minute load average is read before each
     measurement (the machine is shared)."""
     import numpy as np
@@ -499,7 +513,8 @@ def tokenize_row(curated: Path, work: Path, rev: str, reps: int) -> dict:
     """The tokenize stage (chapter 35's `tokenize_shard`, as chapter 36's workers call it) over a pipeline run's curated
     shards (`curated`/decontaminate/*/*.jsonl, its tokenizer.json), by the code at `rev` (before) and this working tree
     (after): one fresh process per measurement, one shard after another, CPU and wall seconds from loading the tokenizer
-    to the last shard (imports excluded), repetitions interleaved, medians. Every .bin and .idx must be byte-identical."""
+    to the last shard (imports excluded), repetitions interleaved, medians. Every .bin and .idx must be
+    byte-identical."""
     src, tok = sorted((curated / "decontaminate").glob("*/*.jsonl")), curated / "tokenizer.json"
     if not src or not tok.is_file():
         raise FileNotFoundError(f"no curated shards or tokenizer.json under {curated} (run the pipeline first)")
@@ -528,7 +543,8 @@ def tokenize_row(curated: Path, work: Path, rev: str, reps: int) -> dict:
                 raise RuntimeError(f"tokenize ({tree}) failed:\n{r.stderr[-3000:]}")
             runs[side].append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(
-                f"  tokenize {side} rep {rep}: {runs[side][-1]['cpu_seconds']:.2f} CPU s, {runs[side][-1]['wall_seconds']:.2f} s wall",
+                f"  tokenize {side} rep {rep}: {runs[side][-1]['cpu_seconds']:.2f} CPU s, "
+                f"{runs[side][-1]['wall_seconds']:.2f} s wall",
                 flush=True,
             )
     outs = {side: sorted((work / "speed" / f"tokenize-{side}").glob("*/*.[bi][id][nx]")) for side in trees}
@@ -569,8 +585,8 @@ def tokenize_row(curated: Path, work: Path, rev: str, reps: int) -> dict:
 
 
 def speed_rows_only(a) -> dict:
-    """`--speed-rows`: only the before/after rows: extraction and decontamination on the first `--speed-shards` shards of
-    the larger input (built if missing), tokenize on a pipeline run's curated shards (`--tokenize-from`)."""
+    """`--speed-rows`: only the before/after rows: extraction and decontamination on the first `--speed-shards` shards
+    of the larger input (built if missing), tokenize on a pipeline run's curated shards (`--tokenize-from`)."""
     work, stages = Path(a.work), a.speed_stages.split(",")
     rows, inputs = {"before": f"mtnlg at {a.before_rev}", "after": "this working tree", "reps": a.speed_reps}, {}
     if ed := [s for s in stages if s in ("extract", "decontaminate")]:
@@ -626,11 +642,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--speed-stages",
         default="extract,decontaminate",
-        help="which stages --speed-rows measures (decontaminate reads extract's output; tokenize reads --tokenize-from)",
+        help="which stages --speed-rows measures (decontaminate reads extract's output; tokenize reads "
+        "--tokenize-from)",
     )
     ap.add_argument(
         "--tokenize-from",
-        help="the tokenize row's input: a pipeline run's output (its decontaminate/ and tokenizer.json; default WORK/small/ours)",
+        help="the tokenize row's input: a pipeline run's output (its decontaminate/ and tokenizer.json; default "
+        "WORK/small/ours)",
     )
     ap.add_argument(
         "--save-suffix",
@@ -719,8 +737,10 @@ def report(name: str, size: dict):
     for side in ("ours", "datatrove"):
         s = size[side]
         print(
-            f"  {side}: total {s['wall_seconds']:.0f} s wall; peak RSS driver {s['rss']['driver_bytes'] / 2**20:.0f} MiB, "
-            f"worker max {s['rss']['worker_max_bytes'] / 2**20:.0f} MiB; dedup recall {s['dedup_quality']['recall']:.3f} (all planted "
+            f"  {side}: total {s['wall_seconds']:.0f} s wall; peak RSS driver "
+            f"{s['rss']['driver_bytes'] / 2**20:.0f} MiB, "
+            f"worker max {s['rss']['worker_max_bytes'] / 2**20:.0f} MiB; dedup recall "
+            f"{s['dedup_quality']['recall']:.3f} (all planted "
             f"{s['dedup_quality']['recall_all_planted']:.3f}) precision {s['dedup_quality']['precision']:.3f}"
             + (f"; dedup planning {s['dedup_index']['bytes_per_doc']:.0f} B/document" if "dedup_index" in s else "")
         )
@@ -728,7 +748,8 @@ def report(name: str, size: dict):
             print(f"    {n:14s} {r}")
     for n, r in size["ours_vs_datatrove"].items():
         print(
-            f"  {n:28s} ours {r['ours_s']:8.1f} s  datatrove {r['datatrove_s']:8.1f} s  ours faster x{r['ours_faster_x']:.2f}"
+            f"  {n:28s} ours {r['ours_s']:8.1f} s  datatrove {r['datatrove_s']:8.1f} s  ours faster "
+            f"x{r['ours_faster_x']:.2f}"
         )
 
 

@@ -18,7 +18,8 @@ The baselines stop at the LSH index (no candidate verification, no components): 
 docs/s are medians (min, max) over --reps interleaved runs; ratios are ratios of medians. Estimate quality: RMSE of
 each side's Jaccard estimate against the exact Jaccard of the planted pairs. Memory: signature + LSH index bytes per
 document (the arrays the compiled path holds), and the peak RSS growth of a child process that runs only our pipeline
-on --memory-docs documents, both scaled to a million documents. With --save also writes bench/results/dedup-<date>-cpu.json."""
+on --memory-docs documents, both scaled to a million documents. With --save also writes
+bench/results/dedup-<date>-cpu.json."""
 
 import argparse
 import datetime
@@ -48,7 +49,8 @@ from mtnlg.dedup import (
 
 
 def corpus(n_docs: int, seed: int = 0) -> tuple[list[str], list[tuple[int, int]]]:
-    "300-word Wikipedia passages; every 10th document is an edited copy of an earlier one. Returns texts and (source, copy) pairs."
+    """300-word Wikipedia passages; every 10th document is an edited copy of an earlier one. Returns texts and (source,
+    copy) pairs."""
     from mtnlg.catalog import data_path
 
     src = min(
@@ -80,8 +82,9 @@ def corpus(n_docs: int, seed: int = 0) -> tuple[list[str], list[tuple[int, int]]
 
 
 def ours(docs, a, threads):
-    """Our whole pipeline; returns signatures, the dedup result, seconds for signatures and for LSH + verify + components,
-    and the CPU seconds this process spent (on one thread, a measure that other jobs' load inflates much less)."""
+    """Our whole pipeline; returns signatures, the dedup result, seconds for signatures and for LSH + verify +
+    components, and the CPU seconds this process spent (on one thread, a measure that other jobs' load inflates much
+    less)."""
     t0, c0 = time.perf_counter(), time.process_time()
     sig = compiled_signatures(docs, a.num_perm, threads=threads)
     t1 = time.perf_counter()
@@ -130,14 +133,17 @@ def rensa_run(docs, a):
 
 
 def memory_child(n_docs: int, a) -> dict:
-    "In a fresh process: RSS before and peak after our pipeline on n_docs documents (texts already in memory, kernels loaded)."
+    """In a fresh process: RSS before and peak after our pipeline on n_docs documents (texts already in memory, kernels
+    loaded)."""
     code = (
-        f"import sys, gc, resource; sys.argv = ['x', '--num-perm', '{a.num_perm}', '--bands', '{a.bands}', '--rows', '{a.rows}', "
+        f"import sys, gc, resource; sys.argv = ['x', '--num-perm', '{a.num_perm}', '--bands', '{a.bands}', "
+        f"'--rows', '{a.rows}', "
         f"'--threshold', '{a.threshold}']; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'bench')!r}]\n"
         "import dedup, json\n"
         "a = dedup.parse(); docs, _ = dedup.corpus(" + str(n_docs) + "); dedup.ours(docs[:3000], a, 2); gc.collect()\n"
         "kb = lambda key: int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1]) * 1024\n"
-        "open('/proc/self/clear_refs', 'w').write('5'); before = kb('VmRSS')   # 5: reset the peak (VmHWM) to the current RSS\n"
+        "open('/proc/self/clear_refs', 'w').write('5'); before = kb('VmRSS')   # 5: reset the peak (VmHWM) "
+        "to the current RSS\n"
         "sig, res, *_ = dedup.ours(docs, a, 2)\n"
         "print(json.dumps({'docs': len(docs), 'rss_before': before, 'peak_rss': kb('VmHWM')}))"
     )
@@ -177,7 +183,8 @@ def main():
     n = min(a.baseline_docs, len(docs))
     words = np.mean([len(d.split()) for d in docs[:1000]])
     print(
-        f"{len(docs):,} documents (~{words:.0f} words, {len(set(docs)):,} distinct), {len(pairs):,} planted near-duplicate copies; "
+        f"{len(docs):,} documents (~{words:.0f} words, {len(set(docs)):,} distinct), {len(pairs):,} "
+        f"planted near-duplicate copies; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work on the machine slows every side)"
     )
     t0 = time.perf_counter()
@@ -212,8 +219,10 @@ def main():
         runs["rensa"].append(n / t_rs)
         runs["load_avg_1min"].append(os.getloadavg()[0])
         print(
-            f"run {rep + 1}/{a.reps}: ours {runs['ours'][-1]:,.0f} docs/s on {a.threads} threads, {runs['ours_1_thread'][-1]:,.0f} on 1; "
-            f"numpy twin {runs['numpy_twin'][-1]:,.0f}; datasketch {runs['datasketch'][-1]:,.0f}; rensa {runs['rensa'][-1]:,.0f} docs/s; "
+            f"run {rep + 1}/{a.reps}: ours {runs['ours'][-1]:,.0f} docs/s on {a.threads} threads, "
+            f"{runs['ours_1_thread'][-1]:,.0f} on 1; "
+            f"numpy twin {runs['numpy_twin'][-1]:,.0f}; datasketch {runs['datasketch'][-1]:,.0f}; rensa "
+            f"{runs['rensa'][-1]:,.0f} docs/s; "
             f"load {runs['load_avg_1min'][-1]:.1f}",
             flush=True,
         )
@@ -229,7 +238,8 @@ def main():
     print(f"ours:        {fmt(st['ours'], ',.0f', ' docs/s')} on {a.threads} threads (target >= 100,000)")
     print(
         f"ours:        {fmt(st['ours_1_thread'], ',.0f', ' docs/s')} on 1 thread; per CPU-second of that thread "
-        f"{fmt(st['ours_1_thread_per_cpu_second'], ',.0f', ' docs')} (x2 = {2 * st['ours_1_thread_per_cpu_second']['median']:,.0f} docs/s, "
+        f"{fmt(st['ours_1_thread_per_cpu_second'], ',.0f', ' docs')} (x2 = "
+        f"{2 * st['ours_1_thread_per_cpu_second']['median']:,.0f} docs/s, "
         "what two idle cores would give with perfect scaling)"
     )
     print(f"numpy twin:  {fmt(st['numpy_twin'], ',.0f', ' docs/s')} (1 process, {n:,} documents)")
@@ -237,7 +247,8 @@ def main():
         f"datasketch:  {fmt(st['datasketch'], ',.0f', ' docs/s')} (MinHash.bulk + insertion session, {n:,} documents)"
     )
     print(
-        f"rensa:       {fmt(st['rensa'], ',.0f', ' docs/s')} (digest_matrix_from_token_sets + insert_matrix, {n:,} documents)"
+        f"rensa:       {fmt(st['rensa'], ',.0f', ' docs/s')} (digest_matrix_from_token_sets + "
+        f"insert_matrix, {n:,} documents)"
     )
     print("ratios of medians: " + "; ".join(f"{k} {v:.1f}x" for k, v in ratio.items()))
     print(f"load average (1 min) during the runs: {fmt(st['load_avg_1min'], '.1f')}")
@@ -279,8 +290,10 @@ def main():
     mem = memory_child(a.memory_docs, a)
     rss_per_doc = (mem["peak_rss"] - mem["rss_before"]) / mem["docs"]
     print(
-        f"memory per million documents: signatures {per_doc_sig * 1e6 / 1e9:.2f} GB + LSH index {per_doc_index * 1e6 / 1e9:.2f} GB "
-        f"+ candidate pairs {per_doc_pairs * 1e6 / 1e9:.2f} GB (this corpus); peak RSS growth of a child running the pipeline on "
+        f"memory per million documents: signatures {per_doc_sig * 1e6 / 1e9:.2f} GB + LSH index "
+        f"{per_doc_index * 1e6 / 1e9:.2f} GB "
+        f"+ candidate pairs {per_doc_pairs * 1e6 / 1e9:.2f} GB (this corpus); peak RSS growth of a child "
+        f"running the pipeline on "
         f"{mem['docs']:,} documents: {rss_per_doc:.0f} B/doc -> {rss_per_doc * 1e6 / 1e9:.2f} GB per million "
         f"(texts not included: they are loaded before)"
     )

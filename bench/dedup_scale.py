@@ -2,7 +2,8 @@
 stage's task timed and its memory measured in a fresh process, and the driver's peak RSS while the whole plan runs on a
 local pool of 2 workers — against the single-process `plan_dedup`, whose memory grows by its signatures.
 
-    [BAND_SPLITS=4] python bench/dedup_scale.py [--docs 100000] [--shards 25] [--driver-shards 300] [--work /tmp/mtnlg-dedup-scale] [--save]
+    [BAND_SPLITS=4] python bench/dedup_scale.py [--docs 100000] [--shards 25] [--driver-shards 300]
+                                                [--work /tmp/mtnlg-dedup-scale] [--save]
 
 Input: synthetic MinHash signatures (uniform random uint32, 128 a document) in `.npz` files as `signature_shard`
 writes them; 5% of the documents are copies of an earlier one with 4 of 128 entries changed (estimated Jaccard 0.97:
@@ -38,7 +39,8 @@ def _key_files(work, files) -> list[str]:
 
 
 def make_signatures(folder: Path, docs: int, shards: int, seed: int = 0) -> list[str]:
-    "Signature files of `docs` documents over `shards` shards (dataset cc, the first tenth wikipedia), 5% planted copies."
+    """Signature files of `docs` documents over `shards` shards (dataset cc, the first tenth wikipedia), 5% planted
+    copies."""
     folder.mkdir(parents=True, exist_ok=True)
     done = folder / "files.json"
     if done.is_file():
@@ -162,7 +164,8 @@ def _forget(stage: str, work, keys):
 
 
 def _curate_child(config: str) -> dict:
-    "A whole curation on a pool of 2 workers, this process its driver: the driver's CPU seconds and peak RSS, the workers' peak RSS."
+    """A whole curation on a pool of 2 workers, this process its driver: the driver's CPU seconds and peak RSS, the
+    workers' peak RSS."""
     from mtnlg.curate import load_curate_config, curate
     from curate import PeakRSS
 
@@ -236,8 +239,8 @@ def measure(files: list, work: Path) -> dict:
 
 
 def per_doc(small: dict, more_docs: dict, large: dict) -> dict:
-    """Marginal bytes and seconds a document of each stage (1x -> 4x the documents in the same shards) and seconds a shard
-    (4x the documents in the same shards -> in 4x the shards): a task that visits every shard pays both."""
+    """Marginal bytes and seconds a document of each stage (1x -> 4x the documents in the same shards) and seconds a
+    shard (4x the documents in the same shards -> in 4x the shards): a task that visits every shard pays both."""
     dn, ds = more_docs["documents"] - small["documents"], large["shards"] - more_docs["shards"]
     stages = ("band_keys", "band", "verify", "components", "shard_drops", "plan_dedup")
     return {
@@ -292,7 +295,8 @@ def main(argv=None) -> int:
         "benchmark": "dedup_scale",
         "date": datetime.date.today().isoformat(),
         "device": "this 2-core CPU",
-        "machine_note": "shared with other jobs (load average 20+ on 2 cores): seconds are upper bounds; memory is not affected",
+        "machine_note": "shared with other jobs (load average 20+ on 2 cores): seconds are upper bounds; memory is not "
+        "affected",
         "command": "python bench/dedup_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "band_splits": SPLITS,
         "sizes": sizes,

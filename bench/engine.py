@@ -23,7 +23,8 @@
    against the 1F1B formula (p-1)/(m+p-1), which assumes equal stages, and against the same schedule with the
    measured stage times t_i: T = (m-1) max t_i + sum t_i (our last stage also holds the output layer and loss).
 
-usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>-cpu.json; --steps >= 5)
+usage: python bench/engine.py [--steps 60] [--save]    (--save: write bench/results/engine-<date>-cpu.json;
+                                                        --steps >= 5)
        python bench/engine.py --only overhead             (the first half alone, about 30 s; not saved)
 (about 3 minutes on an idle 2-core machine)
 """
@@ -55,7 +56,8 @@ PHASES = ("ForwardPass", "BackwardPass", "ReduceGrads", "ReduceTiedGrads", "Opti
 
 
 def time_instructions(spent: dict, keys: dict):
-    "Time DeepSpeed's pipeline instructions: the engine dispatches them through `_INSTRUCTION_MAP` (class `name` -> key)."
+    """Time DeepSpeed's pipeline instructions: the engine dispatches them through `_INSTRUCTION_MAP` (class `name` ->
+    key)."""
     from deepspeed.runtime.pipe.engine import PipelineEngine
     from deepspeed.runtime.pipe import schedule
 
@@ -351,8 +353,11 @@ if __name__ == "__main__":
     o = res.get("overhead")
     if o:
         print(
-            f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  {fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
-            f"ratio of medians {o['ratio']:.3f} (95% bootstrap interval {'-'.join(format(x, '.3f') for x in o['ratio_interval_95'])}; target >= 0.95); per alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
+            f"engine {fmt(o['engine_tokens_per_s'], ',.0f', ' tokens/s')}\nplain  "
+            f"{fmt(o['plain_tokens_per_s'], ',.0f', ' tokens/s')}\n"
+            f"ratio of medians {o['ratio']:.3f} (95% bootstrap interval "
+            f"{'-'.join(format(x, '.3f') for x in o['ratio_interval_95'])}; target >= 0.95); per "
+            f"alternated pair of steps {fmt(o['pair_ratio'], '.3f')}; "
             f"of CPU time {o['cpu_ratio']:.3f}; load average {os.getloadavg()[0]:.2f}"
         )
     if o:
@@ -373,9 +378,11 @@ if __name__ == "__main__":
     for b in res["bubble"]:
         t0, t1 = (x["median"] * 1e3 for x in b["stage_time_per_micro_batch_s"])
         print(
-            f"PP=2 {b['partition']:8s} {b['stage_bounds']}, m={b['micro_batches']}: stage times {t0:.1f} | {t1:.1f} ms per micro-batch; "
+            f"PP=2 {b['partition']:8s} {b['stage_bounds']}, m={b['micro_batches']}: stage times {t0:.1f} | "
+            f"{t1:.1f} ms per micro-batch; "
             f"measured bubble {fmt(b['measured_bubble'], '.3f')} vs (p-1)/(m+p-1) = {b['formula']:.3f}; "
-            f"with the measured stage times {b['formula_with_measured_stage_times']['median']:.3f}; with their CPU times "
+            f"with the measured stage times {b['formula_with_measured_stage_times']['median']:.3f}; with "
+            f"their CPU times "
             f"({' | '.join(format(x['median'] * 1e3, '.1f') for x in b['stage_cpu_time_per_micro_batch_s'])} ms) "
             f"{b['formula_with_cpu_stage_times']['median']:.3f}"
         )

@@ -3,7 +3,8 @@ model — the same requests (0-shot requests of the nine local tasks), the same 
 and the model-parallel reader of chapter 65 on the same requests: TP 2, PP 2 and DP 2 on two processes of one thread
 each, beside one process on the same two threads.
 
-    .venv/bin/python bench/eval.py [--checkpoint DIR] [--data-dir DIR] [--docs 40] [--batch-size 32] [--threads 1] [--repeats 5]
+    .venv/bin/python bench/eval.py [--checkpoint DIR] [--data-dir DIR] [--docs 40] [--batch-size 32] [--threads 1]
+                                   [--repeats 5]
                                    [--layouts tp2,pp2,dp2] [--save]
 
 Each backend answers all requests --repeats times (>= 5, the two alternating); requests/s is reported as median, min and
@@ -213,9 +214,12 @@ def main(argv=None):
         print(f"mtnlg, one process on 2 threads {fmt(two_threads, '.0f', ' req/s')}")
         for k, v in parallel.items():
             print(
-                f"mtnlg {v['layout']} ({v['processes']} processes x 1 thread) {fmt(v['requests_per_s'], '.0f', ' req/s')}: "
-                f"{result['model_parallel_vs_hf'][k]:.2f}x hf, {result['model_parallel_vs_one_process_2_threads'][k]:.2f}x one "
-                f"process on 2 threads | max |dlogL| vs one process {v['max_abs_loglikelihood_diff']:.1e}, greedy equal {v['greedy_equal']}"
+                f"mtnlg {v['layout']} ({v['processes']} processes x 1 thread) "
+                f"{fmt(v['requests_per_s'], '.0f', ' req/s')}: "
+                f"{result['model_parallel_vs_hf'][k]:.2f}x hf, "
+                f"{result['model_parallel_vs_one_process_2_threads'][k]:.2f}x one "
+                f"process on 2 threads | max |dlogL| vs one process {v['max_abs_loglikelihood_diff']:.1e}, "
+                f"greedy equal {v['greedy_equal']}"
             )
     if args.save:
         print(f"wrote {args.out}")

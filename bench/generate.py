@@ -2,7 +2,8 @@
 and Hugging Face `generate` (greedy, its own KV cache) on the exported model (chapter 44) — same prompts, same number
 of new tokens, one thread, in one run.
 
-    .venv/bin/python bench/generate.py [--checkpoint DIR] [--new-tokens 64] [--batch 4] [--repeats 5] [--threads 1] [--save]
+    .venv/bin/python bench/generate.py [--checkpoint DIR] [--new-tokens 64] [--batch 4] [--repeats 5] [--threads 1]
+                                       [--save]
 
 Each variant runs --repeats times (>= 5, interleaved); tokens/s is reported as median, min and max, ratios are of
 medians; with --save also writes bench/results/generate-cpu-<date>.json. All three must produce the same greedy tokens

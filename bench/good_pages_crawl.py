@@ -1,8 +1,9 @@
 """A small crawl of good pages, as a new user would first try `mtnlg curate --config scaled_configs/curate-cc.yaml`:
-the article-extraction benchmark's 181 real news and blog pages (the data setting's html/) as six .warc.gz files, and the
-first 600 Wikipedia articles of the data setting's corpus as one `.jsonl.zst` shard (The Pile's container).
+the article-extraction benchmark's 181 real news and blog pages (the data setting's html/) as six .warc.gz files, and
+the first 600 Wikipedia articles of the data setting's corpus as one `.jsonl.zst` shard (The Pile's container).
 
-    MTNLG_DATA=DIR python bench/good_pages_crawl.py OUT      # then: mtnlg curate --config scaled_configs/curate-cc.yaml --set input_dir=OUT
+    MTNLG_DATA=DIR python bench/good_pages_crawl.py OUT
+    # then: mtnlg curate --config scaled_configs/curate-cc.yaml --set input_dir=OUT
 
 Chapter 31 reports what the quality filter does to it, in-sample and cross-fitted."""
 

@@ -1,4 +1,5 @@
-"""`mtnlg train` measured on one GPU in one command, planned to take under 9 minutes: what a user gets, and against what.
+"""`mtnlg train` measured on one GPU in one command, planned to take under 9 minutes: what a user gets, and against
+what.
 
     python bench/gpu.py [--save] [--only ROWS] [--steps 7] [--dry-run] [--out PATH]
 
@@ -8,26 +9,29 @@ gradient clipping, dropout 0.1 — for --steps steps; its figures are medians ov
 compilation), read from the run's metrics.jsonl (tokens/s, MFU and HFU against the device's dense bf16 peak, peak
 allocated and reserved memory per step):
   - default: `mtnlg train --config scaled_configs/gpt-1.3b.yaml` and no other flag (on a GPU: the DeepSpeed engine);
-  - engine / single: `--backend deepspeed` and `--backend single` (the one-process loop, fp32 weights under bf16 autocast);
-  - kernels=reference|compile|triton and recompute=none|selective|full: `--set model.kernels=...` / `model.recompute=...`;
+  - engine / single: `--backend deepspeed` and `--backend single` (the one-process loop, fp32 weights under bf16
+    autocast);
+  - kernels=reference|compile|triton and recompute=none|selective|full: `--set model.kernels=...` /
+    `model.recompute=...`;
   - deterministic: `--set deterministic=true`, its tokens/s against the default's (the cost of the switch);
   - hf-eager / hf-compile: Hugging Face `GPT2LMHeadModel` at the same shape (layers, hidden, heads, positions, the
     padded vocabulary), SDPA attention, dropout 0.1, fp32 weights (the masters) under bf16 autocast, the same AdamW and
     clipping, the same tokens per step, eager and under `torch.compile` (model and loss);
-  - fused (issue 54): `--set optimizer.fused=true` (torch's fused AdamW), `--set model.kernels=liger model.loss_chunk=4096`
-    (liger-kernel's LayerNorm and fused linear cross-entropy; optional, skipped where it is not installed) and both: the
-    device commands, each under 9 minutes, are in bench/GPU_PLAN.md;
+  - fused (issue 54): `--set optimizer.fused=true` (torch's fused AdamW), `--set model.kernels=liger
+    model.loss_chunk=4096` (liger-kernel's LayerNorm and fused linear cross-entropy; optional, skipped where it is not
+    installed) and both: the device commands, each under 9 minutes, are in bench/GPU_PLAN.md;
   - determinism: gpt-125m with `deterministic: true`, two identical runs and one killed with `kill -9` inside a save and
-    resumed with `--resume auto`, compared bit for bit (every tensor of the last checkpoint — weights, fp32 masters, Adam
-    moments — every random stream, and the per-step losses); then the same two runs without the switch.
+    resumed with `--resume auto`, compared bit for bit (every tensor of the last checkpoint — weights, fp32 masters,
+    Adam moments — every random stream, and the per-step losses); then the same two runs without the switch.
 Each configuration runs at its largest micro-batch that fits: the config's (8), then 4, then 2 after an out-of-memory
 failure. Predicted memory is chapter 50's `stage_memory` (TP1 PP1 DP1, without its reserve) for the engine's rows.
 The data is the committed curation output (tests/fixtures/curated), repeated as Megatron's epochs; its tokenizer has
 2,048 tokens and the configs keep GPT-2's vocabulary (50,257, padded 50,304), so the output layer has the paper's shape
 (token ids above 2,047 never occur: that changes no FLOP and no byte of a step). Runs are cut at
 --steps (`schedule.train_tokens` shortened to twice the batch ramp, so Megatron's sample index builds in a fraction of a
-second: the steps keep their batch and learning rate, only the samples they draw change) and killed once their last step is logged (a gpt-1.3b checkpoint is ~21 GB: nothing is saved that is not needed);
-run directories live in a temporary directory that is removed as it goes.
+second: the steps keep their batch and learning rate, only the samples they draw change) and killed once their last step
+is logged (a gpt-1.3b checkpoint is ~21 GB: nothing is saved that is not needed); run directories live in a temporary
+directory that is removed as it goes.
 
 Needs what `make install` installs (torch with CUDA, DeepSpeed, megatron-core, triton, transformers). Writes
 bench/results/gpu-<date>-<device>.json only with --save (--out PATH: anywhere). --dry-run runs the same code at the tiny
@@ -152,8 +156,8 @@ def plan(config: str, device: str, cfg) -> list[Row]:
         ),
         Row("micro=4", "levers", "--set schedule.micro_batch_size=4", {"schedule.micro_batch_size": 4}),
     ]
-    # issue 54's levers from maintained libraries, each against the default and, for liger's loss, against our own chunked
-    # loss (loss_chunk=4096 above): torch's fused AdamW, liger-kernel's LayerNorm and fused linear cross-entropy
+    # issue 54's levers from maintained libraries, each against the default and, for liger's loss, against our own
+    # chunked loss (loss_chunk=4096 above): torch's fused AdamW, liger-kernel's LayerNorm and fused linear cross-entropy
     rows += [
         Row(
             "fused_adamw",
@@ -203,7 +207,8 @@ def plan(config: str, device: str, cfg) -> list[Row]:
                 config=small,
             )
         )
-    # held out (issue 45): cases the memory model was not fitted to, its predictions committed (--predict) before they run
+    # held out (issue 45): cases the memory model was not fitted to, its predictions committed (--predict) before they
+    # run
     if config != "scaled_configs/tiny.yaml":
         rows += heldout_rows()
     hf = (
@@ -236,11 +241,20 @@ def plan(config: str, device: str, cfg) -> list[Row]:
     if device == "cpu":
         for r in rows:
             if r.sets.get("model.kernels") == "liger":
-                r.skip = "liger-kernel's Triton kernels need a GPU (its loss runs in Triton's interpreter on a CPU: tests/test_levers.py)"
+                r.skip = (
+                    "liger-kernel's Triton kernels need a GPU (its loss runs in Triton's interpreter on a CPU: "
+                    "tests/test_levers.py)"
+                )
             if r.name == "kernels=triton":
-                r.skip = "Triton kernels need a GPU (a CPU runs them only in Triton's interpreter, ~1000x slower: bench/kernels.py checks them there)"
+                r.skip = (
+                    "Triton kernels need a GPU (a CPU runs them only in Triton's interpreter, ~1000x slower: "
+                    "bench/kernels.py checks them there)"
+                )
             if r.name in ("kernels=compile", "hf-compile") or "compile_blocks" in r.name:
-                r.skip = "torch.compile on a CPU spends about a minute in C++ code generation on 2 shared cores; the GPU run measures it"
+                r.skip = (
+                    "torch.compile on a CPU spends about a minute in C++ code generation on 2 shared cores; "
+                    "the GPU run measures it"
+                )
             if r.name in ("attention=cudnn", "attention=efficient"):
                 r.skip = f"SDPA's {r.name.split('=')[1]} kernel is a CUDA kernel"
             if r.name == "attention=flash":
@@ -252,7 +266,8 @@ HELDOUT = "bench/results/memory-heldout-predictions.json"  # not gpu-*.json: a p
 
 
 def heldout_rows() -> list[Row]:
-    "The memory model's held-out cases on one GPU: micro-batches 4 and 16 with the chunked loss, seq 1024, gpt-350m's shape."
+    """The memory model's held-out cases on one GPU: micro-batches 4 and 16 with the chunked loss, seq 1024, gpt-350m's
+    shape."""
     return [
         Row(
             "heldout:micro=4+chunk",
@@ -316,7 +331,8 @@ def predict_heldout(steps: int) -> dict:
 
 
 def selected(rows: list[Row], only: str | None) -> tuple[list[Row], bool]:
-    "The rows --only names (by name or group: default, backend/engine/single, kernels, recompute, deterministic, hf, ...)."
+    """The rows --only names (by name or group: default, backend/engine/single, kernels, recompute, deterministic, hf,
+    ...)."""
     if not only:
         return rows, True
     want = {w.strip() for w in only.split(",") if w.strip()}
@@ -330,7 +346,7 @@ def selected(rows: list[Row], only: str | None) -> tuple[list[Row], bool]:
     ), "determinism" in want  # in --only's order
 
 
-# ---------------------------------------------------------------------------------------------------- running `mtnlg train`
+# ------------------------------------------------------------------------------------------------ running `mtnlg train`
 
 
 def mtnlg_head() -> list[str]:
@@ -605,7 +621,7 @@ def measure(row: Row, ctx) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------- where a step's time goes
+# --------------------------------------------------------------------------------------------- where a step's time goes
 
 KERNEL_KINDS = [
     (
@@ -682,7 +698,7 @@ def profile_worker(spec: dict) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------------- the Hugging Face anchor
+# ---------------------------------------------------------------------------------------------- the Hugging Face anchor
 
 
 def hf_worker(spec: dict) -> int:
@@ -841,9 +857,9 @@ def compare_runs(a: Path, b: Path) -> dict:
 
 
 def determinism(ctx) -> dict:
-    """`deterministic: true`: runs A and B, and C killed (kill -9) inside the save of its last step — after the checkpoint
-    halfway — then resumed with `--resume auto`; without the switch, runs D and E. Three processes at a time on the one
-    device (A, B, C; then C's resume, D, E): the comparison is of bits, not of speed."""
+    """`deterministic: true`: runs A and B, and C killed (kill -9) inside the save of its last step — after the
+    checkpoint halfway — then resumed with `--resume auto`; without the switch, runs D and E. Three processes at a time
+    on the one device (A, B, C; then C's resume, D, E): the comparison is of bits, not of speed."""
     from mtnlg.checkpoint import step_name
 
     config, steps = ctx.det_config, ctx.det_steps
@@ -872,7 +888,8 @@ def determinism(ctx) -> dict:
         "steps": steps,
         "overrides": {k: v for k, v in on.items() if k not in DATA},
         "command": shown(train_command(config, Path("RUN"), on)),
-        "kill": f"kill -9 inside step {steps}'s save (MTNLG_PAUSE_IN_SAVE=0:{steps}), then `--resume auto` from {step_name(half)}",
+        "kill": f"kill -9 inside step {steps}'s save (MTNLG_PAUSE_IN_SAVE=0:{steps}), then `--resume auto` from "
+        f"{step_name(half)}",
     }
     bad = [f"{j.run_dir.name}: " + j.tail() for j in first[:2] if not j.ok] + (
         [] if first[2].stopped else [f"on-killed was not stopped in its save: {first[2].tail()}"]
@@ -903,11 +920,12 @@ def determinism(ctx) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------- the whole benchmark
+# -------------------------------------------------------------------------------------------------- the whole benchmark
 
 
 def device_info() -> dict:
-    "The device and the software, read in a child process when CUDA is there (the benchmark's own process never touches CUDA)."
+    """The device and the software, read in a child process when CUDA is there (the benchmark's own process never
+    touches CUDA)."""
     import torch
 
     if not torch.cuda.is_available():
@@ -997,10 +1015,13 @@ def table(results: list[dict], det: dict | None) -> str:
             yn = lambda c: (
                 "bitwise equal"
                 if c["bitwise"]
-                else f"DIFFER ({c['tensors_differing']} of {c['tensors_compared']} tensors, largest {c['largest_difference']:.2e}; losses equal: {c['losses_equal']}; rng equal: {all(c['rng_equal'].values())})"
+                else f"DIFFER ({c['tensors_differing']} of {c['tensors_compared']} tensors, largest "
+                f"{c['largest_difference']:.2e}; losses equal: {c['losses_equal']}; rng equal: "
+                f"{all(c['rng_equal'].values())})"
             )
             lines += [
-                f"determinism, {det['config']}, {det['steps']} steps, deterministic=true: two runs {yn(det['deterministic']['two_runs'])}; "
+                f"determinism, {det['config']}, {det['steps']} steps, deterministic=true: two runs "
+                f"{yn(det['deterministic']['two_runs'])}; "
                 f"kill -9 + --resume auto {yn(det['deterministic']['kill9_resume'])}",
                 f"determinism, the same without the switch: two runs {yn(det['default']['two_runs'])}",
             ]
@@ -1058,7 +1079,8 @@ def main(argv=None) -> int:
         pred = predict_heldout(args.steps)
         for r in pred["rows"]:
             print(
-                f"{r['name']:24s} {r['config']:32s} micro {r['micro_batch']:2d} seq {r['seq']} -> {r['predicted_gib']:.2f} GiB"
+                f"{r['name']:24s} {r['config']:32s} micro {r['micro_batch']:2d} seq {r['seq']} -> "
+                f"{r['predicted_gib']:.2f} GiB"
             )
         if args.save:
             (ROOT / HELDOUT).write_text(json.dumps(pred, indent=1) + "\n")
@@ -1109,9 +1131,12 @@ def main(argv=None) -> int:
         )
     )
     print(
-        f"{config}: {cfg.model.num_layers} layers, hidden {cfg.model.hidden_size}, {cfg.model.num_attention_heads} heads, "
-        f"seq {cfg.model.seq_length}, vocabulary {cfg.model.vocab_size} (padded {cfg.model.padded_vocab_size()}; the data's "
-        f"tokenizer has {vocab}), {cfg.precision}; {args.steps} steps of {batch} sequences, medians of steps {WARMUP + 1}-{args.steps}"
+        f"{config}: {cfg.model.num_layers} layers, hidden {cfg.model.hidden_size}, "
+        f"{cfg.model.num_attention_heads} heads, "
+        f"seq {cfg.model.seq_length}, vocabulary {cfg.model.vocab_size} (padded "
+        f"{cfg.model.padded_vocab_size()}; the data's "
+        f"tokenizer has {vocab}), {cfg.precision}; {args.steps} steps of {batch} sequences, medians of "
+        f"steps {WARMUP + 1}-{args.steps}"
     )
     est = 0.0
     print("plan:")
@@ -1135,7 +1160,8 @@ def main(argv=None) -> int:
         e = 2 * (START_S[ctx.device] + 10)
         est += e
         print(
-            f"  {'determinism':18s} {det_config}: deterministic=true x 2 runs + kill -9/resume; the same 2 runs without it  ~{e:.0f} s"
+            f"  {'determinism':18s} {det_config}: deterministic=true x 2 runs + kill -9/resume; the same 2 "
+            f"runs without it  ~{e:.0f} s"
         )
     print(
         f"estimated {est / 60:.1f} min"
@@ -1197,7 +1223,8 @@ def run(args, argv, rows, with_det, ctx, info, cfg, batch, vocab, est) -> int:
             "tokenizer_vocab": vocab,
             "data": DATA,
             "common_overrides": {k: v for k, v in ctx.common.items() if k not in DATA},
-            "recipe": "bf16 weights with fp32 master weights and Adam states (engine) / fp32 weights under bf16 autocast "
+            "recipe": "bf16 weights with fp32 master weights and Adam states (engine) / fp32 weights under bf16 "
+            "autocast "
             "(single, HF); AdamW beta2 0.95, weight decay 0.1, clipping 1.0, dropout 0.1",
             "rows": results,
             "deterministic_cost": cost,
@@ -1253,8 +1280,10 @@ def run(args, argv, rows, with_det, ctx, info, cfg, batch, vocab, est) -> int:
             + (
                 "FAILED: " + det["error"][-800:]
                 if "error" in det
-                else f"deterministic=true: two runs bitwise {det['deterministic']['two_runs']['bitwise']}, kill -9 + resume bitwise "
-                f"{det['deterministic']['kill9_resume']['bitwise']}; without it: two runs bitwise {det['default']['two_runs']['bitwise']} "
+                else f"deterministic=true: two runs bitwise {det['deterministic']['two_runs']['bitwise']}, kill "
+                f"-9 + resume bitwise "
+                f"{det['deterministic']['kill9_resume']['bitwise']}; without it: two runs bitwise "
+                f"{det['default']['two_runs']['bitwise']} "
                 f"({det['wall_s']:.0f} s)"
             ),
             flush=True,
@@ -1264,7 +1293,8 @@ def run(args, argv, rows, with_det, ctx, info, cfg, batch, vocab, est) -> int:
     print(table(results, det))
     if rec["deterministic_cost"]:
         print(
-            f"deterministic=true trains at x{rec['deterministic_cost']:.3f} the default's tokens/s ({config}, medians, this run)"
+            f"deterministic=true trains at x{rec['deterministic_cost']:.3f} the default's tokens/s "
+            f"({config}, medians, this run)"
         )
     print(f"total {rec['seconds']:.0f} s ({rec['seconds'] / 60:.1f} min; estimated {est / 60:.1f})")
     if out:

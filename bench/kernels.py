@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 from stats import summary, ratio_of_medians, fmt, hardware, MIN_RUNS
 
-# (kernel, label, shape as kernel_inputs takes it, bf16 bytes moved by forward / backward per element of the main tensor)
+# (kernel, label, shape as kernel_inputs takes it, bf16 bytes moved by forward / backward per element of the main
+# tensor)
 SHAPES = {
     "530b-tp8": {
         "softmax": (1, 16, 2048),
@@ -86,7 +87,8 @@ def cuda_times(fn, repeats: int, inner: int = 10, warmup: int = 3) -> list[float
 
 
 def gpu_correctness() -> list[dict]:
-    "Every Triton kernel, compiled for this GPU, against its reference: odd sizes, fp32 and bf16 (the tests' tolerances)."
+    """Every Triton kernel, compiled for this GPU, against its reference: odd sizes, fp32 and bf16 (the tests'
+    tolerances)."""
     import torch
     from mtnlg import kernels as K
 
@@ -140,7 +142,8 @@ def _sync():
 
 def host_seconds(fn, calls: int = 10) -> float:
     """Seconds per call the host spends issuing `fn`: the device drained first, then `calls` calls with no wait between
-    them. Near the wall time when a kernel is launch-bound; far below it when something inside `fn` waits for the device."""
+    them. Near the wall time when a kernel is launch-bound; far below it when something inside `fn` waits for the
+    device."""
     fn()
     _sync()
     t0 = time.perf_counter()
@@ -153,8 +156,8 @@ def host_seconds(fn, calls: int = 10) -> float:
 
 def host_ops(fn, top: int = 8, calls: int = 5) -> list[dict]:
     """The host-side work of one call by self CPU time: PyTorch ops and CUDA runtime/driver calls (a launch, a
-    synchronisation, an allocation), microseconds per call. Python time between them (a Triton launcher's) is the rest of
-    `host_seconds`."""
+    synchronisation, an allocation), microseconds per call. Python time between them (a Triton launcher's) is the rest
+    of `host_seconds`."""
     import torch
     from torch.profiler import profile, ProfilerActivity
 
@@ -171,8 +174,8 @@ def host_ops(fn, top: int = 8, calls: int = 5) -> list[dict]:
 
 
 def model_correctness() -> dict:
-    """The tiny GPT on the GPU, fp32: each kernel choice's loss and gradients against `reference` (dropout off), and with
-    dropout on whether selective and full recomputation reproduce `none` bit for bit for each choice."""
+    """The tiny GPT on the GPU, fp32: each kernel choice's loss and gradients against `reference` (dropout off), and
+    with dropout on whether selective and full recomputation reproduce `none` bit for bit for each choice."""
     import torch
     from mtnlg.config import load_config
     from mtnlg.topology import init_distributed, seed_everything
@@ -213,7 +216,8 @@ def model_correctness() -> dict:
         out[kernels] = {"loss_error": abs(loss - ref_loss).item(), "grad_error": err, "recompute_bitwise": same}
         print(
             f"tiny GPT on the GPU, kernels={kernels:9s}: loss error {out[kernels]['loss_error']:.1e}, largest gradient "
-            f"error {err:.1e} vs reference; with dropout, recompute selective/full bitwise = {same['selective']}/{same['full']}"
+            f"error {err:.1e} vs reference; with dropout, recompute selective/full bitwise = "
+            f"{same['selective']}/{same['full']}"
         )
     return out
 
@@ -305,7 +309,8 @@ def kernel_bench(args, gpu) -> list[dict]:
                         f"fwd+bwd {fmt(scaled(r['fwd_bwd_s'], 1e6), '.1f', ' us')}  "
                         f"{rate} = {r['fraction_of_peak']:.0%} of peak"
                         + (
-                            f" ({r['fraction_of_peak_gpu_busy']:.0%} over GPU-busy time {r['fwd_bwd_gpu_busy_s'] * 1e6:.0f} us)  "
+                            f" ({r['fraction_of_peak_gpu_busy']:.0%} over GPU-busy time "
+                            f"{r['fwd_bwd_gpu_busy_s'] * 1e6:.0f} us)  "
                             if "fraction_of_peak_gpu_busy" in r
                             else f" (GPU-busy {r['fwd_bwd_gpu_busy_s'] * 1e6:.0f} us)  "
                         )
@@ -408,7 +413,8 @@ def correctness_only():
         " ('linear_cross_entropy', (37, 24, 100))]:\n"
         "    for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):\n"
         "        e = K.kernel_errors(name, shape, dt)\n"
-        "        print(f'{name:17s} {str(dt):15s} fwd {e[\"forward\"]:.1e} bwd {e[\"backward\"]:.1e}', 'ok' if max(e.values()) < tol else 'FAIL')\n"
+        '        print(f\'{name:17s} {str(dt):15s} fwd {e["forward"]:.1e} bwd {e["backward"]:.1e}\', '
+        "'ok' if max(e.values()) < tol else 'FAIL')\n"
         "        assert max(e.values()) < tol\n"
     )
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

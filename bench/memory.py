@@ -3,10 +3,10 @@
 
 TP 2 x PP 2 x DP 1 (4 processes) and TP 2 x PP 2 x DP 2 (8 processes) on scaled_configs/tiny.yaml with sequences
 long enough for activations to show and two layers per stage (4 layers, seq 128, hidden 128, global batch 8,
-micro-batch 2, fp32, dropout 0.1), for recompute none / selective / full. Each rank builds the engine exactly as `mtnlg train` does, runs step 1 (Adam's
-state appears), and reports step 2's peak: every CPU tensor allocation and free from torch.profiler, replayed in
-time order; each allocation's category from what the engine held it as (parameters, gradients, optimizer state;
-the rest: activations and working buffers).
+micro-batch 2, fp32, dropout 0.1), for recompute none / selective / full. Each rank builds the engine exactly as `mtnlg
+train` does, runs step 1 (Adam's state appears), and reports step 2's peak: every CPU tensor allocation and free from
+torch.profiler, replayed in time order; each allocation's category from what the engine held it as (parameters,
+gradients, optimizer state; the rest: activations and working buffers).
 
 The engine runs ZeRO-1 without `contiguous_gradients` (chapter 14), so DeepSpeed keeps no gradient-reduction bucket:
 what it flattens to reduce lives only inside the reduction, and the model counts it at that moment.
@@ -14,7 +14,8 @@ what it flattens to reduce lives only inside the reduction, and the model counts
 Each layout and mode is launched --reps times (>= 5); per stage the measured peak and the ratio measured / predicted
 are reported as median, min and max over the launches (the per-rank detail is kept for the first launch).
 
-usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--loss-chunk 0 64] [--reps 5] [--save [--out bench/results/memory-cpu-<date>.json]]
+usage: python bench/memory.py [--modes none selective full] [--dp 1 2] [--loss-chunk 0 64] [--reps 5] [--save [--out
+bench/results/memory-cpu-<date>.json]]
 """
 
 import argparse
@@ -56,7 +57,8 @@ def hardware() -> dict:
 
 def cpu_assumptions():
     """Chapter 50's assumptions for this CPU run: nothing reserved (no CUDA context), attention through SDPA's math
-    kernel (on CPU, dropout on the probabilities rules out the flash kernel), dropout masks as wide as fp32 activations."""
+    kernel (on CPU, dropout on the probabilities rules out the flash kernel), dropout masks as wide as fp32
+    activations."""
     from mtnlg.counting import Assumptions
 
     return Assumptions(reserved_gib=0.0, attention="math", dropout_mask_bytes=4)
@@ -201,7 +203,8 @@ def main():
             if first is None:
                 first = ranks
                 print(
-                    f"\nTP 2 x PP 2 x DP {dp}, recompute {mode}, loss chunk {chunk}  ({len(ranks)} processes, {seconds:.0f} s)  [MiB], launch 1 of {args.reps}"
+                    f"\nTP 2 x PP 2 x DP {dp}, recompute {mode}, loss chunk {chunk}  ({len(ranks)} "
+                    f"processes, {seconds:.0f} s)  [MiB], launch 1 of {args.reps}"
                 )
                 print(rank_table(ranks))
                 print(text, flush=True)

@@ -1,6 +1,6 @@
 """Write the README's measured figures from bench/results/*.json, so that no number in it is typed by hand.
 
-    python bench/report.py            # rewrite the block between <!-- bench:begin --> and <!-- bench:end --> in README.md
+    python bench/report.py            # rewrite README.md's block between <!-- bench:begin --> and <!-- bench:end -->
     python bench/report.py --check    # exit 1 (and show the difference) if README.md is not what the JSONs say
 
 Inside the block, the table rows that name a benchmark script (`bench/...py`) are generated here from the newest
@@ -45,13 +45,16 @@ def rows() -> list[str]:
     machine = f", {hw['cpu_model']} with {hw['cpu_capability']}" if hw.get("cpu_model") else ""
     extra = (
         f"; the engine's extra time {o['extra_ms_per_step']['median']:.1f} ms a step (paired steps), so ≥ "
-        f"{o['target_ratio']}× wherever the plain step takes ≥ {break_even_ms(o):.0f} ms (here {o['plain_step_ms']:.0f})"
+        f"{o['target_ratio']}× wherever the plain step takes ≥ {break_even_ms(o):.0f} ms (here "
+        f"{o['plain_step_ms']:.0f})"
         if "extra_ms_per_step" in o
         else ""
     )
+    interval = ratio_interval(o["engine_tokens_per_s"]["values"], o["plain_tokens_per_s"]["values"])
     out.append(
         f"| engine tokens/s vs plain PyTorch loop, 1 process (`bench/engine.py`, {e['date']}{machine}) | "
-        f"{o['ratio']:.3f}× (95% bootstrap interval {'–'.join(format(x, '.3f') for x in ratio_interval(o['engine_tokens_per_s']['values'], o['plain_tokens_per_s']['values']))}){cpu}: {rng(o['engine_tokens_per_s'], ',.0f')} vs {rng(o['plain_tokens_per_s'], ',.0f')} tokens/s, "
+        f"{o['ratio']:.3f}× (95% bootstrap interval {'–'.join(format(x, '.3f') for x in interval)}){cpu}: "
+        f"{rng(o['engine_tokens_per_s'], ',.0f')} vs {rng(o['plain_tokens_per_s'], ',.0f')} tokens/s, "
         f"{o['engine_tokens_per_s']['runs']} steps each{extra} | ≥ {o.get('target_ratio', 0.9)}× |"
     )
     for part in dict.fromkeys(x.get("partition", "uniform") for x in e["bubble"]):
@@ -81,9 +84,11 @@ def rows() -> list[str]:
         f"(`bench/dedup.py`, {d['date']}, load average {d['load_avg_1min']['median']:.1f}) | "
         f"{rng(q['ours'], ',.0f')} docs/s on {d['threads']} threads ({rng(q['ours_1_thread'], ',.0f')} on 1; "
         f"{d['ours_1_thread_docs_per_cpu_second']['median']:,.0f} per CPU-second): "
-        f"{r['ours / datasketch']:.0f}× datasketch, {r['ours / rensa']:.1f}× rensa, {r['ours / numpy_twin']:.1f}× the numpy twin, "
+        f"{r['ours / datasketch']:.0f}× datasketch, {r['ours / rensa']:.1f}× rensa, "
+        f"{r['ours / numpy_twin']:.1f}× the numpy twin, "
         f"{d['reps']} runs; estimate RMSE ours {d['rmse']['ours']:.3f}, datasketch {d['rmse']['datasketch']:.3f}, "
-        f"rensa {d['rmse']['rensa']:.3f}; {d['memory']['gb_per_million_docs_signature_and_index']:.2f} GB signatures + index "
+        f"rensa {d['rmse']['rensa']:.3f}; {d['memory']['gb_per_million_docs_signature_and_index']:.2f} GB "
+        f"signatures + index "
         f"per million documents | ≥ 100,000 docs/s on 2 cores |"
     )
     out += curate_rows()
@@ -91,7 +96,8 @@ def rows() -> list[str]:
     _, v = newest("eval.json")
     out.append(
         f"| eval log-likelihood requests/s vs lm-eval `hf` backend (`bench/eval.py`, {v['date']}) | "
-        f"{v['ratio']:.2f}×: {rng(v['ours_requests_per_s'], ',.0f')} vs {rng(v['hf_requests_per_s'], ',.0f')} requests/s, "
+        f"{v['ratio']:.2f}×: {rng(v['ours_requests_per_s'], ',.0f')} vs "
+        f"{rng(v['hf_requests_per_s'], ',.0f')} requests/s, "
         f"{v['ours_requests_per_s']['runs']} runs of {v['requests']} requests | ≥ 1× |"
     )
     if v.get("model_parallel"):
@@ -103,9 +109,11 @@ def rows() -> list[str]:
         )
         worst = max(r["max_abs_loglikelihood_diff"] for r in v["model_parallel"].values())
         out.append(
-            f"| the model read split over 2 processes of 1 thread (chapter 65; `bench/eval.py`, {v['date']}), requests/s | "
+            f"| the model read split over 2 processes of 1 thread (chapter 65; `bench/eval.py`, "
+            f"{v['date']}), requests/s | "
             f"{rows}; one process on 2 threads {rng(v['ours_2_threads_requests_per_s'], ',.0f')}; answers within "
-            f"{worst:.0e} of one process's, greedy flags equal | ≥ 2× hf (not met on 2 cores: splitting a 0.7M model costs more "
+            f"{worst:.0e} of one process's, greedy flags equal | ≥ 2× hf (not met on 2 cores: splitting a "
+            f"0.7M model costs more "
             f"in messages than it saves) |"
         )
     _, m = newest("memory-cpu-*.json")
@@ -122,7 +130,8 @@ def rows() -> list[str]:
         f"| memory model vs measurement (CPU): stage peaks of a TP2×PP2 step, DP {'/'.join(map(str, dps))}, "
         f"{'/'.join(modes)}{chunked} (`bench/memory.py`, {m['date']}) | measured/predicted, medians per stage "
         f"{min(x['median'] for x in ratios):.2f}–{max(x['median'] for x in ratios):.2f}; every launch "
-        f"{min(x['min'] for x in ratios):.2f}–{max(x['max'] for x in ratios):.2f} ({m['reps']} launches each) | within 10% |"
+        f"{min(x['min'] for x in ratios):.2f}–{max(x['max'] for x in ratios):.2f} ({m['reps']} launches "
+        f"each) | within 10% |"
     )
     _, c = newest("checkpoint-cpu-*.json")
     s, w = c["save"], c["load"]["warm"]
@@ -133,7 +142,8 @@ def rows() -> list[str]:
     )
     out.append(
         f"| checkpoint save / load, {s['bytes_per_shard'] / 1e6:,.0f} MB shard (`bench/checkpoint.py`, {c['date']}) | "
-        f"save {s['ratio_vs_torch_save_fsync']:.2f}× `torch.save`+fsync ({rng(s['gb_per_s_runs']['ours'], '.2f')} GB/s); "
+        f"save {s['ratio_vs_torch_save_fsync']:.2f}× `torch.save`+fsync "
+        f"({rng(s['gb_per_s_runs']['ours'], '.2f')} GB/s); "
         f"load (warm) {w['ratio_vs_torch_load']:.2f}× `torch.load` ({rng(w['gb_per_s_runs']['ours'], '.2f')} GB/s), "
         f"{c['reps']} runs{resume}"
         + (
@@ -145,7 +155,8 @@ def rows() -> list[str]:
         + (
             f"; a resume (step chosen, model built, weights copied in, checksums' verdict) with checksums checked "
             f"while the model is built: warm ×{c['resume_path']['warm']['checksum_cost']:.3f}, cold "
-            f"×{c['resume_path']['cold']['checksum_cost']:.3f} (hashing first: ×{c['resume_path']['warm']['verify_first_cost']:.3f}, "
+            f"×{c['resume_path']['cold']['checksum_cost']:.3f} (hashing first: "
+            f"×{c['resume_path']['warm']['verify_first_cost']:.3f}, "
             f"×{c['resume_path']['cold']['verify_first_cost']:.3f})"
             if "resume_path" in c
             else ""
@@ -157,9 +168,12 @@ def rows() -> list[str]:
     out.append(
         f"| generation tokens/s, {g['prompts']} prompts × {g['new_tokens']} new tokens, KV cache vs recomputation and "
         f"Hugging Face `generate` on the exported model (`bench/generate.py`, {g['date']}) | "
-        f"{g['ratios_of_medians']['cache / recomputed']:.2f}× recomputation, {g['ratios_of_medians']['cache / Hugging Face']:.2f}× HF: "
-        f"{rng(t['ours, KV cache'], ',.0f')} vs {rng(t['ours, recomputed'], ',.0f')} vs {rng(t['Hugging Face generate'], ',.0f')} "
-        f"tokens/s, {t['ours, KV cache']['runs']} runs; same greedy tokens: {'yes' if g['same_tokens'] else 'NO'} | > 1× |"
+        f"{g['ratios_of_medians']['cache / recomputed']:.2f}× recomputation, "
+        f"{g['ratios_of_medians']['cache / Hugging Face']:.2f}× HF: "
+        f"{rng(t['ours, KV cache'], ',.0f')} vs {rng(t['ours, recomputed'], ',.0f')} vs "
+        f"{rng(t['Hugging Face generate'], ',.0f')} "
+        f"tokens/s, {t['ours, KV cache']['runs']} runs; same greedy tokens: "
+        f"{'yes' if g['same_tokens'] else 'NO'} | > 1× |"
     )
     gpu = newest_gpu()
     # bench/kernels.py's end-to-end steps stay until a bench/gpu.py run has measured the kernel choices on the recipe
@@ -180,17 +194,23 @@ def curate_rows() -> list[str]:
     per = "; ".join(f"{k} {v['ours_faster_x']:.2f}×" for k, v in r.items() if not k.startswith("matching"))
     e2e = r["matching stages, end to end"]
     mem = " / ".join(
-        f"{s['ours']['rss']['worker_max_bytes'] / 2**20:,.0f} MiB ({s['input']['shard_bytes_target'] / 1e6:.0f} MB shards)"
+        f"{s['ours']['rss']['worker_max_bytes'] / 2**20:,.0f} MiB "
+        f"({s['input']['shard_bytes_target'] / 1e6:.0f} MB shards)"
         for s in sizes.values()
     )
     q, dq = L["ours"]["dedup_quality"], L["datatrove"]["dedup_quality"]
     return [
-        f"| curation of {L['input']['warc_bytes'] / 1e9:.2f} GB of `.warc.gz` ({L['input']['html_pages']:,} pages), ours vs datatrove "
-        f"0.10 on the matching stages, same input, same run, {c['workers']} workers (`bench/curate.py`, {c['date']}; one run per size: "
-        f"medians over shards in the JSON) | end to end {e2e['ours_faster_x']:.2f}× ({e2e['ours_s']:,.0f} vs {e2e['datatrove_s']:,.0f} s); "
-        f"{per}; our whole pipeline (quality, decontamination, blend too) {L['ours']['wall_seconds']:,.0f} s; our largest worker "
+        f"| curation of {L['input']['warc_bytes'] / 1e9:.2f} GB of `.warc.gz` "
+        f"({L['input']['html_pages']:,} pages), ours vs datatrove "
+        f"0.10 on the matching stages, same input, same run, {c['workers']} workers (`bench/curate.py`, "
+        f"{c['date']}; one run per size: "
+        f"medians over shards in the JSON) | end to end {e2e['ours_faster_x']:.2f}× ({e2e['ours_s']:,.0f} "
+        f"vs {e2e['datatrove_s']:,.0f} s); "
+        f"{per}; our whole pipeline (quality, decontamination, blend too) {L['ours']['wall_seconds']:,.0f} "
+        f"s; our largest worker "
         f"{mem}; dedup recall at Jaccard ≥ 0.8 ours {q['recall']:.3f} / datatrove {dq['recall']:.3f}, precision "
-        f"{q['precision']:.3f} / {dq['precision']:.3f}; dedup planning {L['ours']['dedup_index']['bytes_per_doc']:,.0f} B per document | "
+        f"{q['precision']:.3f} / {dq['precision']:.3f}; dedup planning "
+        f"{L['ours']['dedup_index']['bytes_per_doc']:,.0f} B per document | "
         f"≥ 1.5× end to end, ≥ 1× per stage |"
     ]
 
@@ -220,21 +240,27 @@ def curate_speed_rows() -> list[str]:
     if "pipeline_vs_datatrove_1gb" in s:
         m = s["pipeline_vs_datatrove_1gb"]["ours_vs_datatrove"]["matching stages, end to end"]
         e2e = (
-            f"; after it, on 1 GB, ours then datatrove on the same input: matching stages end to end {m['ours_faster_x']:.2f}× "
+            f"; after it, on 1 GB, ours then datatrove on the same input: matching stages end to end "
+            f"{m['ours_faster_x']:.2f}× "
             f"({m['ours_s']:,.0f} vs {m['datatrove_s']:,.0f} s; the previous run's 3.68×)"
         )
     elif "pipeline_1gb" in s:
         q = s["pipeline_1gb"]
         e2e = (
             f"; after it, `mtnlg curate` on 1 GB: matching stages {q['ours_matching_stages_s']:,.0f} s (previous run "
-            f"{q['previous_run']['ours_matching_stages_s']:,.0f} s), datatrove not re-run in the same run (the previous run's "
-            f"{q['previous_run']['datatrove_matching_stages_s']:,.0f} s would make it {q['not_same_run_ratio']:.1f}×: not a same-run ratio)"
+            f"{q['previous_run']['ours_matching_stages_s']:,.0f} s), datatrove not re-run in the same run "
+            f"(the previous run's "
+            f"{q['previous_run']['datatrove_matching_stages_s']:,.0f} s would make it "
+            f"{q['not_same_run_ratio']:.1f}×: not a same-run ratio)"
         )
     return [
         f"| curation stages before/after the speed work of issue 52 (`bench/curate.py --speed-rows`, {s['date']}: "
-        f"{s['input']['warc_shards']} crawl shard of {s['input']['warc_bytes'] / 1e6:.0f} MB, {r['reps']} interleaved runs, medians of CPU "
-        f"seconds, a loaded machine) | decontamination (count + cut) {r['decontaminate']['speedup_x']:.1f}× ({per_gb(r['decontaminate'])}); "
-        f"extraction {r['extract']['speedup_x']:.2f}× ({per_gb(r['extract'])}); every output byte identical{e2e}{steps} | ≥ 4× decontamination; "
+        f"{s['input']['warc_shards']} crawl shard of {s['input']['warc_bytes'] / 1e6:.0f} MB, {r['reps']} "
+        f"interleaved runs, medians of CPU "
+        f"seconds, a loaded machine) | decontamination (count + cut) "
+        f"{r['decontaminate']['speedup_x']:.1f}× ({per_gb(r['decontaminate'])}); "
+        f"extraction {r['extract']['speedup_x']:.2f}× ({per_gb(r['extract'])}); every output byte "
+        f"identical{e2e}{steps} | ≥ 4× decontamination; "
         f"≥ 5× datatrove end to end |"
     ] + (curate_tokenize_row(tokenize[-1]) if tokenize else [])
 
@@ -243,10 +269,14 @@ def curate_tokenize_row(s: dict) -> list[str]:
     "Issue 52 item 5: the tokenize stage before/after (`bench/curate.py --speed-rows --speed-stages tokenize`)."
     t = s["speed_before_after"]["tokenize"]
     return [
-        f"| curation's tokenize stage before/after issue 52 item 5 (`bench/curate.py --speed-rows --speed-stages tokenize`, {s['date']}: "
-        f"the 0.25 GB run's {t['shards']} curated shards, {t['input_bytes'] / 1e6:.0f} MB, {s['speed_before_after']['reps']} interleaved runs "
-        f"in one process each, medians, a loaded machine) | {t['speedup_x']:.2f}× CPU ({t['before_cpu_s']:.1f} → {t['after_cpu_s']:.1f} CPU-s, "
-        f"{t['before_mb_per_cpu_s']:.1f} → {t['after_mb_per_cpu_s']:.1f} MB per CPU-s), {t['wall_speedup_x']:.2f}× wall; every .bin/.idx byte "
+        f"| curation's tokenize stage before/after issue 52 item 5 (`bench/curate.py --speed-rows "
+        f"--speed-stages tokenize`, {s['date']}: "
+        f"the 0.25 GB run's {t['shards']} curated shards, {t['input_bytes'] / 1e6:.0f} MB, "
+        f"{s['speed_before_after']['reps']} interleaved runs "
+        f"in one process each, medians, a loaded machine) | {t['speedup_x']:.2f}× CPU "
+        f"({t['before_cpu_s']:.1f} → {t['after_cpu_s']:.1f} CPU-s, "
+        f"{t['before_mb_per_cpu_s']:.1f} → {t['after_mb_per_cpu_s']:.1f} MB per CPU-s), "
+        f"{t['wall_speedup_x']:.2f}× wall; every .bin/.idx byte "
         f"identical ({t['outputs_compared']} files) | ≥ 1.5× |"
     ]
 
@@ -287,7 +317,8 @@ def kernel_rows(with_model: bool = True) -> list[str]:
         best = max((r for (c, _), r in m.items() if c == config), key=lambda r: r["mfu"])
         out.append(
             f"| {config} step on 1 {gpu} per `model.kernels`, *not the recipe*: pure bf16 weights and fused AdamW (no "
-            f"fp32 masters), no clipping, one micro-batch of random tokens, dropout {best['dropout']:g} (`bench/kernels.py`) | MFU "
+            f"fp32 masters), no clipping, one micro-batch of random tokens, dropout {best['dropout']:g} "
+            f"(`bench/kernels.py`) | MFU "
             + " / ".join(f"{r['mfu']:.1%}" for (c, _), r in m.items() if c == config)
             + " ("
             + " / ".join(kk for c, kk in m if c == config)
@@ -315,7 +346,8 @@ def predicted_now(row: dict, g: dict) -> float:
 
 
 def by_kind(prof: dict) -> dict:
-    "A profile's kernel seconds by kind, its top kernels classified by today's `gpu.kernel_kind` (a result can predate a fix)."
+    """A profile's kernel seconds by kind, its top kernels classified by today's `gpu.kernel_kind` (a result can predate
+    a fix)."""
     from gpu import kernel_kind
 
     out = dict(prof["by_kind_s"])
@@ -355,7 +387,8 @@ def gpu_rows(g: dict) -> list[str]:
         d = rows["default"]
         anchor = f"{1 / rows['hf-compile']['vs_default']:.2f}×" if ok("hf-compile") else "not measured"
         out.append(
-            f"| {shape}, `mtnlg train` on 1 {dev} with the paper's recipe (bf16 weights, fp32 masters and Adam, clipping, "
+            f"| {shape}, `mtnlg train` on 1 {dev} with the paper's recipe (bf16 weights, fp32 masters and "
+            f"Adam, clipping, "
             f"dropout) ({src}) | default path ({d['backend']}): {tps('default')} "
             f"({d['tokens_per_s']['min']:,.0f}–{d['tokens_per_s']['max']:,.0f}) tokens/s, MFU {mfu('default')}, "
             f"micro-batch {d['micro_batch']}; {anchor} Hugging Face GPT-2 compiled ({tps('hf-compile')} tokens/s, MFU "
@@ -404,7 +437,8 @@ def gpu_rows(g: dict) -> list[str]:
         if prof and prof.get("kernel_s"):
             kinds = "; ".join(f"{k} {v:.2f} s ({v / prof['wall_s']:.0%})" for k, v in by_kind(prof).items())
             out.append(
-                f"| where one step of {what} goes, `torch.profiler` on 1 {dev} ({src}) | {prof['wall_s']:.2f} s: {kinds}; "
+                f"| where one step of {what} goes, `torch.profiler` on 1 {dev} ({src}) | "
+                f"{prof['wall_s']:.2f} s: {kinds}; "
                 f"no kernel running {prof['idle_s']:.2f} s ({prof['idle_s'] / prof['wall_s']:.0%}) | — |"
             )
     mem_rows = [
@@ -428,7 +462,8 @@ def gpu_rows(g: dict) -> list[str]:
             return f"{name} {measured:.1f}/{predicted:.1f} ({measured / predicted:.3f})"
 
         out.append(
-            f"| peak allocated memory, measured / chapter 50's `stage_memory` without its reserve, micro-batch × sequence "
+            f"| peak allocated memory, measured / chapter 50's `stage_memory` without its reserve, "
+            f"micro-batch × sequence "
             f"16,384 tokens, on 1 {dev} ({src}) | " + "; ".join(case(n) for n in mem_rows) + " GiB | within 5% |"
         )
     det = g.get("determinism")
@@ -436,7 +471,8 @@ def gpu_rows(g: dict) -> list[str]:
         word = lambda c: (
             "bitwise"
             if c["bitwise"]
-            else f"differ ({c['tensors_differing']} of {c['tensors_compared']} tensors, ≤ {c['largest_difference']:.1e})"
+            else f"differ ({c['tensors_differing']} of {c['tensors_compared']} tensors, ≤ "
+            f"{c['largest_difference']:.1e})"
         )
         cost = (
             f"; with the switch {shape.split(',')[0]} trains at {g['deterministic_cost']:.2f}× the default's tokens/s"
@@ -444,9 +480,11 @@ def gpu_rows(g: dict) -> list[str]:
             else ""
         )
         out.append(
-            f"| `deterministic: true` on 1 {dev}, {det['config'].split('/')[-1].removesuffix('.yaml')}, {det['steps']} steps: "
+            f"| `deterministic: true` on 1 {dev}, {det['config'].split('/')[-1].removesuffix('.yaml')}, "
+            f"{det['steps']} steps: "
             f"two runs, and kill -9 + `--resume auto` (`bench/gpu.py`) | {word(det['deterministic']['two_runs'])} / "
-            f"{word(det['deterministic']['kill9_resume'])} (every tensor of the last checkpoint, every random stream, every "
+            f"{word(det['deterministic']['kill9_resume'])} (every tensor of the last checkpoint, every "
+            f"random stream, every "
             f"step's loss); without the switch two runs {word(det['default']['two_runs'])}{cost} | bitwise |"
         )
     return out

@@ -66,8 +66,8 @@ def cpu_model() -> str | None:
 
 def hardware(**extra) -> dict:
     """The machine: CPU (architecture, model and the vector instructions torch's kernels use: machines with the same
-    architecture differ in matmul speed, and a ratio against a fixed overhead moves with it), cores, torch, load average,
-    and the note that it is shared."""
+    architecture differ in matmul speed, and a ratio against a fixed overhead moves with it), cores, torch, load
+    average, and the note that it is shared."""
     import torch
 
     return {

@@ -1,7 +1,8 @@
 """The book as a website: built from the chapters as the tests executed them, checked in a headless Chromium.
 
     python docs/site.py build          # execute the chapters whose executed copy is missing or stale, then sphinx-build
-    python docs/site.py check [PAGE…]  # open every page (or these) in Chromium; print each problem (page: what), exit 1 if any
+    python docs/site.py check [PAGE…]  # open every page (or these) in Chromium; print each problem (page: what),
+                                       # exit 1 if any
     python docs/site.py screenshots    # docs/screenshots/*.png of the chapters in SCREENSHOTS
     python docs/site.py map            # docs/figures/book_map.png, the landing page's map (`build` redraws it too)
 
@@ -88,8 +89,8 @@ LAST = "This is the last chapter. Back to [the map of the book](../index.md)."
 
 
 def next_line(nb: Path, notebooks: list[Path] | None = None) -> str:
-    """The one line every chapter ends with (its last cell, Markdown): a link to the next chapter in reading order, which
-    the site resolves to that chapter's page; the last chapter's leads back to the landing page."""
+    """The one line every chapter ends with (its last cell, Markdown): a link to the next chapter in reading order,
+    which the site resolves to that chapter's page; the last chapter's leads back to the landing page."""
     notebooks = chapters() if notebooks is None else notebooks
     i = notebooks.index(nb)
     if i + 1 == len(notebooks):
@@ -226,7 +227,8 @@ def api_page() -> str:
 
 
 def stage(book: Path = BOOK, src: Path = SRC) -> None:
-    "Sphinx's source folder: docs/'s pages, the executed chapters (nbdev directives stripped), their figures, the API page."
+    """Sphinx's source folder: docs/'s pages, the executed chapters (nbdev directives stripped), their figures, the API
+    page."""
     missing = [nb.name for nb in chapters() if not (book / nb.name).exists()]
     if missing:
         raise FileNotFoundError(f"no executed copy in {book} of: {', '.join(missing)}")
@@ -347,7 +349,8 @@ PAGE_STATE = """async () => {
   return {
     title: document.title, h1: text(h1),
     images: [...document.images].map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0})),
-    math: [...document.querySelectorAll('.math')].map(m => ({tex: m.textContent.slice(0, 60), ok: !!m.querySelector('mjx-container')})),
+    math: [...document.querySelectorAll('.math')].map(m => ({tex: m.textContent.slice(0, 60),
+                                                            ok: !!m.querySelector('mjx-container')})),
     text: visible.textContent,
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     ids: [...document.querySelectorAll('[id]')].map(e => e.id),
@@ -362,7 +365,8 @@ PAGE_STATE = """async () => {
 
 
 def machine_paths() -> list[str]:
-    "Absolute paths of the machine that built the site, which no page may show: the repository, the data root, $HOME, /tmp."
+    """Absolute paths of the machine that built the site, which no page may show: the repository, the data root, $HOME,
+    /tmp."""
     paths = [str(ROOT), "/tmp"]
     if os.environ.get("MTNLG_DATA"):
         d = Path(os.environ["MTNLG_DATA"]).expanduser()
@@ -374,7 +378,8 @@ def machine_paths() -> list[str]:
 
 
 def path_leaks(text: str, paths: list[str] | None = None) -> list[tuple[str, str]]:
-    "(path, the text around it) for each absolute machine path in `text`: the path as a whole name (not inside a URL or a word)."
+    """(path, the text around it) for each absolute machine path in `text`: the path as a whole name (not inside a URL
+    or a word)."""
     out = []
     for p in paths if paths is not None else machine_paths():
         m = re.search(r"(?<![\w.~/-])" + re.escape(p.rstrip("/")) + r"(?![\w.-])", text)
@@ -478,7 +483,8 @@ def check_site(site: Path = SITE, chromium: Path = CHROMIUM, pages: list[str] | 
                 for p, _ in path_leaks(a, paths)
             ]
             problems += [
-                f"{rel}: a printed table wider than its box ({w['scroll']} > {w['client']} px), show it as a table: {w['text'].strip().splitlines()[0][:80]!r}"
+                f"{rel}: a printed table wider than its box ({w['scroll']} > {w['client']} px), show it as "
+                f"a table: {w['text'].strip().splitlines()[0][:80]!r}"
                 for w in s["wide_outputs"]
                 if table_like(w["text"])
             ]

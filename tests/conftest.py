@@ -21,10 +21,12 @@ def root():
     return ROOT
 
 
-# -- chapter 60's tiny model, shared by the evaluation tests (test_eval.py, test_bias_tasks.py): trained once a session ----
+# -- chapter 60's tiny model, shared by the evaluation tests (test_eval.py, test_bias_tasks.py): trained once a session
+# ----
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory) -> Path:
-    "A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/ root."
+    """A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/
+    root."""
     import subprocess
 
     run = tmp_path_factory.mktemp("tiny-eval")
@@ -66,9 +68,9 @@ def backends(checkpoint, hf_dir):
     )
 
 
-# -- `make test` runs on two workers (pytest -n 2 --dist loadscope): a scope (a test file, or a class of chapters in ---------
-# test_notebooks.py) stays on one worker. The longest scopes start first, so neither worker is left with a long one at the
-# end (longest-processing-time first); the rest keep their order.
+# -- `make test` runs on two workers (pytest -n 2 --dist loadscope): a scope (a test file, or a class of chapters in ---
+# test_notebooks.py) stays on one worker. The longest scopes start first, so neither worker is left with a long one at
+# the end (longest-processing-time first); the rest keep their order.
 LONGEST_FIRST = [
     "TestChapters_62_generate",
     "TestChapters_41_train",

@@ -4,7 +4,8 @@
 and the bad-input corpus with the code on the path and saves, per corpus, {relative path: sha256} of every output
 file (manifests and summary.json with their seconds and paths taken out) and {document id: drop reason} of dedup.
 Run before and after a change to the curation driver: `compare(before, after)` lists what differs. The dedup plan's
-own files are compared through the decisions they hold, whatever their layout (one dedup_plan.json, or per-shard drops)."""
+own files are compared through the decisions they hold, whatever their layout (one dedup_plan.json, or per-shard
+drops)."""
 
 import hashlib
 import json
@@ -39,7 +40,8 @@ def dedup_decisions(out: Path) -> dict:
 
 
 def digests(out: Path, paths=()) -> dict:
-    "{relative path: sha256} of every file under `out` but the dedup plan's, with timings and `paths` scrubbed from JSON."
+    """{relative path: sha256} of every file under `out` but the dedup plan's, with timings and `paths` scrubbed from
+    JSON."""
     paths = [(str(out), "<out>"), *paths]
     got = {}
     for p in sorted(out.rglob("*")):
@@ -99,7 +101,8 @@ def curate_all(tmp: Path) -> dict:
 
 
 def compare(before: dict, after: dict) -> list[str]:
-    "What differs: a file of `before` missing or changed in `after` (new files in `after` are listed apart by the caller)."
+    """What differs: a file of `before` missing or changed in `after` (new files in `after` are listed apart by the
+    caller)."""
     bad = []
     for corpus, files in before.items():
         for rel, h in files.items():

@@ -1,8 +1,9 @@
 """Chapter 50's activation-memory model held against what autograd really keeps (chapter 01's `saved_tensor_bytes`):
 one transformer layer of the tiny and the 125M shapes, at TP 1 and TP 2 (with and without sequence parallelism),
-micro-batches 1 and 2, recompute none, selective and full. The model counts exactly the bytes measured — the issue asked for 5%; we assert equality.
-On this CPU the attention runs PyTorch's math path when attention dropout is on (125M) and its flash kernel when
-it is off (tiny), so both of the model's attention kinds are measured. (GPU kernels are not measured here.)"""
+micro-batches 1 and 2, recompute none, selective and full. The model counts exactly the bytes measured — the issue asked
+for 5%; we assert equality. On this CPU the attention runs PyTorch's math path when attention dropout is on (125M) and
+its flash kernel when it is off (tiny), so both of the model's attention kinds are measured. (GPU kernels are not
+measured here.)"""
 
 import json
 import textwrap
@@ -76,7 +77,8 @@ def test_saved_activation_bytes_equal_the_model(measured, shape, tp, sp):
                 sequence_parallel=sp,
             )
             print(
-                f"{shape} TP{tp}{' SP' if sp else ''} micro {b} {recompute:9s}: measured {got:>12,} B, model {want:>14,.0f} B"
+                f"{shape} TP{tp}{' SP' if sp else ''} micro {b} {recompute:9s}: measured {got:>12,} B, "
+                f"model {want:>14,.0f} B"
             )
             assert got == want, (shape, tp, sp, recompute, b, got, want)
     assert measured[tp][key("none", 1)] > measured[tp][key("selective", 1)] > measured[tp][key("full", 1)]

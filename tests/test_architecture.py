@@ -61,7 +61,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_cycle_finder_finds_cycles():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
-    src = "from .model import GPT\nimport mtnlg.topology as t\ndef f():\n    from mtnlg import testing\n    from mtnlg.engine import x\n"
+    src = (
+        "from .model import GPT\nimport mtnlg.topology as t\ndef f():\n    from mtnlg import testing\n    from "
+        "mtnlg.engine import x\n"
+    )
     p = PKG.parent / ".pytest_cache" / "probe.py"
     p.parent.mkdir(exist_ok=True)
     p.write_text(src)
@@ -194,7 +197,8 @@ def test_each_name_is_defined_once():
 
 
 def test_ports_come_from_one_helper():
-    "Only `topology` opens sockets (its `free_port` asks the operating system for a free port); no module hard-codes a port."
+    """Only `topology` opens sockets (its `free_port` asks the operating system for a free port); no module hard-codes a
+    port."""
     import re
 
     for m in MODULES:

@@ -1,7 +1,7 @@
-"""bench/gpu.py, the one-command GPU benchmark, run as its --dry-run on this CPU: the same code at the tiny shape, a subset
-of its rows (the default path, the engine, the one-process loop — the default's own configuration here —, a row a CPU
-skips, the Hugging Face anchor, and the determinism group: two runs, a kill -9 and resume, two runs without the switch).
-On a GPU the same rows are `mtnlg train` of gpt-1.3b and the comparison is of gpt-125m."""
+"""bench/gpu.py, the one-command GPU benchmark, run as its --dry-run on this CPU: the same code at the tiny shape, a
+subset of its rows (the default path, the engine, the one-process loop — the default's own configuration here —, a row a
+CPU skips, the Hugging Face anchor, and the determinism group: two runs, a kill -9 and resume, two runs without the
+switch). On a GPU the same rows are `mtnlg train` of gpt-1.3b and the comparison is of gpt-125m."""
 
 import json
 import math
@@ -87,7 +87,8 @@ def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
         "python bench/gpu.py --hf-worker"
     )
     assert "Triton" in rows["kernels=triton"]["skipped"] and "tokens_per_s" not in rows["kernels=triton"]
-    # issue 54's levers: torch's fused AdamW takes the default's steps (its losses within fp32 rounding); liger needs a GPU
+    # issue 54's levers: torch's fused AdamW takes the default's steps (its losses within fp32 rounding); liger needs a
+    # GPU
     f = rows["fused_adamw"]
     assert f["overrides"]["optimizer.fused"] == "true" and "--set optimizer.fused=true" in f["command"]
     assert f["losses"] == pytest.approx(rows["default"]["losses"], abs=1e-4)
@@ -140,10 +141,10 @@ def test_dry_run_refuses_to_save(tmp_path):
 
 
 def test_report_writes_the_gpu_rows_from_a_gpu_result(dry_run, tmp_path, monkeypatch):
-    """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives one
-    row per part it has — recipe and baselines, memory against today's prediction, determinism — each naming
-    bench/gpu.py in its first cell (so `--check` regenerates it); bench/kernels.py's end-to-end rows, not the recipe, stay
-    until a GPU result has measured the kernel choices on the recipe."""
+    """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives
+    one row per part it has — recipe and baselines, memory against today's prediction, determinism — each naming
+    bench/gpu.py in its first cell (so `--check` regenerates it); bench/kernels.py's end-to-end rows, not the recipe,
+    stay until a GPU result has measured the kernel choices on the recipe."""
     import report
 
     d, _ = dry_run

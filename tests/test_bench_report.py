@@ -161,7 +161,8 @@ def test_engine_bench_break_even_step_is_where_the_ratio_meets_its_target():
 
 
 def test_benchmarks_record_the_cpu_model_and_the_vector_instructions_torch_uses():
-    "Two x86_64 machines can differ 1.5x in matmul speed: results name the CPU (from /proc/cpuinfo) and torch's kernels."
+    """Two x86_64 machines can differ 1.5x in matmul speed: results name the CPU (from /proc/cpuinfo) and torch's
+    kernels."""
     import torch
 
     sys.path.insert(0, str(ROOT / "bench"))
@@ -174,7 +175,8 @@ def test_benchmarks_record_the_cpu_model_and_the_vector_instructions_torch_uses(
 
 
 def test_benchmarks_write_results_only_when_asked():
-    "DESIGN §9: a benchmark that can write bench/results/*.json does so only with --save, so a casual run leaves the tree clean."
+    """DESIGN §9: a benchmark that can write bench/results/*.json does so only with --save, so a casual run leaves the
+    tree clean."""
     helpers = (
         "report.py",
         "stats.py",

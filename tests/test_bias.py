@@ -67,7 +67,8 @@ def test_stub_model_lean_is_its_log_ratio():
 
 
 def test_corpus_where_nurse_meets_only_she(tmp_path):
-    "A nurse seen only near 'she' leans fully female; an engineer only near 'he' fully male; words out of the window do not count."
+    """A nurse seen only near 'she' leans fully female; an engineer only near 'he' fully male; words out of the window
+    do not count."""
     docs = [
         "The nurse said that she would stay. " * 3,
         "Nurses know her well.",
@@ -193,7 +194,8 @@ def checkpoint(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_harness_lean_equals_logits_by_hand(checkpoint):
-    "Through chapter 60's MtnlgLM, the log-ratio after 'The nurse was a' equals the one summed from the model's own logits"
+    """Through chapter 60's MtnlgLM, the log-ratio after 'The nurse was a' equals the one summed from the model's own
+    logits"""
     " (chapter 70's notebook checks the same on its model in `make test`; this runs it on a fresh checkpoint)."
     import torch
     from mtnlg.bias import lm_scorer

@@ -1,6 +1,6 @@
-"""Bias benchmarks through the harness (chapter 72): our `mtnlg` backend and the harness's `hf` backend give the same scores;
-our local tasks score every item as the harness's own YAML configs do on the same rows; each metric recomputed by hand
-with stub models of known log-likelihoods; malformed rows name their file and line."""
+"""Bias benchmarks through the harness (chapter 72): our `mtnlg` backend and the harness's `hf` backend give the same
+scores; our local tasks score every item as the harness's own YAML configs do on the same rows; each metric recomputed
+by hand with stub models of known log-likelihoods; malformed rows name their file and line."""
 
 import csv
 import json
@@ -116,7 +116,8 @@ def test_local_tasks_score_items_as_the_harness_configs(name, yaml_name, pairs):
 
 
 def test_subset_metrics_are_the_harness_subtasks():
-    "Our by-gender and gotcha accuracies, and CrowS-Pairs per bias type, equal the harness's sub-tasks on the same rows."
+    """Our by-gender and gotcha accuracies, and CrowS-Pairs per bias type, equal the harness's sub-tasks on the same
+    rows."""
     lm = _pseudo_lm()
     wg = read_winogender(BIAS / "winogender")
     ours = run_task(lm, bias_task("winogender", BIAS))["results"]["winogender_local"]
@@ -161,7 +162,8 @@ def _pronoun(ctx: str) -> str:
 
 
 def test_winobias_stereotyped_model_has_gap_one():
-    "A model that resolves he/him/his to the male-stereotyped occupation and she/her to the female one: pro 1, anti 0, gap 1."
+    """A model that resolves he/him/his to the male-stereotyped occupation and she/her to the female one: pro 1, anti 0,
+    gap 1."""
     male = set((BIAS / "winobias/male_occupations.txt").read_text().split("\n"))
 
     def score(ctx, cont):
@@ -179,7 +181,8 @@ def test_winobias_stereotyped_model_has_gap_one():
 
 
 def test_winogender_statistics_following_model_fails_every_gotcha():
-    "A model that picks the occupation exactly when the pronoun matches the occupation's majority gender (BLS): right on"
+    """A model that picks the occupation exactly when the pronoun matches the occupation's majority gender (BLS): right
+    on"""
     "every binary non-gotcha sentence, wrong on every gotcha one; with `they` it always picks the participant."
     stats = {
         l.split("\t")[0]: float(l.split("\t")[2])
@@ -277,7 +280,8 @@ def _bbq_dir(tmp_path) -> Path:
     ],
 )
 def test_bbq_scores_by_hand(tmp_path, answers, expected):
-    "S_DIS = 2 (biased / non-unknown answers) - 1 on disambiguated items; S_AMB = (1 - accuracy) x the same on ambiguous ones."
+    """S_DIS = 2 (biased / non-unknown answers) - 1 on disambiguated items; S_AMB = (1 - accuracy) x the same on
+    ambiguous ones."""
 
     def score(ctx, cont):
         i = int(re.match(r"Context (\d+)\.", ctx).group(1))
@@ -328,7 +332,8 @@ def test_malformed_rows_name_file_and_line(tmp_path):
 
 
 def test_yaml_tasks_from_the_harness_task_manager_score_the_same(tmp_path):
-    "`write_bias_task_yamls` + the harness's TaskManager (what `lm_eval --include_path` does): every metric as `bias_task`'s."
+    """`write_bias_task_yamls` + the harness's TaskManager (what `lm_eval --include_path` does): every metric as
+    `bias_task`'s."""
     from lm_eval.tasks import TaskManager
     from mtnlg.bias_tasks import write_bias_task_yamls
 

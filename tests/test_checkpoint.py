@@ -1,7 +1,8 @@
 """The training job survives what ends jobs (chapters 41, 43): `kill -9` mid-run, a crash inside a save, SIGUSR1 before
-a time limit — each followed by `mtnlg train --resume auto` that finishes *bit for bit* like an uninterrupted run, on one
-process and on TP 2 x PP 2 x DP 2; a checkpoint resharded TP2xPP2xDP2 -> TP1xPP1xDP1 -> TP2xPP1xDP4 (with sequence
-parallelism) -> TP1 (without) gives the same logits and keeps training like the original; bad checkpoints are one-line errors; a flipped bit is caught by the checksums, `--resume auto` steps over it. Real processes, real signals."""
+a time limit — each followed by `mtnlg train --resume auto` that finishes *bit for bit* like an uninterrupted run, on
+one process and on TP 2 x PP 2 x DP 2; a checkpoint resharded TP2xPP2xDP2 -> TP1xPP1xDP1 -> TP2xPP1xDP4 (with sequence
+parallelism) -> TP1 (without) gives the same logits and keeps training like the original; bad checkpoints are one-line
+errors; a flipped bit is caught by the checksums, `--resume auto` steps over it. Real processes, real signals."""
 
 import hashlib
 import json
@@ -109,7 +110,8 @@ def losses(run_dir) -> list:
 
 
 def assert_identical(a, b):
-    "Per-step losses equal, and the last checkpoints equal bit for bit: weights, fp32 masters, Adam moments, step, data position."
+    """Per-step losses equal, and the last checkpoints equal bit for bit: weights, fp32 masters, Adam moments, step,
+    data position."""
     from mtnlg.checkpoint import Checkpoint, OPTIMIZER_STATES
 
     assert losses(a) == losses(b)
@@ -170,7 +172,8 @@ def test_crash_during_save_falls_back_to_previous_checkpoint(straight_one, tmp_p
     assert_curations_tokenizer(tmp_path)
 
 
-@pytest.mark.slow  # make test: tests/test_slurm.py sends USR1 to a TP 2 x PP 2 x DP 2 job under Slurm: checkpoint, requeue, bitwise resume
+# make test: tests/test_slurm.py sends USR1 to a TP 2 x PP 2 x DP 2 job under Slurm: checkpoint, requeue, bitwise resume
+@pytest.mark.slow
 def test_sigusr1_checkpoints_exits_0_and_resumes(straight_one, tmp_path):
     job = start(tmp_path, ONE)
     wait_for(lambda: latest(tmp_path) == "step-0000008", job)
@@ -222,8 +225,8 @@ def test_bf16_pipeline_resume_is_bitwise(tmp_path):
 
 @pytest.mark.slow  # three 2-process runs (~1 min on 2 idle cores); test_engine checks the balanced partition's parity
 def test_balanced_partition_checkpoint_resumes_uniform(tmp_path):
-    """A checkpoint of PP 2 with `parallel.partition: balanced` (tiny: stage 0 holds the embedding and both blocks, stage
-    1 only the final LayerNorm and the output layer) is keyed by GPT names, not stage-local ones: resumed with the
+    """A checkpoint of PP 2 with `parallel.partition: balanced` (tiny: stage 0 holds the embedding and both blocks,
+    stage 1 only the final LayerNorm and the output layer) is keyed by GPT names, not stage-local ones: resumed with the
     uniform partition (one block per stage) it continues like the uninterrupted balanced run, to fp32 rounding."""
     from mtnlg.checkpoint import Checkpoint, OPTIMIZER_STATES
 
@@ -262,10 +265,10 @@ def logits(ckpt) -> torch.Tensor:
 
 
 def test_reshard_round_trip(straight_3d, tmp_path):
-    """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 with sequence parallelism (resharded on load, training
-    on) -> one process again without it (resharded on load): the same logits, the same model and optimizer state, and
-    the next steps' losses and weights of the original layout. (Sequence parallelism changes where activations live,
-    never a weight's shape or slice: its checkpoints are every other run's.)"""
+    """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 with sequence parallelism (resharded on load,
+    training on) -> one process again without it (resharded on load): the same logits, the same model and optimizer
+    state, and the next steps' losses and weights of the original layout. (Sequence parallelism changes where
+    activations live, never a weight's shape or slice: its checkpoints are every other run's.)"""
     from mtnlg.checkpoint import Checkpoint, OPTIMIZER_STATES
 
     src = straight_3d / "checkpoints/step-0000004"
@@ -295,7 +298,8 @@ def test_reshard_round_trip(straight_3d, tmp_path):
         for what in ("model",) + OPTIMIZER_STATES:
             assert torch.equal(a.full(n, what), b.full(n, what)), (n, what)
     assert (logits(src) - logits(b.dir)).abs().max() <= 1e-6
-    # continue on TP 2 x PP 1 x DP 4 from the TP1 checkpoint: the original layout's losses for steps 5-8, and its weights
+    # continue on TP 2 x PP 1 x DP 4 from the TP1 checkpoint: the original layout's losses for steps 5-8, and its
+    # weights
     run(
         tmp_path / "continued",
         {
@@ -344,7 +348,8 @@ def digest(d: Path) -> dict:
 
 
 def test_bad_checkpoints_are_one_line_errors(straight_one, straight_3d, tmp_path):
-    "Wrong layout with resharding off, and a truncated shard: exit 2, one line naming the file and the fix, nothing written."
+    """Wrong layout with resharding off, and a truncated shard: exit 2, one line naming the file and the fix, nothing
+    written."""
     import shutil
 
     src = straight_3d / "checkpoints/step-0000004"
@@ -418,7 +423,8 @@ def fails(run_dir, sets, *extra, env=None, preexec_fn=None) -> str:
 
 
 def files_capped_at_1mb():
-    "In the child, before exec: no file may grow past 1 MB — the write that crosses it fails (EFBIG), as on a full disk."
+    """In the child, before exec: no file may grow past 1 MB — the write that crosses it fails (EFBIG), as on a full
+    disk."""
     import resource
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -431,8 +437,8 @@ def du(d: Path) -> int:
 
 def test_full_disk_stops_training_with_one_line_then_resume_finishes(tmp_path):
     """A 15 MB disk: step 4's checkpoint (11 MB) fits, step 8's is refused before writing. Then, with the check passing,
-    files capped at 1 MB make step 8's `torch.save` fail midway (torch: "unexpected pos"). Both: exit 2, one line, `latest`
-    still step 4, no temporary left. With room, `--resume auto` finishes."""
+    files capped at 1 MB make step 8's `torch.save` fail midway (torch: "unexpected pos"). Both: exit 2, one line,
+    `latest` still step 4, no temporary left. With room, `--resume auto` finishes."""
     import re
 
     ckpts = tmp_path / "checkpoints"
@@ -570,7 +576,7 @@ def test_save_failing_midway_leaves_the_previous_checkpoint(saved_step_4, monkey
     assert_only_step_4(root, before)
 
 
-# -- checkpoints that know their own bytes (chapter 43): a flipped bit is an error, not a silently different model ---------
+# -- checkpoints that know their own bytes (chapter 43): a flipped bit is an error, not a silently different model -----
 def corrupt(path: Path, pick):
     """Flip one bit in the middle of the tensor `pick(shard)` inside shard file `path` — at the copy of its bytes whose
     flip changes that tensor (fp32 master weights equal the weights): the file still loads, one number different."""
@@ -645,7 +651,8 @@ def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
 
 
 def test_resume_auto_steps_over_a_corrupt_checkpoint_and_finishes_bitwise(straight_one, tmp_path):
-    "A flipped bit in step 24's Adam moment: `--resume auto` says it skipped step 24, resumes from 16, ends bit for bit as the straight run."
+    """A flipped bit in step 24's Adam moment: `--resume auto` says it skipped step 24, resumes from 16, ends bit for
+    bit as the straight run."""
     import shutil
 
     shutil.copytree(straight_one / "checkpoints", tmp_path / "checkpoints")
@@ -666,8 +673,8 @@ def test_resume_auto_steps_over_a_corrupt_checkpoint_and_finishes_bitwise(straig
 
 
 def test_resume_auto_steps_over_a_truncated_shard(straight_one, tmp_path):
-    """Step 24's shard cut short, so `torch.load` cannot read it: the checksums are checked while the model is built, and
-    the unreadable file is reported by its checksum, like a flipped bit — `--resume auto` says it skipped step 24 as
+    """Step 24's shard cut short, so `torch.load` cannot read it: the checksums are checked while the model is built,
+    and the unreadable file is reported by its checksum, like a flipped bit — `--resume auto` says it skipped step 24 as
     corrupt and resumes from 16; a named `--resume` is refused with one line, exit 2."""
     import shutil
 
@@ -695,7 +702,7 @@ def test_resume_auto_steps_over_a_truncated_shard(straight_one, tmp_path):
     )
 
 
-# -- one error, one exit code, from any number of processes (chapter 10's run_ranks) ---------------------------------------
+# -- one error, one exit code, from any number of processes (chapter 10's run_ranks) -----------------------------------
 def test_nproc_8_missing_data_is_one_line_exit_2(tmp_path):
     r = subprocess.run(
         command(
@@ -714,8 +721,8 @@ def test_nproc_8_missing_data_is_one_line_exit_2(tmp_path):
 
 
 def test_nproc_8_corrupt_shard_is_one_line_exit_2(straight_3d, tmp_path):
-    """Rank 5's shard of a TP 2 x PP 2 x DP 2 checkpoint has a flipped bit: the launcher's checks pass (they read no shard),
-    the eight ranks share the hashing and all refuse; the job prints the error once and exits 2."""
+    """Rank 5's shard of a TP 2 x PP 2 x DP 2 checkpoint has a flipped bit: the launcher's checks pass (they read no
+    shard), the eight ranks share the hashing and all refuse; the job prints the error once and exits 2."""
     import shutil
 
     d = tmp_path / "step-0000004"

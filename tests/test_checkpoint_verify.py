@@ -124,7 +124,8 @@ def test_prune_renames_a_step_away_before_deleting_it(job, monkeypatch):
 
 
 def test_a_step_saved_again_while_verify_reads_it_is_read_again(job, monkeypatch, capsys):
-    "The job saves step 8 again (other bytes) between verify reading its meta.json and its rank file: read again, it verifies."
+    """The job saves step 8 again (other bytes) between verify reading its meta.json and its rank file: read again, it
+    verifies."""
     root, save = job
     while_reading(monkeypatch, "step-0000008", lambda: save(8, 2.0))
     lines, code = verify(root, capsys)
@@ -136,8 +137,8 @@ def test_a_step_saved_again_while_verify_reads_it_is_read_again(job, monkeypatch
 
 
 def test_a_step_saved_again_at_every_read_is_changing_not_corrupt(job, monkeypatch, capsys):
-    """Saved again at each of verify's two reads, and at the two the hint makes: CHANGING, exit 0; the hint moves to step
-    4, where a resume would go while step 8 keeps changing."""
+    """Saved again at each of verify's two reads, and at the two the hint makes: CHANGING, exit 0; the hint moves to
+    step 4, where a resume would go while step 8 keeps changing."""
     root, save = job
     while_reading(monkeypatch, "step-0000008", lambda: save(8, 2.0), times=4)
     lines, code = verify(root, capsys)
@@ -152,8 +153,8 @@ def test_a_step_saved_again_at_every_read_is_changing_not_corrupt(job, monkeypat
 
 
 def test_the_hint_is_the_step_resume_auto_takes(job, capsys):
-    """A save renamed step 12 into place but has not moved `latest` (still step 8), and step 4 is corrupt: `--resume auto`
-    takes step 8 (`latest` first), and so says verify (it said step 12: the newest that verifies)."""
+    """A save renamed step 12 into place but has not moved `latest` (still step 8), and step 4 is corrupt: `--resume
+    auto` takes step 8 (`latest` first), and so says verify (it said step 12: the newest that verifies)."""
     root, _ = job
     shutil.copytree(root / "step-0000008", root / "step-0000012")
     raw = bytearray((root / "step-0000004/rank-00000.pt").read_bytes())
@@ -199,7 +200,8 @@ def test_an_old_format_checkpoint_warns_on_load_and_verify_exits_3(job, capsys):
 
 
 def test_checking_behind_returns_before_the_check_and_raises_after(job):
-    "A load that copies while the checksum runs (`checking_behind`): a good shard is marked verified; a flipped bit raises on leaving."
+    """A load that copies while the checksum runs (`checking_behind`): a good shard is marked verified; a flipped bit
+    raises on leaving."""
     from mtnlg.checkpoint import Checkpoint, CheckpointCorruptError
 
     root, _ = job

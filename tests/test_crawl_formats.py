@@ -6,9 +6,10 @@ What the comparison excludes, and why: the `id` field of every stage's documents
 line / WARC-Record-ID / row), the ids inside `dedup_drops/` and `dedup_signatures/*.npz` (the same ids; their
 decisions and signatures are compared), `manifests/` and `summary.json` (paths, seconds, examples with file
 positions; their counts are compared separately — the extract counts differ by exactly the WARC's responses that
-are no pages; its other records are noted beside the documents), and the output directory's own path inside `blend/megatron_data_path.txt`. Everything else — every
-stage's documents (text, url, dataset, quality score), the quality model, the task n-grams, the tokenizer, the
-per-shard and merged `.bin/.idx`, the blend's train/valid JSONL — is compared byte for byte."""
+are no pages; its other records are noted beside the documents), and the output directory's own path inside
+`blend/megatron_data_path.txt`. Everything else — every stage's documents (text, url, dataset, quality score), the
+quality model, the task n-grams, the tokenizer, the per-shard and merged `.bin/.idx`, the blend's train/valid JSONL — is
+compared byte for byte."""
 
 import json
 import shutil
@@ -35,9 +36,10 @@ WARC_NOTED = [
 
 
 def config_yaml(tmp: Path, crawl: dict, **extra) -> Path:
-    """A curation of the wikipedia fixture (curated text, the quality classifier's positives) and the six crawl pages (its
-    negatives, read through the format's reader). The Pareto filter runs on wikipedia, so that every crawl page that
-    survives extraction reaches the indexed dataset (filtered, the classifier trained against them drops them all)."""
+    """A curation of the wikipedia fixture (curated text, the quality classifier's positives) and the six crawl pages
+    (its negatives, read through the format's reader). The Pareto filter runs on wikipedia, so that every crawl page
+    that survives extraction reaches the indexed dataset (filtered, the classifier trained against them drops them
+    all)."""
     cfg = {
         "name": "formats",
         "input_dir": str(tmp / "in"),
@@ -75,7 +77,8 @@ def runs(tmp_path_factory):
 
 
 def comparable(out: Path) -> dict:
-    "{relative path: bytes} of everything curation wrote, with the source-naming fields taken out (see the module docstring)."
+    """{relative path: bytes} of everything curation wrote, with the source-naming fields taken out (see the module
+    docstring)."""
     got = {}
     for p in sorted(out.rglob("*")):
         rel = str(p.relative_to(out))
@@ -150,7 +153,8 @@ def test_manifest_counts_every_record_with_its_reason(runs):
         for fmt in FORMATS
     }
     warc = [ex["warc"][n] for n in "abc"]
-    # crawl-000.warc.gz: 3 pages, png, robots.txt (+ warcinfo, request, metadata: noted); crawl-001.warc: 2 pages; crawl-002: malformed, 1 page, truncated
+    # crawl-000.warc.gz: 3 pages, png, robots.txt (+ warcinfo, request, metadata: noted); crawl-001.warc: 2 pages;
+    # crawl-002: malformed, 1 page, truncated
     assert [m["docs_in"] for m in warc] == [5, 2, 3]  # responses, not records
     assert (
         [m["dropped"] for m in warc]
@@ -216,7 +220,8 @@ def test_bad_input_is_a_clear_error_or_counted(tmp_path):
 
 
 def test_curate_cc_config_reads_a_folder_of_warc_files(tmp_path):
-    "scaled_configs/curate-cc.yaml validates, reads .warc.gz with its paper stages, and names gpt-1.3b's vocabulary size."
+    """scaled_configs/curate-cc.yaml validates, reads .warc.gz with its paper stages, and names gpt-1.3b's vocabulary
+    size."""
     from mtnlg.curate import load_curate_config, discover_shards
     from mtnlg.config import load_config
 
@@ -248,7 +253,8 @@ def test_cli_prints_one_line_for_a_parquet_without_the_column(tmp_path, capsys):
 
 
 def test_readers_stream_memory_does_not_grow_with_the_shard(tmp_path):
-    "tracemalloc's peak while reading a 24 MB (uncompressed) shard stays a few MB, for .jsonl.zst, .jsonl.gz, .warc.gz and parquet."
+    """tracemalloc's peak while reading a 24 MB (uncompressed) shard stays a few MB, for .jsonl.zst, .jsonl.gz, .warc.gz
+    and parquet."""
     import gzip
     import io
     import tracemalloc
@@ -319,7 +325,8 @@ def page5_offset(path) -> str:
 
 @pytest.mark.parametrize("fault", list(make_faulty.FAULTS))
 def test_a_fault_in_page_5_costs_page_5_at_most(faulty, fault, capfd):
-    "Every other page is read; page 5's fault is counted with its reason at page 5's offset, or page 5 is read as a browser reads it."
+    """Every other page is read; page 5's fault is counted with its reason at page 5's offset, or page 5 is read as a
+    browser reads it."""
     f, path = make_faulty.FAULTS[fault], faulty[fault]
     pages, rep = read_pages(path)
     assert sorted(pages) == f.kept, (fault, sorted(pages), dict(rep.dropped))
@@ -385,8 +392,8 @@ def test_docs_in_counts_pages_and_the_summary_says_what_else(faulty, tmp_path):
     assert tot["docs_in"] == 20 and tot["noted"]["WARC request record"] == 10
     text = format_summary({"stages": {"extract": tot}})
     assert (
-        "beside the documents: 10 WARC request record; 10 WARC metadata record; 1 WARC warcinfo record; 1 WARC-Truncated (length) page kept"
-        in text
+        "beside the documents: 10 WARC request record; 10 WARC metadata record; 1 WARC warcinfo record; 1 "
+        "WARC-Truncated (length) page kept" in text
     ), text
     dropped = extract_shard(faulty["warc-truncated"], tmp_path / "c.jsonl", "cc", keep_truncated=False)
     assert (dropped.docs_in, dropped.kept, dict(dropped.dropped)) == (10, 9, {"WARC-Truncated (length)": 1})

@@ -1,4 +1,5 @@
-"`mtnlg curate --plan` (chapter 36): the curation of the paper's two Common Crawl snapshots, planned from a benchmark's rates."
+"""`mtnlg curate --plan` (chapter 36): the curation of the paper's two Common Crawl snapshots, planned from a
+benchmark's rates."""
 
 import json
 import subprocess
@@ -23,7 +24,8 @@ MTNLG = str(Path(sys.executable).parent / "mtnlg")
 
 def test_plan_arithmetic_on_the_fixture_rates_by_hand():
     """1,000 GB of .warc.gz holding 40M pages, on nodes of 4 cores and 6 GB (the fixture: 2,000 CPU-s/GB, 2 GB a worker;
-    partitioned dedup: 1e-4 s a document for an LSH band, 1e-5 for verification and for the components, 1 driver s a shard)."""
+    partitioned dedup: 1e-4 s a document for an LSH band, 1e-5 for verification and for the components, 1 driver s a
+    shard)."""
     rates = load_plan_rates(RATES_FIXTURE)
     assert rates["fixture"] and rates["source"].endswith("curate-rates.json")
     plan = curation_plan(

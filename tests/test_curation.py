@@ -167,7 +167,8 @@ def _quality_fixture_chunks():
 
 
 def test_quality_classifier_is_deterministic(tmp_path):
-    "Same chunks + seed: bitwise-identical scores every time, no NaN (fastText at lr 0.5 failed at random); tiny sets train."
+    """Same chunks + seed: bitwise-identical scores every time, no NaN (fastText at lr 0.5 failed at random); tiny sets
+    train."""
     from mtnlg.quality import QualityClassifier
 
     pos, neg = _quality_fixture_chunks()
@@ -206,7 +207,8 @@ def test_config_errors_are_one_line(capsys):
 
 
 def test_tiny_training_config_trains_on_curated_output(bad_corpus, tmp_path):
-    "`mtnlg train` reads the curation's .bin/.idx datasets and tokenizer directly, as a user would after `mtnlg curate`."
+    """`mtnlg train` reads the curation's .bin/.idx datasets and tokenizer directly, as a user would after `mtnlg
+    curate`."""
     _, out, _, _ = bad_corpus
     cmd = [
         str(Path(sys.executable).parent / "mtnlg"),
@@ -261,7 +263,8 @@ def test_extraction_counts_expected_errors_and_stops_on_any_other(tmp_path, monk
 
 
 def _streaming_kit(tmp: Path) -> dict:
-    "Shards of 200 and 800 synthetic documents (~3 KB: 100 long words each), a small quality classifier, BPE and task n-grams."
+    """Shards of 200 and 800 synthetic documents (~3 KB: 100 long words each), a small quality classifier, BPE and task
+    n-grams."""
     from mtnlg.extract import write_jsonl
     from mtnlg.quality import QualityClassifier
     from mtnlg.data import train_bpe
@@ -311,7 +314,8 @@ def _stages(k, batch):
 
 
 def _peak_growth(tmp) -> dict:
-    "Per stage, batches of 25: [peak traced memory over the 800-document shard / over the 200-document one, bytes per extra document]."
+    """Per stage, batches of 25: [peak traced memory over the 800-document shard / over the 200-document one, bytes per
+    extra document]."""
     import gc
     import tracemalloc
 
@@ -339,7 +343,8 @@ def test_stage_memory_does_not_grow_with_the_shard(tmp_path):
     documents and one of 800 (~3 KB each), in batches of 25. Reading whole shards grew it 3.6-4x, by more than a
     document's size per document; streaming holds a batch: the 4x shard costs under 1.5x, and under 250 bytes per
     extra document (what grows: the ids and dataset names the signature pass saves, the lengths the .idx needs).
-    Measured in a fresh interpreter: tracemalloc counts every thread, and earlier tests leave threads running (Dask's)."""
+    Measured in a fresh interpreter: tracemalloc counts every thread, and earlier tests leave threads running
+    (Dask's)."""
     code = (
         f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_curation as t; "
         f"print(json.dumps(t._peak_growth({str(tmp_path)!r})))"
@@ -394,7 +399,8 @@ def test_blend_token_counts_match_encoding(streaming, tmp_path):
 
 
 def test_no_document_is_scored_by_a_model_that_trained_on_it(bad_corpus):
-    "Cross-fitting (chapter 31): each document's score is its own fold's model's, and that model never trained on it; the others did."
+    """Cross-fitting (chapter 31): each document's score is its own fold's model's, and that model never trained on it;
+    the others did."""
     from mtnlg.quality import QualityClassifier, fold_key, fold_of
 
     _, out, summary, _ = bad_corpus

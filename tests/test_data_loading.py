@@ -1,5 +1,5 @@
-"""Training data (chapter 42): megatron-core's blended datasets over a curated directory are chapter 35's twin sample for
-sample, depend only on the seed, carry curation's tokenizer byte for byte, and bad inputs fail in one line."""
+"""Training data (chapter 42): megatron-core's blended datasets over a curated directory are chapter 35's twin sample
+for sample, depend only on the seed, carry curation's tokenizer byte for byte, and bad inputs fail in one line."""
 
 import shutil
 from pathlib import Path

@@ -1,4 +1,5 @@
-"Chapter 33's compiled decontamination engine against its reference (a document at a time): the same hits, counts and bytes."
+"""Chapter 33's compiled decontamination engine against its reference (a document at a time): the same hits, counts and
+bytes."""
 
 import json
 import random
@@ -30,7 +31,8 @@ def _texts(pattern: str, field: str = "text") -> list[str]:
 
 @pytest.fixture(scope="module")
 def kit():
-    "Every evaluation fixture's n-grams; the curate-tiny and curate-demo text corpora; adversarial texts built from task texts."
+    """Every evaluation fixture's n-grams; the curate-tiny and curate-demo text corpora; adversarial texts built from
+    task texts."""
     tasks = eval_task_texts(FIX / "eval")
     table = build_task_ngrams([t for ts in tasks.values() for t in ts])
     corpora = (

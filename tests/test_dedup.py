@@ -35,7 +35,8 @@ TRICKY = [
 
 @pytest.fixture(scope="module")
 def corpus():
-    "Wiki passages of ~300 words, every 4th followed by an edited copy, plus exact copies and texts that test the edges."
+    """Wiki passages of ~300 words, every 4th followed by an edited copy, plus exact copies and texts that test the
+    edges."""
     wiki, _ = read_jsonl_texts([FIXTURES / "corpus/wiki_train.jsonl"])
     words = [w for t in wiki for w in t.split()]
     rng = np.random.default_rng(0)
@@ -100,9 +101,9 @@ def test_curate_config_names_the_engine():
 
 @pytest.mark.parametrize("threshold,partitions,splits", [(0.5, 1, 1), (0.8, 3, 4)])
 def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, threshold, partitions, splits):
-    """Chapter 32's partitioned plan (LSH bands, edge partitions, a union-find of ids and labels, per-shard drops) drops the
-    same documents for the same reasons as `plan_dedup` on the same signature files: shards of three datasets in an order
-    that is not their priority, documents without shingles, exact copies and a bucket of 70 (a star: over 64)."""
+    """Chapter 32's partitioned plan (LSH bands, edge partitions, a union-find of ids and labels, per-shard drops) drops
+    the same documents for the same reasons as `plan_dedup` on the same signature files: shards of three datasets in an
+    order that is not their priority, documents without shingles, exact copies and a bucket of 70 (a star: over 64)."""
     from mtnlg.dedup import plan_dedup, plan_dedup_partitioned, signature_shard
     from mtnlg.extract import write_jsonl
 

@@ -1,7 +1,7 @@
-"""`deterministic: true` (chapter 10): two identical runs, and a run killed with `kill -9` and resumed, end with the same
-bits — weights, fp32 masters, Adam's moments and every random stream (torch, numpy, Python, the tensor-parallel one) —
-on the path a GPU user gets by default: the DeepSpeed engine in one process, bf16, dropout on. Shown on the CPU (where
-runs are bitwise repeatable without the switch too); `bench/gpu.py` runs the same comparison on a GPU."""
+"""`deterministic: true` (chapter 10): two identical runs, and a run killed with `kill -9` and resumed, end with the
+same bits — weights, fp32 masters, Adam's moments and every random stream (torch, numpy, Python, the tensor-parallel
+one) — on the path a GPU user gets by default: the DeepSpeed engine in one process, bf16, dropout on. Shown on the CPU
+(where runs are bitwise repeatable without the switch too); `bench/gpu.py` runs the same comparison on a GPU."""
 
 import json
 from pathlib import Path

@@ -3,9 +3,9 @@ relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 
 losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
 bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
 and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
-`make test` runs 1 process through the engine, PP 2 as srun starts it (with balanced stages) and TP 2 x PP 2 x DP 2 at eps 1e-6
-(its loss through chapter 20's chunked linear cross-entropy: the single run's keeps its logits; and with sequence
-parallelism: LayerNorms and dropout on each TP rank's half of the sequence), and DP 2 at
+`make test` runs 1 process through the engine, PP 2 as srun starts it (with balanced stages) and TP 2 x PP 2 x DP 2 at
+eps 1e-6 (its loss through chapter 20's chunked linear cross-entropy: the single run's keeps its logits; and with
+sequence parallelism: LayerNorms and dropout on each TP rank's half of the sequence), and DP 2 at
 eps 1e-8; `make test-full` adds TP 2 and DP 2 alone, the other two-axis layouts, the other seven at eps 1e-8 and the
 engine on chapter 11's from-scratch layers."""
 
@@ -110,7 +110,8 @@ def params(run_dir):
 
 @pytest.fixture(scope="module")
 def singles(tmp_path_factory):
-    "The single-process trainer of chapter 41 (no launcher, TP=PP=DP=1), once per Adam eps: the reference every layout must match."
+    """The single-process trainer of chapter 41 (no launcher, TP=PP=DP=1), once per Adam eps: the reference every layout
+    must match."""
     runs = {}
 
     def run(eps: str):
@@ -132,7 +133,8 @@ def single(singles):
 
 
 def parity_errors(ref_dir, got_dir) -> dict:
-    "Max relative loss error over the 6 steps; max |weight difference|; the share of weight entries that differ by > 1e-5."
+    """Max relative loss error over the 6 steps; max |weight difference|; the share of weight entries that differ by >
+    1e-5."""
     ref, got = losses(ref_dir), losses(got_dir)
     assert len(got) == len(ref) == 6
     p_ref, p_got = params(ref_dir), params(got_dir)
@@ -147,10 +149,10 @@ def parity_errors(ref_dir, got_dir) -> dict:
 
 @pytest.mark.parametrize("eps,tp,pp,dp", CASES)
 def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
-    """eps 1e-6: losses within 1e-5 relative, every weight within 1e-5. The paper's eps 1e-8: the same losses, and all but
-    a few entries per ten thousand of the weights within 1e-5 — those whose gradient is at rounding level (the key bias,
-    whose gradient is mathematically zero; a few MLP and embedding entries), which Adam divides by a tiny sqrt(v) + eps:
-    they step by up to ~lr in directions set by the summation order, so any two layouts differ there by at most
+    """eps 1e-6: losses within 1e-5 relative, every weight within 1e-5. The paper's eps 1e-8: the same losses, and all
+    but a few entries per ten thousand of the weights within 1e-5 — those whose gradient is at rounding level (the key
+    bias, whose gradient is mathematically zero; a few MLP and embedding entries), which Adam divides by a tiny sqrt(v)
+    + eps: they step by up to ~lr in directions set by the summation order, so any two layouts differ there by at most
     2 x lr x steps."""
     from mtnlg.config import load_config
 
@@ -171,7 +173,8 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
     ref_dir, cfg = singles(eps), load_config(CONFIG, over)
     err = parity_errors(ref_dir, tmp_path)
     print(
-        f"tp{tp}-pp{pp}-dp{dp} {eps}: max relative loss error {err['loss']:.2e}, max |param difference| {err['param']:.2e}, "
+        f"tp{tp}-pp{pp}-dp{dp} {eps}: max relative loss error {err['loss']:.2e}, max |param difference| "
+        f"{err['param']:.2e}, "
         f"share of entries over 1e-5 {err['share_over_1e-5']:.1e}"
     )
     assert err["loss"] <= 1e-5, err
@@ -221,7 +224,8 @@ def test_engine_on_scratch_tp_layers_trains_like_one_process(single, tmp_path):
 
 @pytest.mark.parametrize("sequence_parallel", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_bf16_2x2_trains_close_to_fp32(single, tmp_path, sequence_parallel):
-    "bf16 weights and activations (fp32 masters and Adam), with and without sequence parallelism: the fp32 run's losses within 0.05 nats."
+    """bf16 weights and activations (fp32 masters and Adam), with and without sequence parallelism: the fp32 run's
+    losses within 0.05 nats."""
     r = mtnlg_train(
         tmp_path,
         {
@@ -250,7 +254,8 @@ GRADS = textwrap.dedent("""
         "Records the gradients DeepSpeed hands to the optimizer (after tied and data-parallel all-reduce); never steps."
         def __init__(self, params): super().__init__(params, {"lr": 0.0}); self.grads = {}
         def step(self, closure=None):
-            self.grads = {id(p): p.grad.detach().clone() for g in self.param_groups for p in g["params"] if p.grad is not None}
+            self.grads = {id(p): p.grad.detach().clone() for g in self.param_groups for p in g["params"]
+                          if p.grad is not None}
     quiet_libraries()
     cfg = load_config(sys.argv[1], dict(parse_override(a) for a in sys.argv[3:] if a != "--unsummed-layernorms"))
     layout = init_distributed(Layout.of(cfg))
@@ -269,8 +274,9 @@ GRADS = textwrap.dedent("""
     engine.train_batch(iter(E.micro_batches(batch, cfg.schedule.micro_batch_size, c.data, cfg.parallel.data_parallel)))
     # each rank's gradients under GPT names, written and reassembled by chapter 43's checkpoint machinery
     from mtnlg.checkpoint import make_shard, save_checkpoint, tp_dim
+    # the tied embedding's copy on the last stage left out: the first stage's is written
     params = {E.gpt_name(n, cfg.model.num_layers): p for n, p in module.named_parameters()
-              if id(p) in rec.grads and (c.pipe == 0 or not n.startswith("tied_modules.embed."))}   # the first stage's tied copy
+              if id(p) in rec.grads and (c.pipe == 0 or not n.startswith("tied_modules.embed."))}
     shard = make_shard({n: rec.grads[id(p)] for n, p in params.items()}, {}, 0, with_model=c.data == 0)
     shard["tp_dim"] = {n: tp_dim(p) for n, p in params.items()}        # gradients are split as their parameters are
     save_checkpoint(sys.argv[2] + "/grads", 0, shard, cfg, layout, sys.argv[2] + "/tokenizer.json", {})
@@ -291,9 +297,10 @@ GRAD_CASES = [
 
 @pytest.mark.parametrize("extra,unsummed_layernorms", GRAD_CASES)
 def test_pipelined_gradients_equal_unpipelined(tmp_path, extra, unsummed_layernorms):
-    """TP 2 x PP 2: the gradient of every parameter (tied embedding summed over both stages) equals GPT's on one process;
-    with sequence parallelism too (its stage-to-stage activations are each rank's slice of the sequence). The guard:
-    with sequence parallelism but the LayerNorm gradients left out of the engine's sum over TP, the check fails there."""
+    """TP 2 x PP 2: the gradient of every parameter (tied embedding summed over both stages) equals GPT's on one
+    process; with sequence parallelism too (its stage-to-stage activations are each rank's slice of the sequence). The
+    guard: with sequence parallelism but the LayerNorm gradients left out of the engine's sum over TP, the check fails
+    there."""
     script = tmp_path / "grads.py"
     script.write_text(GRADS)
     sets = {
@@ -431,7 +438,8 @@ def test_rendezvous_ports_are_free_and_never_ones_the_kernel_hands_out(monkeypat
 
 
 def test_skipping_the_lone_reduction_changes_no_bit(monkeypatch):
-    "One process, fp32: three steps with and without `skip_lone_reduction` give the same losses and weights, bit for bit."
+    """One process, fp32: three steps with and without `skip_lone_reduction` give the same losses and weights, bit for
+    bit."""
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
     from mtnlg.config import load_config
     from mtnlg import engine as E

@@ -1,5 +1,6 @@
-"""Evaluation (chapters 43, 44, 60, 61): checkpoint I/O, export to transformers, our `mtnlg` harness backend against the harness's own `hf`
-backend on every local task (0- and 1-shot), `lm_eval --model mtnlg` from the shell, and bad input."""
+"""Evaluation (chapters 43, 44, 60, 61): checkpoint I/O, export to transformers, our `mtnlg` harness backend against the
+harness's own `hf` backend on every local task (0- and 1-shot), `lm_eval --model mtnlg` from the shell, and bad
+input."""
 
 import json
 import os
@@ -50,8 +51,8 @@ def test_crosscheck_with_hf_backend(backends, shots):
 
 
 def test_every_result_records_the_environment_collected_once(backends):
-    """run_task: each harness result still carries torch's environment report, the same one a direct call gives, collected
-    once per process (not `pip list` per task); torch's function is itself again afterwards."""
+    """run_task: each harness result still carries torch's environment report, the same one a direct call gives,
+    collected once per process (not `pip list` per task); torch's function is itself again afterwards."""
     import torch.utils.collect_env as collect_env
     from mtnlg.tasks import local_task, run_task, _ENV_INFO
 
@@ -110,7 +111,8 @@ def test_lm_eval_shell_model_mtnlg(checkpoint, tmp_path):
 
 
 def test_imports_have_no_side_effects():
-    "Importing our evaluation modules (after the libraries, which set their own filters) changes no env var, warning filter,"
+    """Importing our evaluation modules (after the libraries, which set their own filters) changes no env var, warning
+    filter,"""
     "import hook or harness registry, and does not load `datasets`; register_lm() is what registers `mtnlg`."
     probe = """
 import os, sys, warnings

@@ -1,6 +1,6 @@
 """Chapter 30's jusText (`justext_paragraphs`: one walk of lxml's tree that does the Cleaner's work as it goes) against
-the jusText library itself: every paragraph, its text, DOM path, counts and classes, on pages built to hit each thing the
-Cleaner does (kill, remove, the text either joins, comments, processing instructions, <br><br>, fragments, an XML
+the jusText library itself: every paragraph, its text, DOM path, counts and classes, on pages built to hit each thing
+the Cleaner does (kill, remove, the text either joins, comments, processing instructions, <br><br>, fragments, an XML
 encoding declaration), the benchmark pages and the crawl fixture's pages."""
 
 import gzip
@@ -19,7 +19,8 @@ EDGE = [
     b"<?xml-stylesheet href='a'?>tail<!--c-->ctail<html><body><p>" + GOOD + b"</p></body></html>tail2<?pi x?>pitail",
     b"<!DOCTYPE html><html><head><title>T</title></head><body>a<script>x</script>  <span>b</span> c<!--c-->  <b>d</b>"
     b"<form>in form<input>tail of input</form>after form</body></html>",
-    b"<html><body><div>x<?php echo 1 ?>  y<br><br>z<br>w</div><object>o<param name=a>ptail</param><embed>e</embed></object>"
+    b"<html><body><div>x<?php echo 1 ?>  y<br><br>z<br>w</div><object>o<param "
+    b"name=a>ptail</param><embed>e</embed></object>"
     b"<param>free</param>ftail<link rel='Stylesheet'>ltail<link rel=next>l2tail<image src=x>im</image></body></html>",
     b"<html><body><p>a<select><option>o</option></select>s tail<textarea>t</textarea><button>b</button>btail</p>"
     b"<iframe>if<b>bold</b>x</iframe>iftail<h2>Heading here</h2><p>" + GOOD + b"</p></body></html>",
@@ -34,7 +35,8 @@ EDGE = [
     b"   <html><body><layer>lay<form>f<p>in p</p>ft</form>lt</layer>end</body></html>",
     b"<?xml version='1.0' encoding='utf-8'?><html><body><p>an XML declaration " + GOOD + b"</p></body></html>",
     b"<!-- only a comment -->",
-    b"<html><body><p>A<!--x-->B<!--y--> <!--z-->C</p><pre>  spaced\n\n  text </pre><p>\xc2\xa0\xc2\xa0</p></body></html>",
+    b"<html><body><p>A<!--x-->B<!--y--> <!--z-->C</p><pre>  spaced\n\n  text "
+    b"</pre><p>\xc2\xa0\xc2\xa0</p></body></html>",
     b"<html><body><form><form>nested</form>x</form><object><object><param>p</param>q</object></object></body></html>",
     b"<html><body><h1>Title</h1><ul><li>one</li><li>two <a href=#>l</a></li></ul><h3>Short</h3><p>"
     + GOOD

@@ -1,4 +1,5 @@
-"Chapter 62: sampling restricts the support as defined and is reproducible by seed; the KV cache equals full recomputation at TP 1 and TP 2."
+"""Chapter 62: sampling restricts the support as defined and is reproducible by seed; the KV cache equals full
+recomputation at TP 1 and TP 2."""
 
 from pathlib import Path
 import pytest
@@ -50,7 +51,8 @@ def test_bad_sampling_arguments_are_refused(bad):
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_kv_cache_equals_full_recomputation(tp):
-    "Greedy tokens equal with and without the cache and for each prompt alone; cached logits within 1e-5 of the training forward."
+    """Greedy tokens equal with and without the cache and for each prompt alone; cached logits within 1e-5 of the
+    training forward."""
     r = launch(testing.generate_tp_worker, tp, TINY, tp, PROMPTS, 8)[0]
     assert r["cached"] == r["recomputed"] == r["alone"], r
     assert len({tuple(row) for row in r["cached"]}) == len(

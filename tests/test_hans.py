@@ -1,4 +1,5 @@
-"HANS generated from McCoy et al.'s templates (chapter 64): counts, the heuristics' definitions, determinism, the fixture, the CLI."
+"""HANS generated from McCoy et al.'s templates (chapter 64): counts, the heuristics' definitions, determinism, the
+fixture, the CLI."""
 
 import json
 import subprocess
@@ -59,7 +60,8 @@ def test_heuristic_definitions(full, split):
     assert all(overlaps_lexically(r["premise"], r["hypothesis"]) for r in rows)  # every HANS hypothesis
     assert all(is_subsequence(r["premise"], r["hypothesis"]) for r in rows if r["heuristic"] != "lexical_overlap")
     assert all(is_clause(r["premise"], r["hypothesis"]) for r in rows if r["heuristic"] == "constituent")
-    # ... and where the heuristics part ways: no lexical-overlap pair is a subsequence, no non-entailed subsequence pair a clause
+    # ... and where the heuristics part ways: no lexical-overlap pair is a subsequence, no non-entailed subsequence pair
+    # a clause
     assert not any(is_subsequence(r["premise"], r["hypothesis"]) for r in rows if r["heuristic"] == "lexical_overlap")
     assert not any(is_clause(r["premise"], r["hypothesis"]) for r in rows if r["subcase"].startswith("sn_"))
     assert not any(repeats_word(r["premise"]) for r in rows)

@@ -263,7 +263,8 @@ def test_roofline_counts_the_perf_models_flops_and_finds_the_memory_bound_ops():
     scores = 16 * 2048 * 2048  # 16 heads per rank: 2 x scores x 160 FLOPs, read Q, K, write S
     assert ops["attention scores"].intensity == pytest.approx(2 * scores * 160 / ((2 * 2048 * 2560 + scores) * 2))
     assert {n for n, o in ops.items() if o.intensity > 5 * ridge} == {"QKV GEMM", "proj GEMM", "fc1 GEMM", "fc2 GEMM"}
-    # bias+GeLU on TP 8: 2048 tokens x 10240 columns, read and written once in bf16 (+ the bias) when fused, twice unfused
+    # bias+GeLU on TP 8: 2048 tokens x 10240 columns, read and written once in bf16 (+ the bias) when fused, twice
+    # unfused
     unfused = {o.name: o for o in layer_ops(m, 8, 1, "none")}
     assert ops["bias+GeLU"].bytes == 2048 * 10240 * 2 * 2 + 10240 * 2
     assert unfused["bias+GeLU"].bytes == 2 * 2048 * 10240 * 2 * 2 + 10240 * 2
@@ -316,7 +317,8 @@ def test_chunked_cross_entropy_equals_reference(chunk, dtype):
 
 
 def _vocab_parallel(T: int, H: int, V: int, chunk: int) -> dict:
-    "On each of the launch's ranks: the loss and gradients with this rank's half of the vocabulary, and the reference's."
+    """On each of the launch's ranks: the loss and gradients with this rank's half of the vocabulary, and the
+    reference's."""
     import torch.distributed as dist
 
     rank, tp = dist.get_rank(), dist.get_world_size()

@@ -49,7 +49,8 @@ LAGGING = """
 import time, torch, torch.distributed as dist
 from mtnlg.topology import end_distributed
 dist.init_process_group("gloo")
-g = dist.new_group(list(range(dist.get_world_size())))   # held by Python until the teardown, as megatron-core holds its groups
+# held by Python until the teardown, as megatron-core holds its groups
+g = dist.new_group(list(range(dist.get_world_size())))
 fut = dist.all_reduce(torch.ones(1 << 16), group=g, async_op=True).get_future()
 fut.then(lambda f: time.sleep(1))                 # runs in gloo's worker thread, after the result is ready
 fut.wait(); end_distributed(); print("done", flush=True)
@@ -132,7 +133,8 @@ def test_a_rank_killed_inside_a_collective_is_named_not_its_peers(tmp_path):
     r = job(tmp_path, "collective")
     lines = launcher_lines(r)
     assert r.returncode == 137 and lines[0] == "python: rank 1 was ended by SIGKILL and left no error", r.stderr[-3000:]
-    # ranks 0 and 2, grouped by gloo's words for what they saw ("Connection closed by peer", "... Connection reset by peer")
+    # ranks 0 and 2, grouped by gloo's words for what they saw ("Connection closed by peer", "... Connection reset by
+    # peer")
     assert len(lines) == 2 and lines[1].startswith("python: 2 other ranks failed after it: "), lines
     assert named_ranks(lines[1]) == [0, 2] and "Connection" in lines[1], lines
 

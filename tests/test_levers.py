@@ -1,6 +1,7 @@
 """The speed levers bench/gpu.py times as A/B rows (issue 54), checked on the CPU first: torch's fused AdamW takes the
 same steps as the default AdamW; liger-kernel is optional, and asking for it without it is refused in one line; where
-it is installed, its fused linear cross-entropy gives our per-token losses and gradients (Triton's interpreter on a CPU)."""
+it is installed, its fused linear cross-entropy gives our per-token losses and gradients (Triton's interpreter on a
+CPU)."""
 
 import importlib.util
 import os
@@ -20,7 +21,8 @@ HAVE_LIGER = importlib.util.find_spec("liger_kernel") is not None
 
 
 def _five_steps(cfg, fused: bool):
-    "A small MLP trained five AdamW steps by `make_optimizer` (`optimizer.fused` = fused): its parameters and the optimizer."
+    """A small MLP trained five AdamW steps by `make_optimizer` (`optimizer.fused` = fused): its parameters and the
+    optimizer."""
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
     opt = make_optimizer(m, replace(cfg, optimizer=replace(cfg.optimizer, fused=fused)))
@@ -60,12 +62,15 @@ def test_liger_is_optional_and_refused_clearly_without_it(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_LIGER, reason="liger-kernel is optional (a CUDA package): not installed here")
 def test_liger_linear_cross_entropy_equals_ours_on_the_cpu():
-    "In a fresh process, TRITON_INTERPRET=1 before triton's import: liger's kernels on this CPU, against the PyTorch twin."
+    """In a fresh process, TRITON_INTERPRET=1 before triton's import: liger's kernels on this CPU, against the PyTorch
+    twin."""
     code = """
 import torch
 from mtnlg import kernels as K
 torch.manual_seed(0)
-h = torch.randn(16, 32, requires_grad=True); w = torch.randn(100, 32, requires_grad=True); y = torch.randint(0, 100, (16,))
+h = torch.randn(16, 32, requires_grad=True)
+w = torch.randn(100, 32, requires_grad=True)
+y = torch.randint(0, 100, (16,))
 ours, lig = K.linear_cross_entropy(h, w, y, 8, kernel="torch"), K.linear_cross_entropy(h, w, y, kernel="liger")
 g = torch.rand(16)
 a, b = torch.autograd.grad(ours, (h, w), g), torch.autograd.grad(lig, (h, w), g)
@@ -104,7 +109,8 @@ def test_fused_adamw_takes_the_default_steps_on_the_gpu():
     not (CUDA and HAVE_LIGER), reason="liger-kernel on a GPU: bench/GPU_PLAN.md runs it on the device first"
 )
 def test_liger_equals_ours_on_the_gpu():
-    "liger's LayerNorm against the model's (nn.LayerNorm), its fused linear cross-entropy against our chunked loss, fp32 and bf16."
+    """liger's LayerNorm against the model's (nn.LayerNorm), its fused linear cross-entropy against our chunked loss,
+    fp32 and bf16."""
     from mtnlg.model import LayerNorm
 
     torch.manual_seed(0)

@@ -13,7 +13,8 @@ FIXTURE = ROOT / "tests/fixtures/curation"
 
 
 def many_shards(tmp: Path, wiki_shards: int, web_shards: int) -> Path:
-    "One document a shard: the wikipedia fixture's documents cycled over `wiki_shards` shards (so most are exact copies), webtext's over `web_shards`."
+    """One document a shard: the wikipedia fixture's documents cycled over `wiki_shards` shards (so most are exact
+    copies), webtext's over `web_shards`."""
     for name, n in (("wikipedia", wiki_shards), ("webtext", web_shards)):
         lines = [
             l for p in sorted((FIXTURE / "raw" / name).glob("*.jsonl")) for l in p.read_text().splitlines() if l.strip()
@@ -40,7 +41,8 @@ def many_shards(tmp: Path, wiki_shards: int, web_shards: int) -> Path:
 
 
 def _curate_under_ulimit(config: str, limit: int) -> dict:
-    "Run in a fresh interpreter: curate with at most `limit` open files; then, the limit lifted, plan_dedup on the same signatures."
+    """Run in a fresh interpreter: curate with at most `limit` open files; then, the limit lifted, plan_dedup on the
+    same signatures."""
     from mtnlg.curate import load_curate_config, curate
     from mtnlg.dedup import plan_dedup
     from curate_digests import dedup_decisions

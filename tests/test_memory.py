@@ -125,7 +125,8 @@ def stage_peak(ranks, stage) -> tuple[int, int]:
 
 
 def test_the_model_predicts_every_stage_peak_within_10_percent(measured):
-    "Chapter 50's `stage_memory` (CPU: no reserve, PyTorch's math attention, fp32-wide dropout masks) vs each stage's fullest rank."
+    """Chapter 50's `stage_memory` (CPU: no reserve, PyTorch's math attention, fp32-wide dropout masks) vs each stage's
+    fullest rank."""
     from mtnlg.config import load_config
     from mtnlg.counting import Assumptions, Setup, stage_memory
     from mtnlg.topology import Layout
@@ -162,7 +163,8 @@ def test_full_recompute_lowers_every_stage_activation_peak(measured):
 def test_the_loss_without_logits_lowers_only_the_last_stage(measured):
     """The chunked loss removes the last stage's logits (2 x 1 MiB in DeepSpeed's pipe buffers, 2 MiB in the loss's
     backward), and adds a chunk, the hidden state's gradient and the output matrix's gradient (0.9 MiB): the model says
-    1.9 MiB less (megatron-core's loss works in place on the logits: at its fullest, a third copy is being made). The first stage holds no logits and must not move beyond the peaks' jitter (measured 0.5 MiB once: 4 blocks)."""
+    1.9 MiB less (megatron-core's loss works in place on the logits: at its fullest, a third copy is being made). The
+    first stage holds no logits and must not move beyond the peaks' jitter (measured 0.5 MiB once: 4 blocks)."""
     (n1, N1), (c1, C1), (n0, N0), (c0, C0) = (
         stage_peak(measured[m], s) for s, m in ((1, "none"), (1, "chunked loss"), (0, "none"), (0, "chunked loss"))
     )

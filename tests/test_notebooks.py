@@ -23,7 +23,8 @@ def test_every_chapter_has_a_parameters_cell():
 
 
 def test_every_chapter_is_a_valid_notebook():
-    "nbformat 4.5: every cell carries an id (a missing one is a warning now, an error in nbformat's next major version)."
+    """nbformat 4.5: every cell carries an id (a missing one is a warning now, an error in nbformat's next major
+    version)."""
     import nbformat
 
     for nb in NOTEBOOKS:

@@ -67,7 +67,8 @@ def test_every_layout_reads_like_one_process(checkpoint, reference, tp, pp, dp, 
 
 @pytest.mark.slow
 def test_a_checkpoint_of_another_layout_reads_the_same(checkpoint, reference, tmp_path):
-    "Trained TP 1 and resharded to TP 2 x PP 2 (its vocabulary padded for TP 2), then read as TP 1 x PP 2 and TP 2 x DP 2."
+    """Trained TP 1 and resharded to TP 2 x PP 2 (its vocabulary padded for TP 2), then read as TP 1 x PP 2 and TP 2 x
+    DP 2."""
     run(
         [
             MTNLG,
@@ -202,7 +203,8 @@ def test_a_layout_that_cannot_read_the_checkpoint_is_one_line_before_any_rank(ch
 
 @pytest.mark.slow
 def test_mtnlg_bias_on_n_processes_writes_the_same_report(checkpoint, tmp_path):
-    "Chapter 70's probes (log-likelihoods, sampled continuations) and chapter 72's benchmarks, read PP 2 x DP 2: the same report."
+    """Chapter 70's probes (log-likelihoods, sampled continuations) and chapter 72's benchmarks, read PP 2 x DP 2: the
+    same report."""
 
     def report(out, *extra):
         run(
@@ -248,7 +250,8 @@ def assert_close(a, b, where="", tol=1e-4):
 
 @pytest.mark.slow
 def test_lm_eval_model_mtnlg_under_torchrun_names_the_layout(checkpoint, tmp_path):
-    "`torchrun ... lm_eval --model mtnlg --model_args checkpoint=DIR,tensor_parallel=2`: TP 2 x DP 2, the same table as one process."
+    """`torchrun ... lm_eval --model mtnlg --model_args checkpoint=DIR,tensor_parallel=2`: TP 2 x DP 2, the same table
+    as one process."""
     from mtnlg.evaluate import install_lm_eval_plugin
     from mtnlg.tasks import write_task_yamls
     from mtnlg.topology import free_port
@@ -299,7 +302,8 @@ def test_lm_eval_model_mtnlg_under_torchrun_names_the_layout(checkpoint, tmp_pat
 
 @pytest.mark.slow
 def test_mtnlg_eval_started_as_srun_starts_it(checkpoint, one_process_results, tmp_path):
-    "Four ranks started as srun starts them (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; no torchrun): the same table, written once."
+    """Four ranks started as srun starts them (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; no torchrun): the same table,
+    written once."""
     from mtnlg.topology import free_port
 
     port, n = free_port(), 4

@@ -1,6 +1,7 @@
 """Multi-process checks of chapters 11-13 (gloo on CPU): each from-scratch mechanism equals the library and the
 unparallelised computation. Workers live in `mtnlg.testing` (spawn imports them by name); `launch` runs them.
-Chapter 10's notebook runs `init_distributed` in 8 processes, checking megatron-core's groups against `Layout` in each."""
+Chapter 10's notebook runs `init_distributed` in 8 processes, checking megatron-core's groups against `Layout` in
+each."""
 
 import os
 from pathlib import Path
@@ -39,7 +40,8 @@ SEQUENCE_PARALLEL = {"parallel.tensor_parallel": 2, "parallel.sequence_parallel"
 
 
 def tp_parity(reference, result) -> dict:
-    "Max |difference| of the loss (relative), the weights, and the gradients (over the largest) against `reference`, by name."
+    """Max |difference| of the loss (relative), the weights, and the gradients (over the largest) against `reference`,
+    by name."""
     (loss1, params1, grads1), (loss2, params2, grads2) = reference, result
     assert params2.keys() == params1.keys()
     scale = max(max(g.abs().max().item() for g in grads1.values()), 1.0)
@@ -50,7 +52,8 @@ def tp_parity(reference, result) -> dict:
     }
 
 
-@pytest.mark.slow  # make test: chapter 11 runs both (with recomputation) and the guard; the 3D engine case the chunked loss
+# make test: chapter 11 runs both (with recomputation) and the guard; the 3D engine case the chunked loss
+@pytest.mark.slow
 @pytest.mark.parametrize("tp_layers,loss_chunk,recompute", [("megatron", 0, "selective"), ("scratch", 16, "full")])
 def test_sequence_parallel_tp2_equals_tp1(tp_layers, loss_chunk, recompute):
     """TP 2 with sequence parallelism and recomputation equals TP 1 without (megatron-core's layers with selective
@@ -118,7 +121,8 @@ def test_zero1_equals_unsharded_adamw():
 
 
 def test_reference_run_stays_one_process_under_a_launcher(monkeypatch):
-    "RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS (srun), OMPI_* (mpirun) set: the reference is still one process."
+    """RANK/WORLD_SIZE (torchrun), SLURM_PROCID/SLURM_NTASKS (srun), OMPI_* (mpirun) set: the reference is still one
+    process."""
     import torch.distributed as dist
     from mtnlg.topology import free_port
 

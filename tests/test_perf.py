@@ -1,4 +1,5 @@
-"The performance model (chapters 50-54: counting, iteration time, published runs, calibration, the planner): the paper's rows, memory, the planner and `mtnlg plan` as a user runs it."
+"""The performance model (chapters 50-54: counting, iteration time, published runs, calibration, the planner): the
+paper's rows, memory, the planner and `mtnlg plan` as a user runs it."""
 
 import subprocess
 import sys
@@ -392,7 +393,8 @@ def test_gradient_accumulation_is_one_pass_over_a_stages_parameters_per_micro_ba
     assert base.breakdown["grad accum"] == pytest.approx(
         240 * 18 * per_byte[-1], rel=1e-9
     )  # the last stage sets the pace
-    # DeepSpeed all-reduces the fp32 gradients, then all-gathers the bf16 weights: more than Megatron-LM's all-reduce alone
+    # DeepSpeed all-reduces the fp32 gradients, then all-gathers the bf16 weights: more than Megatron-LM's all-reduce
+    # alone
     meg = predict(m, L, 1920, system="megatron-lm")
     assert base.breakdown["dp comm"] > meg.breakdown["dp comm"]
     # ZeRO-1: 1/d of Adam (whose gradient read is fp32 here, Megatron-LM 2021's fp16: 30 bytes per parameter against 28)
@@ -459,7 +461,8 @@ def test_sequence_parallel_stage_memory_divides_the_replicated_region():
     L = Setup(Layout(8, 35, 8), 1, "full")
     off, on = stage_memory(CFG.model, L, 1920), stage_memory(CFG.model, replace(L, sequence_parallel=True), 1920)
     sbh = 2048 * 20480
-    # stage 0, 35 in flight: three layer inputs (bf16), the stage output (bf16), the embedding's 1-byte dropout mask, all / 8
+    # stage 0, 35 in flight: three layer inputs (bf16), the stage output (bf16), the embedding's 1-byte dropout mask,
+    # all / 8
     assert on[0]["activations"] == pytest.approx(35 * (3 * 2 * sbh + 2 * sbh + sbh) / 8)
     assert off[0]["activations"] == 35 * (3 * 2 * sbh + 2 * sbh + sbh)
     assert all(a["weights"] == b["weights"] and a["optimizer"] == b["optimizer"] for a, b in zip(off, on))
@@ -491,7 +494,8 @@ def test_sequence_parallel_trait_changes_what_it_names():
     for name in ops[False]:
         shrinks = name.startswith(("LayerNorm", "bias+dropout+add"))
         assert (ops[True][name].flops < ops[False][name].flops) == shrinks, name
-    # overlapped backward (Megatron-LM 2022): without SP both backward all-reduces hide, with it only the reduce-scatters
+    # overlapped backward (Megatron-LM 2022): without SP both backward all-reduces hide, with it only the
+    # reduce-scatters
     meg = {
         sp: predict(m, replace(L, recompute="selective", sequence_parallel=sp), 2240, system="megatron-lm-2022")
         for sp in (False, True)
@@ -606,9 +610,9 @@ def test_hopper_efficiency_is_the_one_h200_measured():
 
 
 def test_one_fitter_refuses_a_fit_that_cannot_move_an_error():
-    """Issue 54: the fitted number has one home per system (`GPU.matmul_efficiency`), one reader and one fitter. Rows that
-    are not predicted on the record handed to the fitter (an A100 fit over rows run on an H200, the old flat objective)
-    are refused, as is a best value at the search's edge, instead of returning a bound."""
+    """Issue 54: the fitted number has one home per system (`GPU.matmul_efficiency`), one reader and one fitter. Rows
+    that are not predicted on the record handed to the fitter (an A100 fit over rows run on an H200, the old flat
+    objective) are refused, as is a best value at the search's edge, instead of returning a bound."""
     from mtnlg.counting import matmul_efficiency_of
     from mtnlg.iteration_time import fit_efficiency
 

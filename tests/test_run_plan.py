@@ -65,7 +65,8 @@ def test_530b_steps_and_step_time(cfg, plan):
 
 
 def test_steps_too_small_to_fill_the_pipeline_are_the_1f1b_line(cfg):
-    "Below the fill point (batch 280 = PP 35 x DP 8) the ramp's steps extend predict's line; predict is that line above it."
+    """Below the fill point (batch 280 = PP 35 x DP 8) the ramp's steps extend predict's line; predict is that line
+    above it."""
     L = Setup.of(cfg, "full")
     t = lambda b: predict(cfg.model, L, b, "a100-80gb", cfg.precision).iteration_s
     slope = (t(288) - t(280)) / 8

@@ -81,8 +81,8 @@ def test_the_check_fails_on_a_deleted_image_and_a_broken_link(built, chromium, t
 
 
 def test_the_check_fails_on_a_machine_path_and_a_wide_printed_table(built, chromium, tmp_path):
-    """A copy of the site with chapter 61 showing the repository's absolute path in its text, /tmp in an image's alt, and a
-    printed pipe table wider than its box; a wide output that is not a table passes."""
+    """A copy of the site with chapter 61 showing the repository's absolute path in its text, /tmp in an image's alt,
+    and a printed pipe table wider than its box; a wide output that is not a table passes."""
     copy = tmp_path / "site"
     shutil.copytree(built, copy)
     tasks = copy / "chapters" / "61_tasks.html"

@@ -104,7 +104,8 @@ def test_530b_dry_run_prints_the_job():
 
 
 def test_eval_dry_run_prints_the_plan():
-    "cluster/eval.sbatch's dry run (chapter 66): the command it would run, where the ranks go, memory per rank, tokens, hours."
+    """cluster/eval.sbatch's dry run (chapter 66): the command it would run, where the ranks go, memory per rank,
+    tokens, hours."""
     r = dry_run("cluster/eval.sbatch")
     assert r.returncode == 0, r.stderr
     out = r.stdout
@@ -327,7 +328,8 @@ def test_curate_sbatch_on_dask_equals_local_pool(slurm, tmp_path):
 @pytest.mark.slow
 def test_curate_executor_slurm_submits_worker_jobs_and_equals_local_pool(slurm, tmp_path, monkeypatch):
     """`executor: slurm`, as a user on a login node runs it: dask-jobqueue's SLURMCluster submits the workers as Slurm
-    jobs, the driver stays here, and the partitioned dedup's tasks run on those jobs; the same files as the local pool."""
+    jobs, the driver stays here, and the partitioned dedup's tasks run on those jobs; the same files as the local
+    pool."""
     from dataclasses import replace
     from mtnlg.curate import load_curate_config, curate
 

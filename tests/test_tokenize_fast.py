@@ -81,7 +81,8 @@ def test_vetted_characters_split_as_tokenizers_does(tok):
 
 @pytest.mark.parametrize("added", [True, False], ids=["trained (<|endoftext|> added)", "GPT-2 style (no added tokens)"])
 def test_same_ids_as_tokenizers(tok, added):
-    "Each edge case alone and all in one batch, in order, with a memory of 8 pieces (forgotten often): `tok.encode_batch`'s ids."
+    """Each edge case alone and all in one batch, in order, with a memory of 8 pieces (forgotten often):
+    `tok.encode_batch`'s ids."""
     t = tok if added else _without_added_tokens(tok)
     assert ByteLevelBPE.fits(t) and [a["content"] for a in json.loads(t.to_str())["added_tokens"]] == (
         ["<|endoftext|>"] if added else []
@@ -101,7 +102,8 @@ def test_same_ids_as_tokenizers(tok, added):
 
 
 def test_other_tokenizers_encode_as_before(tok):
-    "A tokenizer the fast path does not reproduce (here: a normalizer) keeps `encode_batch_fast`; `encode_documents` appends end-of-text."
+    """A tokenizer the fast path does not reproduce (here: a normalizer) keeps `encode_batch_fast`; `encode_documents`
+    appends end-of-text."""
     j = json.loads(tok.to_str())
     j["normalizer"] = {"type": "Lowercase"}
     lower = Tokenizer.from_str(json.dumps(j))
@@ -112,7 +114,8 @@ def test_other_tokenizers_encode_as_before(tok):
 
 
 def test_remembered_pieces_are_bounded(tok):
-    "A piece over `longest` characters is merged each time and never held; past `max_chars` held characters all are forgotten."
+    """A piece over `longest` characters is merged each time and never held; past `max_chars` held characters all are
+    forgotten."""
     t = _without_added_tokens(tok)
     fast = ByteLevelBPE(t, max_chars=40, longest=10)
     texts = ["abcdefghijklmnopqrstuvwxyz and " * 3, "one two three four five six seven eight nine ten eleven twelve"]
