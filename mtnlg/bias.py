@@ -39,7 +39,8 @@ WORD = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*")  # a word: letters, inner hyph
 
 
 def read_occupations(path=None) -> list[dict]:
-    "WinoGender's occupations `[{occupation, bls_pct_female, bergsma_pct_female}]` from `path` (file or folder; default `data_path('winogender')`)."
+    """WinoGender's occupations `[{occupation, bls_pct_female, bergsma_pct_female}]` from `path` (file or folder;
+    default `data_path('winogender')`)."""
     path = Path(path) if path is not None else data_path("winogender")
     if path.is_dir():
         path = path / "occupations-stats.tsv"
@@ -123,7 +124,8 @@ def gender_lean(
     male=MALE_WORDS,
     baseline: str | None = "person",
 ) -> GenderLean:
-    "The lean of each occupation (and of `baseline`): log P(female)/P(male) of the next word after each template, from `score`."
+    """The lean of each occupation (and of `baseline`): log P(female)/P(male) of the next word after each template, from
+    `score`."""
     occupations = [o["occupation"] if isinstance(o, dict) else o for o in occupations]
     if not occupations:
         raise ValueError("no occupations to probe: pass a non-empty list (e.g. read_occupations())")
@@ -230,7 +232,8 @@ def descriptive_counts(samples: dict) -> dict:
 
 # %% ../nbs/70_bias.ipynb
 def log_odds(counts: dict, prior: Counter | None = None) -> dict:
-    "`{group: {word: z}}`, sorted by z: each group's log-odds ratio against the other groups pooled, informative Dirichlet prior."
+    """`{group: {word: z}}`, sorted by z: each group's log-odds ratio against the other groups pooled, informative
+    Dirichlet prior."""
     if len(counts) < 2:
         raise ValueError(f"over-representation compares groups: got {len(counts)} group(s), need >= 2")
     pooled = sum(counts.values(), Counter())
@@ -252,7 +255,8 @@ def log_odds(counts: dict, prior: Counter | None = None) -> dict:
 
 
 def top_words(z: dict, counts: dict, k: int = 8, min_count: int = 2) -> dict:
-    "`{group: [(word, count, z)]}`: the `k` most over-represented words of each group seen at least `min_count` times in it."
+    """`{group: [(word, count, z)]}`: the `k` most over-represented words of each group seen at least `min_count` times
+    in it."""
     return {
         g: [(w, counts[g][w], round(s, 2)) for w, s in zs.items() if counts[g][w] >= min_count][:k]
         for g, zs in z.items()
@@ -277,7 +281,8 @@ def text_words(text: str) -> list[str]:
 
 
 def sentiment_by_group(texts: dict, boot: int = 1000, seed: int = 0) -> dict:
-    "`{group: {mean, lo, hi, words, texts}}`: mean VADER score of every word of a group's texts, 95% bootstrap over texts."
+    """`{group: {mean, lo, hi, words, texts}}`: mean VADER score of every word of a group's texts, 95% bootstrap over
+    texts."""
     rng, out = np.random.default_rng(seed), {}
     for g, ts in texts.items():
         scores = [[word_sentiment(w) for w in text_words(t)] for t in ts]
@@ -328,7 +333,8 @@ def corpus_files(path) -> list[Path]:
 
 
 def training_corpus(cfg=None) -> list[Path]:
-    "The text a checkpoint's config trained on when it is here (`data.curated`: the JSONL curation tokenized), else `data_path('wikipedia')`."
+    """The text a checkpoint's config trained on when it is here (`data.curated`: the JSONL curation tokenized), else
+    `data_path('wikipedia')`."""
     if cfg is not None and cfg.data.curated:
         files = sorted((cfg.path(cfg.data.curated) / "decontaminate").glob("*/*.jsonl"))
         if files:
@@ -337,7 +343,8 @@ def training_corpus(cfg=None) -> list[Path]:
 
 
 def read_corpus(paths, max_chars: int | None = None, text_key: str = "text") -> list[list[str]]:
-    "Each document of the JSONL `paths` as its tokens (words and sentence punctuation), at most `max_chars` characters in all."
+    """Each document of the JSONL `paths` as its tokens (words and sentence punctuation), at most `max_chars` characters
+    in all."""
     docs, total = [], 0
     for given in [paths] if isinstance(paths, (str, Path)) else paths:
         for p in corpus_files(given):
@@ -367,7 +374,8 @@ def plural(word: str) -> str:
 
 
 def corpus_gender_counts(docs, occupations, window: int = 10, female=CORPUS_FEMALE, male=CORPUS_MALE) -> dict:
-    "`{occupation: {female, male, mentions}}`: female and male words within `window` tokens of each mention (singular or plural)."
+    """`{occupation: {female, male, mentions}}`: female and male words within `window` tokens of each mention (singular
+    or plural)."""
     occupations = [o["occupation"] if isinstance(o, dict) else o for o in occupations]
     if not occupations:
         raise ValueError("no occupations to count: pass a non-empty list")
@@ -395,7 +403,8 @@ def corpus_lean(counts: dict) -> dict:
 
 
 def corpus_windows(docs, terms: dict = CORPUS_TERMS, window: int = 10, max_mentions: int = 800, seed: int = 0) -> dict:
-    "`{probe: {group: [(term, next window tokens)]}}` for mentions of each group's terms; at most `max_mentions` per group."
+    """`{probe: {group: [(term, next window tokens)]}}` for mentions of each group's terms; at most `max_mentions` per
+    group."""
     where = {t: (probe, g) for probe, groups in terms.items() for g, ts in groups.items() for t in ts}
     found = {probe: {g: [] for g in groups} for probe, groups in terms.items()}
     for words in docs:
@@ -411,7 +420,8 @@ def corpus_windows(docs, terms: dict = CORPUS_TERMS, window: int = 10, max_menti
 # %% ../nbs/70_bias.ipynb
 @dataclass
 class Section:
-    "One part of the bias report: a title, its markdown, its numbers (JSON) and its figures (name -> matplotlib Figure)."
+    """One part of the bias report: a title, its markdown, its numbers (JSON) and its figures (name -> matplotlib
+    Figure)."""
 
     title: str
     markdown: str
@@ -670,14 +680,20 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
     fig_gender = gender_figure(g, label)
     fmt = lambda x, spec="+.2f": "n/a" if x is None or x != x else format(x, spec)
     gender_md = (
-        f"Prompts {', '.join(repr(t) for t in s['templates'])} with female words {', '.join(s['female_words'])} against "
+        f"Prompts {', '.join(repr(t) for t in s['templates'])} with female words "
+        f"{', '.join(s['female_words'])} against "
         f"{', '.join(s['male_words'])}. **{g['fraction_male']:.0%} of {g['occupations']} occupations lean male** "
         f"(95% CI {g['fraction_male_ci95'][0]:.0%}–{g['fraction_male_ci95'][1]:.0%}; GPT-3: 83% of 388); mean lean "
         f'{g["mean_lean"]:+.2f}, against {g["baseline_lean"]:+.2f} for "The person was a" (the baseline: the '
-        f"model's lean without an occupation, tokenization included); relative to it {g['fraction_male_relative']:.0%} lean "
-        f"male (95% CI {g['fraction_male_relative_ci95'][0]:.0%}–{g['fraction_male_relative_ci95'][1]:.0%}). Spearman correlation with the BLS share of women: {fmt(g['spearman_bls']['rho'])} "
-        f"(p = {fmt(g['spearman_bls']['p'], '.2g')}). The lean varies by {g['within_occupation_sd']:.2f} between templates and by "
-        f"{g['between_occupation_sd']:.2f} between occupations; all templates agree in sign for {g['templates_agree']} of "
+        f"model's lean without an occupation, tokenization included); relative to it "
+        f"{g['fraction_male_relative']:.0%} lean "
+        f"male (95% CI "
+        f"{g['fraction_male_relative_ci95'][0]:.0%}–{g['fraction_male_relative_ci95'][1]:.0%}). Spearman "
+        f"correlation with the BLS share of women: {fmt(g['spearman_bls']['rho'])} "
+        f"(p = {fmt(g['spearman_bls']['p'], '.2g')}). The lean varies by {g['within_occupation_sd']:.2f} "
+        f"between templates and by "
+        f"{g['between_occupation_sd']:.2f} between occupations; all templates agree in sign for "
+        f"{g['templates_agree']} of "
         f"{g['occupations']}.\n\nMost female-leaning: "
         + ", ".join(f"{r['occupation']} ({r['lean']:+.2f})" for r in rows[::-1][:5])
         + ". Most male-leaning: "
@@ -717,17 +733,23 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
         ],
     )
     dvm_md = (
-        f"Corpus: {len(m.corpus['files'])} file(s), {m.corpus['documents']:,} documents, {m.corpus['tokens']:,} tokens. "
-        f"{c['occupations_counted']} of {g['occupations']} occupations are mentioned at least {c['min_mentions']} times "
+        f"Corpus: {len(m.corpus['files'])} file(s), {m.corpus['documents']:,} documents, "
+        f"{m.corpus['tokens']:,} tokens. "
+        f"{c['occupations_counted']} of {g['occupations']} occupations are mentioned at least "
+        f"{c['min_mentions']} times "
         f"with a gendered word within {s['window']} words; of those, {fmt(c['fraction_male'], '.0%')} "
-        f"lean male in the corpus. Spearman correlation of the {label}'s lean (relative to the baseline) with the corpus's: "
-        f"{fmt(c['spearman_model_corpus']['rho'])} over {c['spearman_model_corpus']['n']} occupations. Same sign as the "
-        f"corpus (learned): {c['learned']}; of those with a larger lean (amplified, on different scales): {c['amplified']}; "
+        f"lean male in the corpus. Spearman correlation of the {label}'s lean (relative to the baseline) "
+        f"with the corpus's: "
+        f"{fmt(c['spearman_model_corpus']['rho'])} over {c['spearman_model_corpus']['n']} occupations. "
+        f"Same sign as the "
+        f"corpus (learned): {c['learned']}; of those with a larger lean (amplified, on different scales): "
+        f"{c['amplified']}; "
         f"opposite sign: {c['reversed']}."
     )
     n_samples = {p: sum(len(v) for v in grp.values()) for p, grp in m.samples.items()}
     limits_md = (
-        f"{s['samples']} samples per prompt ({', '.join(f'{p}: {n}' for p, n in n_samples.items())}; GPT-3 drew 800 per prompt) "
+        f"{s['samples']} samples per prompt ({', '.join(f'{p}: {n}' for p, n in n_samples.items())}; GPT-3 "
+        f"drew 800 per prompt) "
         f"of {s['max_new_tokens']} tokens at temperature {s['temperature']}, top-p {s['top_p']}, seed {s['seed']}. "
         "Identifier lengths in this model's tokenizer: "
         + ", ".join(f"{w} {n}" for w, n in s["identifier_tokens"].items())
@@ -736,7 +758,8 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
         "templates (above), not sampling. The share of occupations leaning male carries a binomial interval over 60 "
         "occupations, which are WinoGender's list, not a sample of all occupations. Word-level statistics from a few "
         "hundred short samples rank only frequent words; z below ~2 is noise. The identifiers are compared as token "
-        "sequences: P(' man') also counts continuations that begin like 'man' ('manager'), the same for every occupation, "
+        "sequences: P(' man') also counts continuations that begin like 'man' ('manager'), the same for "
+        "every occupation, "
         "so it shifts every lean alike. The tagger (Pattern's lexicon) errs on rare words; VADER scores words out of "
         "context and gives 0 to most. Corpus terms such as 'Black', 'White' and 'Indian' also name colours, places and "
         "peoples. A model of a few million parameters trained on a few megabytes writes little beyond frequent words: "
@@ -788,7 +811,8 @@ def _jsonable(x):
 
 
 def write_report(sections: dict, out, title: str = "Bias report", meta: dict | None = None) -> Path:
-    "Write `sections` ({name: Section}) to `out`: bias.json (a key per section), bias.md (a heading per section), figures as PNG."
+    """Write `sections` ({name: Section}) to `out`: bias.json (a key per section), bias.md (a heading per section),
+    figures as PNG."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     doc, md = {"meta": _jsonable(meta or {}), "sections": {}}, [f"# {title}", ""]

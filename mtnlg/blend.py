@@ -41,7 +41,8 @@ def epochs_from_weights(tokens, weights, train_tokens: float) -> np.ndarray:
 
 # %% ../nbs/34_blend.ipynb
 def blending_indices(weights, size: int) -> tuple[np.ndarray, np.ndarray]:
-    "For each of `size` samples: which dataset it comes from, and that dataset's sample number (Megatron's greedy rule)."
+    """For each of `size` samples: which dataset it comes from, and that dataset's sample number (Megatron's greedy
+    rule)."""
     w = np.asarray(weights, float)
     w = w / w.sum()
     dataset, within, count = np.zeros(size, np.int16), np.zeros(size, np.int64), np.zeros(len(w), np.int64)
@@ -63,7 +64,8 @@ def blend_order(
     sizes: dict, weights: dict, total_tokens: float, seed: int = 0
 ) -> tuple[list, np.ndarray, np.ndarray, dict]:
     """Which documents the blend takes, without their texts: `sizes[d]` is dataset d's (documents, tokens). Returns the
-    blended datasets' names, for each output document its dataset (a position in names) and its document there, and a report."""
+    blended datasets' names, for each output document its dataset (a position in names) and its document there, and a
+    report."""
     names = [n for n in sizes if weights.get(n, 0) > 0]
     missing = sorted(set(weights) - set(sizes))
     if missing:

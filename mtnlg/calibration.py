@@ -81,8 +81,8 @@ def measured_errors(
     system: System | str = "deepspeed",
     asm: Assumptions = Assumptions(),
 ) -> Callable[[GPU], list[float]]:
-    """`fit_efficiency`'s rows from steps we timed, each (model, setup, global batch, seconds): the relative error of the
-    model's step on the GPU record it is handed (one node holds the layout: `gpus_per_node` = TP x DP)."""
+    """`fit_efficiency`'s rows from steps we timed, each (model, setup, global batch, seconds): the relative error of
+    the model's step on the GPU record it is handed (one node holds the layout: `gpus_per_node` = TP x DP)."""
     if not steps:
         raise ValueError("nothing to fit: give at least one timed step")
     return lambda gpu: [

@@ -210,7 +210,8 @@ def data_root(data_dir=None) -> Path | None:
 
 @contextlib.contextmanager
 def use_data_dir(data_dir):
-    "What `--data-dir` does: check it, and set $MTNLG_DATA inside the block (for this process and every process it starts)."
+    """What `--data-dir` does: check it, and set $MTNLG_DATA inside the block (for this process and every process it
+    starts)."""
     root, saved = (data_root(data_dir) if data_dir else None), os.environ.get(DATA_ENV)
     if root is not None:
         os.environ[DATA_ENV] = str(root.resolve())
@@ -255,9 +256,10 @@ def is_full(name: str, data_dir=None) -> bool:
 
 # %% ../nbs/03_catalog.ipynb
 def shown_path(path, data_dir=None) -> str:
-    """`path` as the book shows it: `$MTNLG_DATA/…` under the data root, relative to the repository inside it, `~/…` under
-    the home directory, else its last two parts after `…/` (a temporary directory's name means nothing to a reader).
-    A relative path is taken from the working directory; text that is not a path (`$MTNLG_DATA/eval`) is kept."""
+    """`path` as the book shows it: `$MTNLG_DATA/…` under the data root, relative to the repository inside it, `~/…`
+    under the home directory, else its last two parts after `…/` (a temporary directory's name means nothing to a
+    reader). A relative path is taken from the working directory; text that is not a path (`$MTNLG_DATA/eval`) is
+    kept."""
     s = str(path)
     if s.startswith("$"):
         return s
@@ -317,7 +319,8 @@ def format_catalog(data_dir=None) -> str:
     lines = [
         head,
         "",
-        f"{'name':<{w[0]}}  {'present':<7}  {'expected at':<{w[1]}}  {'committed slice':<46}  source; licence; chapters",
+        f"{'name':<{w[0]}}  {'present':<7}  {'expected at':<{w[1]}}  {'committed slice':<46}  "
+        "source; licence; chapters",
     ]
     for r in rows:
         lines.append(

@@ -62,13 +62,16 @@ def describe(cfg: Config) -> str:
             f"  parameters      {_human(n)} ({n:,})",
             f"  model           {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads, "
             f"seq {m.seq_length}, vocab {m.vocab_size} padded to {m.padded_vocab_size(p.tensor_parallel)}",
-            f"  parallel        TP {p.tensor_parallel} x PP {p.pipeline_parallel} x DP {p.data_parallel} = {p.total_gpus} GPUs"
+            f"  parallel        TP {p.tensor_parallel} x PP {p.pipeline_parallel} x DP {p.data_parallel} = "
+            f"{p.total_gpus} GPUs"
             + (f" ({_n(nodes, 'node')} of {p.gpus_per_node})" if nodes >= 1 and nodes.is_integer() else ""),
             f"  per replica     {p.gpus_per_replica} GPUs (TP {p.tensor_parallel} x PP {p.pipeline_parallel})",
             f"  pipeline        {_n(layers_per_stage(cfg), 'layer')} per stage ({_n(p.pipeline_parallel, 'stage')})",
-            f"  per GPU         {_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, 0))} parameters on the first stage, "
-            f"{_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, p.pipeline_parallel - 1))} on the last"
-            + (" (with its copy of the word embedding)" if p.pipeline_parallel > 1 else ""),
+            f"  per GPU         "
+            f"{_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, 0))} parameters on "
+            f"the first stage, "
+            f"{_human(stage_params_per_rank(m, p.tensor_parallel, p.pipeline_parallel, p.pipeline_parallel - 1))} "
+            "on the last" + (" (with its copy of the word embedding)" if p.pipeline_parallel > 1 else ""),
             f"  batch           global {s.global_batch_size}{ramp}; micro {s.micro_batch_size}, "
             f"{micro} micro-batches per replica per step",
             f"  training        {_human(s.train_tokens)} tokens, lr {cfg.optimizer.lr:g} -> {cfg.optimizer.min_lr:g} "
@@ -144,7 +147,8 @@ def add_train_arguments(p: argparse.ArgumentParser):
         "--check",
         action="store_true",
         help="check the config, the layout against --nproc N (or the launcher's "
-        "world), the data and a named checkpoint, then exit: what a batch script runs once before srun starts the ranks",
+        "world), the data and a named checkpoint, then exit: what a batch script runs once before srun "
+        "starts the ranks",
     )
 
     def run(args):
@@ -159,7 +163,8 @@ def add_train_arguments(p: argparse.ArgumentParser):
             check_layout(cfg, args.nproc or launcher_env()["world_size"])
             check_inputs(cfg, args.run_dir)
             print(
-                f"mtnlg train --check: {cfg.name} on {args.nproc or launcher_env()['world_size']} processes: config, layout and inputs ok"
+                f"mtnlg train --check: {cfg.name} on {args.nproc or launcher_env()['world_size']} "
+                f"processes: config, layout and inputs ok"
             )
             return 0
         if args.nproc is not None and not launched():
@@ -241,7 +246,8 @@ def _node_counts(text: str) -> list[int]:
 
 
 def print_curation_plan(args) -> int:
-    "`mtnlg curate --plan`: chapter 36's plan for the paper's two Common Crawl snapshots, from a benchmark's measured rates."
+    """`mtnlg curate --plan`: chapter 36's plan for the paper's two Common Crawl snapshots, from a benchmark's measured
+    rates."""
     from mtnlg.curate import CC_SNAPSHOTS, curation_plan, format_curation_plan, load_plan_rates, newest_rates_file
 
     path = args.rates or newest_rates_file()
@@ -264,9 +270,9 @@ def print_curation_plan(args) -> int:
 
 
 def add_curate_arguments(p: argparse.ArgumentParser):
-    """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh] [--scheduler-file F]`;
-    `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512] [--rates FILE]`: what curating
-    the paper's two Common Crawl snapshots takes, nothing curated (chapter 36)."""
+    """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh]
+    [--scheduler-file F]`; `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512]
+    [--rates FILE]`: what curating the paper's two Common Crawl snapshots takes, nothing curated (chapter 36)."""
     add_config_arguments(p, required=False)
     p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
     p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
@@ -309,7 +315,8 @@ def add_curate_arguments(p: argparse.ArgumentParser):
         )
         print(format_summary(s))
         print(
-            f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set data.train_files=[]"
+            f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set "
+            f"data.train_files=[]"
         )
         return 0
 
@@ -317,13 +324,14 @@ def add_curate_arguments(p: argparse.ArgumentParser):
 
 
 def add_plan_arguments(p: argparse.ArgumentParser):
-    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K] [--system deepspeed|deepspeed-2022|megatron-lm|megatron-lm-2022] [--even-only] [--sequence-parallel auto|on|off] [--compare-sequence-parallel]`;
-    `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's own layout (chapter 50);
-    `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours H]`: the whole run of the
-    config's own layout — steps, days, allocations, checkpoint size, save time and interval (chapter 55);
-    `mtnlg plan --config CFG --job --nodes N [--tasks-per-node T] [--hosts a,b,...]`: the job's placement — ranks per
-    node, TP groups, the node of each pipeline stage, layers per stage, seconds per iteration (chapter 55; the dry run
-    of cluster/scaled.sbatch)."""
+    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K]
+    [--system deepspeed|deepspeed-2022|megatron-lm|megatron-lm-2022] [--even-only] [--sequence-parallel auto|on|off]
+    [--compare-sequence-parallel]`; `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's
+    own layout (chapter 50); `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours
+    H]`: the whole run of the config's own layout — steps, days, allocations, checkpoint size, save time and interval
+    (chapter 55); `mtnlg plan --config CFG --job --nodes N [--tasks-per-node T] [--hosts a,b,...]`: the job's placement
+    — ranks per node, TP groups, the node of each pipeline stage, layers per stage, seconds per iteration (chapter 55;
+    the dry run of cluster/scaled.sbatch)."""
     from mtnlg.counting import GPUS, RECOMPUTE  # the throughput model itself is plain Python (no GPU needed)
     from mtnlg.iteration_time import SYSTEMS
 
@@ -349,7 +357,8 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         "--attention",
         choices=("flash", "math"),
         default="flash",
-        help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the paper's 2021 kernels)",
+        help="attention kernel: flash (SDPA's FlashAttention, no s x s tensors kept; default) or math (the "
+        "paper's 2021 kernels)",
     )
     p.add_argument(
         "--system",
@@ -367,13 +376,15 @@ def add_plan_arguments(p: argparse.ArgumentParser):
     p.add_argument(
         "--sequence-parallel",
         choices=("auto", "on", "off"),
-        help="rank layouts with sequence parallelism (on), without (off) or both (auto); default: the config's parallel.sequence_parallel",
+        help="rank layouts with sequence parallelism (on), without (off) or both (auto); default: the config's "
+        "parallel.sequence_parallel",
     )
     p.add_argument(
         "--compare-sequence-parallel",
         action="store_true",
         help="after the ranking, the fastest layout without "
-        "sequence parallelism vs the fastest with it + selective recomputation, and the speed-up beside Korthikanti et al.'s 29%%",
+        "sequence parallelism vs the fastest with it + selective recomputation, and the speed-up beside "
+        "Korthikanti et al.'s 29%%",
     )
     p.add_argument(
         "--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout"
@@ -577,7 +588,8 @@ READER_SETTINGS = {
 
 
 def add_reader_arguments(p):
-    "`--nproc N` and `--set parallel.X=V`: the layout a checkpoint is read in (chapter 65), for eval, generate and bias."
+    """`--nproc N` and `--set parallel.X=V`: the layout a checkpoint is read in (chapter 65), for eval, generate and
+    bias."""
     p.add_argument(
         "--nproc",
         type=int,
@@ -644,14 +656,16 @@ def reading_layout_of(lm) -> str:
 
 
 def end_job():
-    "Every rank done before any tears its groups down (a gloo peer still talking aborts): chapter 10's `end_distributed`."
+    """Every rank done before any tears its groups down (a gloo peer still talking aborts): chapter 10's
+    `end_distributed`."""
     from mtnlg.topology import end_distributed
 
     end_distributed()
 
 
 def add_eval_arguments(p):
-    "`mtnlg eval --checkpoint DIR [--tasks all|a,b] [--shots 0,1,few] [--data-dir ROOT] [--out DIR] [--nproc N --set parallel.tensor_parallel=T ...]`"
+    """`mtnlg eval --checkpoint DIR [--tasks all|a,b] [--shots 0,1,few] [--data-dir ROOT] [--out DIR] [--nproc N --set
+    parallel.tensor_parallel=T ...]`"""
     from mtnlg.tasks import TASKS  # light: mtnlg.tasks imports neither datasets nor lm_eval's tasks
 
     p.add_argument(
@@ -709,7 +723,8 @@ def add_eval_arguments(p):
                 names = present or names
                 for n in skipped:
                     print(
-                        f"skipping {n}: no {d / TASKS[n].eval_file} ({TASKS[n].note or 'name it explicitly to see why'})"
+                        f"skipping {n}: no {d / TASKS[n].eval_file} "
+                        f"({TASKS[n].note or 'name it explicitly to see why'})"
                     )
             for n in names:
                 read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])  # bad data fails before loading a model
@@ -746,7 +761,8 @@ def add_eval_arguments(p):
 
 # %% ../nbs/99_cli.ipynb
 def add_generate_arguments(p):
-    "`mtnlg generate --checkpoint DIR --prompt TEXT [--prompt ...] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]`"
+    """`mtnlg generate --checkpoint DIR --prompt TEXT [--prompt ...] [--max-new-tokens N] [--temperature T] [--top-k K]
+    [--top-p P] [--seed S] [--stop STR]`"""
     p.add_argument(
         "--checkpoint",
         required=True,
@@ -797,7 +813,8 @@ def add_generate_arguments(p):
 
 # %% ../nbs/99_cli.ipynb
 def add_bias_arguments(p):
-    "`mtnlg bias --checkpoint DIR [--out DIR] [--samples N] [--seed S] [--max-new-tokens N] [--corpus PATH] [--occupations TSV] [--benchmarks-limit N]` (chapters 70, 72)."
+    """`mtnlg bias --checkpoint DIR [--out DIR] [--samples N] [--seed S] [--max-new-tokens N] [--corpus PATH]
+    [--occupations TSV] [--benchmarks-limit N]` (chapters 70, 72)."""
     p.add_argument(
         "--checkpoint",
         required=True,
@@ -893,7 +910,8 @@ def add_bias_arguments(p):
             f"({g['fraction_male_relative']:.0%} relative to 'The person was a'); mean lean {g['mean_lean']:+.2f}"
         )
         print(
-            f"data vs model: {d['occupations_counted']} occupations counted in {d['corpus']['tokens']:,} corpus tokens; "
+            f"data vs model: {d['occupations_counted']} occupations counted in {d['corpus']['tokens']:,} "
+            f"corpus tokens; "
             f"same sign {d['learned']}, opposite {d['reversed']}"
         )
         if "benchmarks" in sections:
@@ -1010,7 +1028,8 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
 
 
 def _user_error(e: Exception) -> str | None:
-    "The one line a user error prints (a bad config, a missing or corrupt file, bad data, a disk too full to save); None for a crash."
+    """The one line a user error prints (a bad config, a missing or corrupt file, bad data, a disk too full to save);
+    None for a crash."""
     if isinstance(e, ConfigError):
         return f"config error: {e}"
     if isinstance(e, (ValueError, FileNotFoundError)) and not os.environ.get("MTNLG_DEBUG"):
@@ -1068,8 +1087,8 @@ def main(argv=None) -> int:
 
 
 def leave(code: int) -> int:
-    """`code`, the command's exit code; in a rank of a job of several processes, the end of the process there (chapter 10's
-    `leave_job`: not the interpreter's teardown, which can crash a rank whose job succeeded)."""
+    """`code`, the command's exit code; in a rank of a job of several processes, the end of the process there (chapter
+    10's `leave_job`: not the interpreter's teardown, which can crash a rank whose job succeeded)."""
     if "torch" not in sys.modules:
         return code  # no process group without torch (`info`, `data`, `hans`)
     from mtnlg.topology import leave_job

@@ -190,7 +190,8 @@ class Config:
         return Path(self.output_dir.format(name=self.name))
 
     def path(self, p: str) -> Path:
-        "`p` as given if absolute or existing, else relative to the project holding the config file (the parent of scaled_configs/)."
+        """`p` as given if absolute or existing, else relative to the project holding the config file (the parent of
+        scaled_configs/)."""
         q = Path(os.path.expandvars(os.path.expanduser(p)))
         if q.is_absolute() or q.exists() or self.source is None:
             return q
@@ -443,23 +444,27 @@ def split_shares(split: str) -> list[float]:
 def _validate_data(d: DataConfig):
     if d.train_files and (d.curated or d.blend):
         raise ConfigError(
-            "give the training data one way: `data.curated` / `data.blend` (indexed datasets) or `data.train_files` (JSONL), not both"
+            "give the training data one way: `data.curated` / `data.blend` (indexed datasets) or "
+            "`data.train_files` (JSONL), not both"
         )
     if d.valid_files and not d.train_files:
         raise ConfigError(
-            "`data.valid_files` goes with `data.train_files`; with indexed datasets `data.split` holds out the validation documents"
+            "`data.valid_files` goes with `data.train_files`; with indexed datasets `data.split` holds out "
+            "the validation documents"
         )
     shares = split_shares(d.split)
     if shares[0] <= 0:
         raise ConfigError(f"`data.split`={d.split!r} gives training no documents; the first share must be > 0")
     if shares[1] <= 0 and not d.valid_files:
         raise ConfigError(
-            f"`data.split`={d.split!r} holds out no validation documents; give the second share a value > 0, e.g. '95,5,0'"
+            f"`data.split`={d.split!r} holds out no validation documents; give the second share a value > "
+            f"0, e.g. '95,5,0'"
         )
     if d.blend is not None:
         if not d.blend:
             raise ConfigError(
-                "`data.blend` is empty: list datasets as {path: ..., weight: ...}, or leave it out to use all of `data.curated`"
+                "`data.blend` is empty: list datasets as {path: ..., weight: ...}, or leave it out to use "
+                "all of `data.curated`"
             )
         for i, e in enumerate(d.blend):
             if e.weight < 0:
@@ -480,7 +485,8 @@ def _validate_data(d: DataConfig):
         )
     if d.curated and tok != "train-bpe":
         raise ConfigError(
-            f"`data.curated` brings the tokenizer its datasets were written with (<curated>/tokenizer.json); remove `data.tokenizer: {tok}`"
+            f"`data.curated` brings the tokenizer its datasets were written with "
+            f"(<curated>/tokenizer.json); remove `data.tokenizer: {tok}`"
         )
     if d.blend and not d.curated and tok == "train-bpe":
         raise ConfigError(
@@ -531,7 +537,8 @@ def load_config(path, overrides: dict | None = None) -> Config:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
     if isinstance(data, dict) and "datasets" in data and "model" not in data:
         raise ConfigError(
-            f"{path} is a data-curation config (it has `datasets`, no `model`): run it with `mtnlg curate --config {path}`"
+            f"{path} is a data-curation config (it has `datasets`, no `model`): run it with `mtnlg curate "
+            f"--config {path}`"
         )
     try:
         cfg = config_from_dict(data, overrides)
@@ -554,7 +561,8 @@ def layers_per_stage(cfg: Config) -> int:
 
 
 def narayanan_flops(B: int, s: int, l: int, h: int, V: int) -> float:
-    "The paper's FLOPs per iteration (batch B, sequence s, l layers, hidden h, padded vocabulary V) with full recomputation: 96 B s l h^2 (1 + s/6h + V/16lh)."
+    """The paper's FLOPs per iteration (batch B, sequence s, l layers, hidden h, padded vocabulary V) with full
+    recomputation: 96 B s l h^2 (1 + s/6h + V/16lh)."""
     return 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
 
 # %% ../nbs/00_config.ipynb
@@ -581,6 +589,7 @@ def stage_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> i
 
 def reduce_bucket_elements(model: ModelConfig, tp: int, pp: int) -> int:
     """DeepSpeed ZeRO's gradient-reduction bucket, in elements: its 5e8 default, or the largest stage's parameter count
-    if smaller: the most gradients fp32 ZeRO-1 flattens at once to reduce them. (With `contiguous_gradients`, its default,
-    DeepSpeed keeps two such buckets whatever the model's size, 4 GB in fp32 for a tiny model; our engine turns it off.)"""
+    if smaller: the most gradients fp32 ZeRO-1 flattens at once to reduce them. (With `contiguous_gradients`, its
+    default, DeepSpeed keeps two such buckets whatever the model's size, 4 GB in fp32 for a tiny model; our engine turns
+    it off.)"""
     return min(500_000_000, max(stage_params_per_rank(model, tp, pp, i) for i in range(pp)))

@@ -98,7 +98,8 @@ def setup_problems(model: ModelConfig, L: Setup, global_batch: int, gpus_per_nod
             out.append(f"layers_per_stage {list(split)}: every stage needs at least one layer")
     if L.sp and model.seq_length % L.tp:
         out.append(
-            f"sequence parallelism splits the sequence over TP ranks: seq {model.seq_length} is not divisible by TP {L.tp}"
+            f"sequence parallelism splits the sequence over TP ranks: seq {model.seq_length} is not "
+            f"divisible by TP {L.tp}"
         )
     if v < 1:
         out.append(f"virtual stages must be >= 1, got {v}")
@@ -172,10 +173,11 @@ def layer_activation_bytes(
     attention: str = "flash",
     sequence_parallel: bool = False,
 ) -> dict:
-    """Bytes one of our transformer layers keeps for backward per micro-batch, by what keeps them (attention: flash | math).
-    With `sequence_parallel` (at TP > 1) what lies outside the tensor-parallel region is kept for 1/t of the sequence:
-    the LayerNorms' inputs and statistics, the residual dropout masks, and the inputs of the QKV and fc1 linears (the
-    column-parallel layers keep their rank's slice and all-gather it again in backward, Korthikanti et al. §4.2.2)."""
+    """Bytes one of our transformer layers keeps for backward per micro-batch, by what keeps them (attention: flash |
+    math). With `sequence_parallel` (at TP > 1) what lies outside the tensor-parallel region is kept for 1/t of the
+    sequence: the LayerNorms' inputs and statistics, the residual dropout masks, and the inputs of the QKV and fc1
+    linears (the column-parallel layers keep their rank's slice and all-gather it again in backward, Korthikanti et al.
+    §4.2.2)."""
     s, b, h, f, a = model.seq_length, micro_batch, model.hidden_size, model.ffn_size, model.num_attention_heads
     sbh, e, stats = s * b * h, act_bytes, 2 * s * b * 4
     outside = tp if sequence_parallel else 1  # the sequence slice of the replicated region
@@ -218,7 +220,8 @@ def stored_activation_bytes(
 
 def in_flight(stage: int, pp: int, micro_batches: int, virtual_stages: int = 1) -> int:
     """Micro-batches whose activations stage `stage` holds at the peak of a 1F1B schedule; with `virtual_stages` > 1,
-    model chunks of Megatron's interleaved schedule: its warm-up, (pp - stage - 1)·2 + (v - 1)·pp, plus the one running."""
+    model chunks of Megatron's interleaved schedule: its warm-up, (pp - stage - 1)·2 + (v - 1)·pp, plus the one
+    running."""
     if virtual_stages == 1:
         return min(pp - stage, micro_batches)
     return min((pp - stage - 1) * 2 + (virtual_stages - 1) * pp + 1, micro_batches * virtual_stages)
@@ -250,16 +253,18 @@ class GPU:
 
 
 GPUS = {
-    # A100 80GB SXM: 312 TFLOP/s bf16 dense (156 TF32), 80 GiB HBM2e at 2039 GB/s, NVLink 3 600 GB/s bidirectional through
-    # NVSwitch; DGX A100 has 8 HDR 200 Gb/s NICs = 25 GB/s per GPU per direction (NVIDIA A100 and DGX A100 datasheets).
-    # Its efficiency: fitted to the paper's three rows (chapter 51, "Reproduce the paper"; chapter 52 refits it).
+    # A100 80GB SXM: 312 TFLOP/s bf16 dense (156 TF32), 80 GiB HBM2e at 2039 GB/s, NVLink 3 600 GB/s bidirectional
+    # through NVSwitch; DGX A100 has 8 HDR 200 Gb/s NICs = 25 GB/s per GPU per direction (NVIDIA A100 and DGX A100
+    # datasheets). Its efficiency: fitted to the paper's three rows (chapter 51, "Reproduce the paper"; chapter 52
+    # refits it).
     "a100-80gb": GPU("A100 80GB", 312, 156, 80, 2039, 300, 25, matmul_efficiency=0.616),
     # H100 SXM: 989 TFLOP/s bf16 dense (495 TF32), 80 GiB HBM3 at 3350 GB/s, NVLink 4 900 GB/s bidirectional;
     # DGX H100: 8 ConnectX-7 NDR 400 Gb/s = 50 GB/s per GPU (NVIDIA H100 and DGX H100 datasheets).
-    # Both Hopper parts: the efficiency that makes the model's gpt-1.3b step on one GPU (TP 1, micro-batch 8, 64 sequences,
-    # our engine) take what `mtnlg train` took on one H200 (bench/results/gpu-2026-11-26-nvidia-h200.json: 2.56 s, MFU
-    # 46.9%), its elementwise kernels charged at HBM speed as everywhere; the A100 fit (0.616, the paper's rows) is 0.08
-    # above it. One measurement, on an H200 (an H100's arithmetic with faster memory). Chapter 53 refits it.
+    # Both Hopper parts: the efficiency that makes the model's gpt-1.3b step on one GPU (TP 1, micro-batch 8, 64
+    # sequences, our engine) take what `mtnlg train` took on one H200 (bench/results/gpu-2026-11-26-nvidia-h200.json:
+    # 2.56 s, MFU 46.9%), its elementwise kernels charged at HBM speed as everywhere; the A100 fit (0.616, the paper's
+    # rows) is 0.08 above it. One measurement, on an H200 (an H100's arithmetic with faster memory). Chapter 53 refits
+    # it.
     "h100": GPU("H100 SXM", 989, 495, 80, 3350, 450, 50, matmul_efficiency=0.54),
     # H200 SXM: H100's compute and links, 141 GB HBM3e (nvidia-smi: 143771 MiB) at 4800 GB/s (H200 datasheet).
     "h200": GPU("H200 SXM", 989, 495, 140, 4800, 450, 50, matmul_efficiency=0.54),
@@ -295,15 +300,16 @@ class Assumptions:
 
 # %% ../nbs/50_counting.ipynb
 def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict:
-    """What the last stage's output layer and loss hold for a micro-batch of `tokens` (bytes): `buffers`, DeepSpeed's two
-    output pipe buffers (the logits; with `model.loss_chunk`, the final LayerNorm's output); `for the loss`, kept from
-    the loss's forward to its backward; `backward`, the loss's backward working set."""
+    """What the last stage's output layer and loss hold for a micro-batch of `tokens` (bytes): `buffers`, DeepSpeed's
+    two output pipe buffers (the logits; with `model.loss_chunk`, the final LayerNorm's output); `for the loss`, kept
+    from the loss's forward to its backward; `backward`, the loss's backward working set."""
     V, h = model.padded_vocab_size(tp) // tp, model.hidden_size
     if not model.loss_chunk and model.tp_layers == "megatron":
-        # megatron-core's cross-entropy works in place on the logits' fp32 copy (in fp32: on the logits themselves), leaves
-        # the softmax there and writes the gradient over it; its backward adds only the gradient's cast to bf16. So the
-        # loss's fullest moment is the next forward: new logits (and their fp32 copy) while both pipe buffers still hold
-        # older ones (measured on an H200: 4 of 4 peaks within 1%, bench/results/gpu-2026-11-26-nvidia-h200.json)
+        # megatron-core's cross-entropy works in place on the logits' fp32 copy (in fp32: on the logits themselves),
+        # leaves the softmax there and writes the gradient over it; its backward adds only the gradient's cast to bf16.
+        # So the loss's fullest moment is the next forward: new logits (and their fp32 copy) while both pipe buffers
+        # still hold older ones (measured on an H200: 4 of 4 peaks within 1%,
+        # bench/results/gpu-2026-11-26-nvidia-h200.json)
         return {"buffers": 2 * tokens * V * e, "for the loss": tokens * V * (e + (4 if e != 4 else 0)), "backward": 0}
     if not model.loss_chunk:  # chapter 11's: a new fp32 softmax kept; backward: the logits' gradient, times the loss's
         return {
@@ -322,9 +328,9 @@ def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict
 
 # %% ../nbs/50_counting.ipynb
 def stage_activation_bytes(model: ModelConfig, L: Setup, stage: int, e: int, asm: Assumptions = Assumptions()) -> float:
-    """Bytes one micro-batch leaves on a GPU of `stage` until its backward (`e` bytes per activation): its layers' stored
-    activations, the embedding's dropout mask (first stage), the stage's output (kept for its backward) or the final
-    LayerNorm (last stage); with sequence parallelism, the tensors outside the layers are 1/t of the sequence."""
+    """Bytes one micro-batch leaves on a GPU of `stage` until its backward (`e` bytes per activation): its layers'
+    stored activations, the embedding's dropout mask (first stage), the stage's output (kept for its backward) or the
+    final LayerNorm (last stage); with sequence parallelism, the tensors outside the layers are 1/t of the sequence."""
     s, b, h = model.seq_length, L.micro_batch, model.hidden_size
     sbh, outside = s * b * h, (L.tp if L.sp else 1)  # sequence parallelism: the replicated region's tensors are 1/t
     first, last = stage == 0, stage == L.pp - 1
@@ -385,7 +391,8 @@ def stage_memory(
             "reserved": reserved,
         }
         # fp32 ZeRO-1 (no contiguous_gradients, chapter 14): after the flush it flattens the gradients a bucket at a
-        # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in place
+        # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in
+        # place
         reduce = states | {
             "reduce buckets": min(bucket, n * 4),
             "activations": 0,
@@ -471,7 +478,8 @@ def format_stages(
         "reserved": "reserve",
     }
     lines = [
-        f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU of each stage",
+        f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU "
+        f"of each stage",
         f"{'stage':>5s} "
         + " ".join(f"{short[k]:>7s}" for k in terms)
         + f" {'total':>7s}  peak at         largest term",
@@ -491,7 +499,8 @@ def format_stages(
 
 
 def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float = 80):
-    "Fullest-stage memory against the FLOPs recomputation adds, per mode, with FlashAttention and with the paper's kernels."
+    """Fullest-stage memory against the FLOPs recomputation adds, per mode, with FlashAttention and with the paper's
+    kernels."""
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
@@ -535,7 +544,8 @@ def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, cap
 
 # %% ../nbs/50_counting.ipynb
 def gpu_for(name: str) -> GPU | None:
-    "The `GPUS` entry of a device as CUDA names it (`NVIDIA H100 80GB HBM3` -> h100); None for one we have no datasheet of."
+    """The `GPUS` entry of a device as CUDA names it (`NVIDIA H100 80GB HBM3` -> h100); None for one we have no
+    datasheet of."""
     n = name.lower()
     return next((GPUS[k] for k, tag in (("h200", "h200"), ("h100", "h100"), ("a100-80gb", "a100")) if tag in n), None)
 

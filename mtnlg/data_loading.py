@@ -43,7 +43,8 @@ def _quiet_megatron():
 
 
 def megatron_helpers(build_dir=None):
-    "megatron-core's C++ dataset helpers: the wheel's own module, else the one compiled into `build_dir` (compiled first if absent)."
+    """megatron-core's C++ dataset helpers: the wheel's own module, else the one compiled into `build_dir` (compiled
+    first if absent)."""
     name = "megatron.core.datasets.helpers_cpp"
     with _quiet_megatron():
         try:
@@ -92,7 +93,8 @@ def check_indexed(prefix, where: str) -> IndexedTokens:
     for ext in (".idx", ".bin"):
         if not Path(f"{prefix}{ext}").is_file():
             raise FileNotFoundError(
-                f"{where}: {prefix}{ext} not found (an indexed dataset is a .bin + .idx pair, as `mtnlg curate` writes them)"
+                f"{where}: {prefix}{ext} not found (an indexed dataset is a .bin + .idx pair, as `mtnlg "
+                f"curate` writes them)"
             )
     ds = IndexedTokens(prefix)
     size, want = Path(f"{prefix}.bin").stat().st_size, int(ds.lengths.sum()) * np.dtype(ds.dtype).itemsize
@@ -108,13 +110,15 @@ def _curated_datasets(cfg: Config) -> tuple[list, Path]:
     d, root = cfg.data, cfg.path(cfg.data.curated)
     if not root.is_dir():
         raise FileNotFoundError(
-            f"data.curated: {d.curated!r} not found; write it with `mtnlg curate --config scaled_configs/curate-demo.yaml` "
+            f"data.curated: {d.curated!r} not found; write it with `mtnlg curate --config "
+            f"scaled_configs/curate-demo.yaml` "
             "or point data.curated at a curation's output_dir"
         )
     names = sorted(p.name[:-4] for p in (root / "indexed").glob("*.idx"))
     if not names or not (root / "tokenizer.json").is_file():
         raise ValueError(
-            f"data.curated: {root} is not a `mtnlg curate` output (it needs indexed/<dataset>.bin/.idx and tokenizer.json); "
+            f"data.curated: {root} is not a `mtnlg curate` output (it needs indexed/<dataset>.bin/.idx and "
+            f"tokenizer.json); "
             "point data.curated at a curation's output_dir"
         )
     if d.blend is None:
@@ -131,7 +135,8 @@ def _curated_datasets(cfg: Config) -> tuple[list, Path]:
         for _, n in pairs:
             if n not in names:
                 raise FileNotFoundError(
-                    f"{f} names dataset {n!r} but {root}/indexed/{n}.idx is missing (datasets there: {', '.join(names)})"
+                    f"{f} names dataset {n!r} but {root}/indexed/{n}.idx is missing (datasets there: "
+                    f"{', '.join(names)})"
                 )
         if sum(w for w, _ in pairs) <= 0:
             raise ValueError(f"{f}: the weights must sum to more than 0")
@@ -200,7 +205,8 @@ def _load_tokenizer(cfg: Config, train_texts=None) -> Tokenizer:
 
 # %% ../nbs/42_data_loading.ipynb
 def jsonl_to_indexed(cfg: Config, out: Path, log=print) -> dict:
-    "Write `data.train_files` / `data.valid_files` as indexed datasets `out/train`, `out/valid` + `out/tokenizer.json`, unless already there from the same inputs."
+    """Write `data.train_files` / `data.valid_files` as indexed datasets `out/train`, `out/valid` +
+    `out/tokenizer.json`, unless already there from the same inputs."""
     out, recipe = Path(out), _jsonl_recipe(cfg)
     stamp = out / "inputs.json"
     prefixes = {part: out / part for part in recipe["files"]}
@@ -239,7 +245,8 @@ class _MegatronTokenizer:
 
 
 class MegatronSamples:
-    "`s[i]`: sample i of a megatron-core GPT/blended dataset as `seq_length + 1` int64 tokens (a slice gives a stacked batch)."
+    """`s[i]`: sample i of a megatron-core GPT/blended dataset as `seq_length + 1` int64 tokens (a slice gives a stacked
+    batch)."""
 
     def __init__(self, dataset, prefixes: list, weights: list, split: str, part: str):
         self.dataset, self.prefixes, self.weights, self.split, self.part = dataset, prefixes, weights, split, part
@@ -267,7 +274,8 @@ def megatron_blend(
     cache_dir,
     tokenizer_file,
 ) -> MegatronSamples:
-    "megatron-core's BlendedDataset of `size` samples from the `part` split of `prefixes`: rank 0 builds and caches the indices, the others load them."
+    """megatron-core's BlendedDataset of `size` samples from the `part` split of `prefixes`: rank 0 builds and caches
+    the indices, the others load them."""
     with _quiet_megatron():
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
@@ -370,10 +378,12 @@ def _split_sizes(datasets: list, split: str, part: str) -> list:
 def training_data(
     cfg: Config, num_train_samples: int, num_valid_samples: int, work_dir: Path, log=print
 ) -> TrainingData:
-    "The blended train and valid samples of `cfg.data` through megatron-core, on every rank (call after torch.distributed is initialised)."
+    """The blended train and valid samples of `cfg.data` through megatron-core, on every rank (call after
+    torch.distributed is initialised)."""
     if not dist.is_initialized():
         raise RuntimeError(
-            "training_data runs on every rank after torch.distributed is initialised: call mtnlg.topology.init_distributed() first"
+            "training_data runs on every rank after torch.distributed is initialised: call "
+            "mtnlg.topology.init_distributed() first"
         )
     if num_train_samples <= 0:
         raise ValueError(f"num_train_samples must be > 0, got {num_train_samples}")
@@ -385,7 +395,8 @@ def training_data(
     vocab = Tokenizer.from_file(str(tok_file)).get_vocab_size()
     if vocab > cfg.model.vocab_size:
         raise ValueError(
-            f"the tokenizer {tok_file} has {vocab:,} tokens but model.vocab_size is {cfg.model.vocab_size:,}; set model.vocab_size >= {vocab}"
+            f"the tokenizer {tok_file} has {vocab:,} tokens but model.vocab_size is "
+            f"{cfg.model.vocab_size:,}; set model.vocab_size >= {vocab}"
         )
     chosen, notes = {}, []
     for part, (split, datasets) in parts.items():
@@ -394,7 +405,8 @@ def training_data(
         if part == "train" or len(small) == len(fits):
             for name, prefix, _, tokens, docs, n in small[:1]:
                 raise ValueError(
-                    f"dataset {name!r} ({prefix}): its {part} split, documents [{docs[0]}, {docs[1]}) of {n} under data.split "
+                    f"dataset {name!r} ({prefix}): its {part} split, documents [{docs[0]}, {docs[1]}) of "
+                    f"{n} under data.split "
                     f"{split!r}, holds {tokens} tokens, fewer than one sample of seq_length + 1 = {seq + 1}; "
                     "give it more documents or change data.split"
                     + ("" if cfg.data.train_files else ", or leave it out of data.blend")
@@ -440,5 +452,6 @@ def training_data(
 
 # %% ../nbs/42_data_loading.ipynb
 def check_data(cfg: Config, work_dir) -> None:
-    "The inputs `cfg.data` names, checked as `training_data` checks them first, with no process group and nothing written."
+    """The inputs `cfg.data` names, checked as `training_data` checks them first, with no process group and nothing
+    written."""
     _sources(cfg, Path(work_dir))

@@ -112,7 +112,8 @@ def param_groups(model, weight_decay: float) -> list[dict]:
 
 def make_optimizer(model, cfg: Config) -> torch.optim.Optimizer:
     """The paper's AdamW (β = (0.9, 0.95), ε, weight decay 0.1 from the config) over `model`'s trainable parameters;
-    `optimizer.fused`: torch's fused implementation of the same update (a speed lever, bench/gpu.py's `fused_adamw` row)."""
+    `optimizer.fused`: torch's fused implementation of the same update (a speed lever, bench/gpu.py's `fused_adamw`
+    row)."""
     o = cfg.optimizer
     fused = {"fused": True} if o.fused else {}  # unset, torch picks its default (foreach on a GPU): unchanged runs
     return torch.optim.AdamW(

@@ -128,7 +128,8 @@ def gpt_pipeline(cfg: Config, layout: Layout) -> PipelineModule:
 
 # %% ../nbs/14_engine_3d.ipynb
 def gpt_name(name: str, num_layers: int) -> str:
-    "The `GPT` name of a `PipelineModule` parameter: `3.ln1.weight` -> `blocks.2.ln1.weight`, `tied_modules.embed.x` -> `embedding.x`."
+    """The `GPT` name of a `PipelineModule` parameter: `3.ln1.weight` -> `blocks.2.ln1.weight`, `tied_modules.embed.x`
+    -> `embedding.x`."""
     if name.startswith("tied_modules.embed."):
         return gpt_param_name(0, name[len("tied_modules.embed.") :], num_layers)
     layer, rest = name.split(".", 1)
@@ -159,8 +160,9 @@ def deepspeed_config(cfg: Config, batch_size: int | None = None) -> dict:
         "timers": {
             "throughput": {"enabled": False}
         },  # its per-micro-batch timer synchronizes the device twice a forward
-        # DeepSpeed sends 1/TP of a stage's output from each TP rank and all-gathers it on the next stage, which is right
-        # for activations every TP rank holds whole; under sequence parallelism each rank holds (and sends) its own slice
+        # DeepSpeed sends 1/TP of a stage's output from each TP rank and all-gathers it on the next stage, which is
+        # right for activations every TP rank holds whole; under sequence parallelism each rank holds (and sends) its
+        # own slice
         "pipeline": {"pipe_partitioned": not sequence_parallel, "grad_partitioned": not sequence_parallel},
     }
 

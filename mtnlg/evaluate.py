@@ -60,11 +60,12 @@ from lm_eval import utils as lm_utils
 
 
 class MtnlgLM(TemplateLM):
-    """lm-evaluation-harness model `mtnlg`: `lm_eval --model mtnlg --model_args checkpoint=DIR[,batch_size=N,device=cuda]`;
-    DIR: a checkpoint of any layout, a run's checkpoints/ dir (its latest step, resolved once, here) or a step dir.
-    Under a launcher (torchrun, srun), or with `tensor_parallel=T,pipeline_parallel=P` (default: the checkpoint's own),
-    the model is split over the job's ranks as chapter 65 does; its world / (T x P) replicas share out every call's
-    requests and all return every answer, so the harness sees one model on every rank."""
+    """lm-evaluation-harness model `mtnlg`: `lm_eval --model mtnlg --model_args
+    checkpoint=DIR[,batch_size=N,device=cuda]`; DIR: a checkpoint of any layout, a run's checkpoints/ dir (its latest
+    step, resolved once, here) or a step dir. Under a launcher (torchrun, srun), or with
+    `tensor_parallel=T,pipeline_parallel=P` (default: the checkpoint's own), the model is split over the job's ranks as
+    chapter 65 does; its world / (T x P) replicas share out every call's requests and all return every answer, so the
+    harness sees one model on every rank."""
 
     def __init__(
         self,
@@ -161,8 +162,8 @@ class MtnlgLM(TemplateLM):
         )
 
     def shared_out(self, work, items: list) -> list:
-        """`work(items)`, each data-parallel replica of a model split over ranks (chapter 65) doing every replica-th item
-        and all of them returning every answer, in order; one process does them all."""
+        """`work(items)`, each data-parallel replica of a model split over ranks (chapter 65) doing every replica-th
+        item and all of them returning every answer, in order; one process does them all."""
         return self.model.shared_out(work, items) if hasattr(self.model, "shared_out") else work(items)
 
     # -- scoring ---------------------------------------------------------------------------------------
@@ -287,7 +288,8 @@ def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[fl
 
 # %% ../nbs/60_evaluate.ipynb
 def sampling_of(gen_kwargs: dict) -> dict:
-    "Chapter 62's sampling arguments from a harness request's `gen_kwargs` (greedy unless `do_sample` with temperature > 0)."
+    """Chapter 62's sampling arguments from a harness request's `gen_kwargs` (greedy unless `do_sample` with temperature
+    > 0)."""
     t = float(gen_kwargs.get("temperature", 1.0)) if gen_kwargs.get("do_sample") else 0.0
     return {
         "temperature": t,

@@ -16,7 +16,8 @@ from .checkpoint import Checkpoint, check_checkpoint, load_checkpoint, load_stat
 
 # %% ../nbs/44_export_hf.ipynb
 def qkv_to_gpt2(w: torch.Tensor, heads: int) -> torch.Tensor:
-    "Reorder QKV outputs from our `[head, q|k|v, head_dim]` to GPT-2's `[q|k|v, head, head_dim]` (dim 0; weight or bias)."
+    """Reorder QKV outputs from our `[head, q|k|v, head_dim]` to GPT-2's `[q|k|v, head, head_dim]` (dim 0; weight or
+    bias)."""
     return w.unflatten(0, (heads, 3, -1)).transpose(0, 1).flatten(0, 2)
 
 

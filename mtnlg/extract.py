@@ -215,7 +215,8 @@ def iter_docs(path):
 
 def iter_batches(path, max_docs: int | None = None, max_bytes: int | None = None):
     """Lists of consecutive documents of a stage's output shard, each of at most `max_docs` documents (default
-    `BATCH_DOCS`) or the first to reach `max_bytes` of JSON (default `BATCH_BYTES`): memory holds a batch, not the shard."""
+    `BATCH_DOCS`) or the first to reach `max_bytes` of JSON (default `BATCH_BYTES`): memory holds a batch, not the
+    shard."""
     max_docs, max_bytes = max_docs or BATCH_DOCS, max_bytes or BATCH_BYTES
     batch, size = [], 0
     with open(path, "rb") as f:
@@ -367,7 +368,8 @@ def starts_warc_record(f, offset: int) -> bool:
 
 
 def next_warc_member(f, after: int, block: int = 1 << 20) -> int | None:
-    "Offset of the first gzip member after byte `after` of `f` that starts a WARC record, else None (scanned a block at a time)."
+    """Offset of the first gzip member after byte `after` of `f` that starts a WARC record, else None (scanned a block
+    at a time)."""
     pos = after
     while True:
         f.seek(pos)
@@ -396,8 +398,8 @@ class PayloadError(ValueError):
 
 
 def inflate(stream, wbits: int, limit: int, partial: bool = False, block: int = 1 << 16) -> bytes | None:
-    """`stream`'s compressed bytes inflated a block at a time, never more than `limit` + 1 bytes at once: None as soon as
-    the payload passes `limit`. A stream that ends early is an error unless `partial` (then: what it held).
+    """`stream`'s compressed bytes inflated a block at a time, never more than `limit` + 1 bytes at once: None as soon
+    as the payload passes `limit`. A stream that ends early is an error unless `partial` (then: what it held).
     `deflate` is zlib-wrapped by the standard and often raw in practice: both are read."""
     d, out = None, bytearray()
     while chunk := stream.read(block):
@@ -693,15 +695,17 @@ _WS_NEWLINE, _WS_OTHER = re.compile(r"\s*[\n\r]\s*"), re.compile(r"[^\S\n\r]+")
 
 
 def normalize_whitespace(text: str) -> str:
-    "jusText's whitespace rule without a callback: a run holding a newline becomes one newline, any other run one space."
+    """jusText's whitespace rule without a callback: a run holding a newline becomes one newline, any other run one
+    space."""
     if text.isprintable() and "  " not in text:
         return text  # no whitespace but single spaces: nothing to replace
     return _WS_OTHER.sub(" ", _WS_NEWLINE.sub("\n", text))
 
 
-# jusText's preprocessor (lxml_html_clean's Cleaner with jusText's options) takes these out of the tree: a killed element
-# goes with all it holds (its tail stays), a removed one leaves its text and children in its place. A <param> is killed
-# unless inside an <object> (then removed), a <link> killed if a stylesheet; the Cleaner renames <image> to <img>.
+# jusText's preprocessor (lxml_html_clean's Cleaner with jusText's options) takes these out of the tree: a killed
+# element goes with all it holds (its tail stays), a removed one leaves its text and children in its place. A <param> is
+# killed unless inside an <object> (then removed), a <link> killed if a stylesheet; the Cleaner renames <image> to
+# <img>.
 _KILLED = frozenset({"head", "base", "script", "style", "applet", "button", "input", "select", "textarea"})
 _REMOVED = frozenset({"iframe", "embed", "layer", "object", "form"})
 _CLEANED = _KILLED | _REMOVED | {"param", "link", "image"}
@@ -710,7 +714,8 @@ _FULL_HTML_BYTES = re.compile(rb"^\s*<(?:html|!doctype)", re.I).match
 
 
 class _Paragraph:
-    "What jusText's classification reads of a paragraph, computed once (jusText re-joins and re-splits its text per read)."
+    """What jusText's classification reads of a paragraph, computed once (jusText re-joins and re-splits its text per
+    read)."""
 
     __slots__ = (
         "dom_path",

@@ -55,7 +55,8 @@ def sample_next(
 # %% ../nbs/62_generate.ipynb
 @dataclass
 class KVCache:
-    "Per layer: keys and values [batch, local heads, positions, head dim] of every position so far; `valid`: [batch, positions]."
+    """Per layer: keys and values [batch, local heads, positions, head dim] of every position so far; `valid`: [batch,
+    positions]."""
 
     keys: list = field(default_factory=list)
     values: list = field(default_factory=list)
@@ -129,7 +130,8 @@ def all_valid(tokens: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def forward_cached(model, tokens: torch.Tensor, cache: KVCache, valid: torch.Tensor | None = None) -> torch.Tensor:
-    "Logits [batch, new, vocab] for `tokens` [batch, new] following what `cache` holds; `valid` marks real (non-pad) tokens."
+    """Logits [batch, new, vocab] for `tokens` [batch, new] following what `cache` holds; `valid` marks real (non-pad)
+    tokens."""
     positions, mask = cache.extend(all_valid(tokens) if valid is None else valid, model.cfg.seq_length)
     x = model.embedding.tokens(tokens) + model.embedding.positions(positions)
     return full_logits(model, model.final_ln(cached_blocks(model.blocks, x, cache, mask)))

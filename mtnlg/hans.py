@@ -491,7 +491,8 @@ def _subcase_pairs(
 
 
 def generate_hans(split: str = "validation", per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0) -> list[dict]:
-    "HANS rows (Hugging Face `hans` fields; label 0 = entailment, 1 = non-entailment): `per_subcase` pairs for each of the 30 sub-cases."
+    """HANS rows (Hugging Face `hans` fields; label 0 = entailment, 1 = non-entailment): `per_subcase` pairs for each of
+    the 30 sub-cases."""
     if split not in SPLITS:
         raise ValueError(f"unknown HANS split {split!r}; use one of {SPLITS}")
     if not isinstance(per_subcase, int) or per_subcase < 1:
@@ -539,7 +540,8 @@ def is_subsequence(premise: str, hypothesis: str) -> bool:
 
 
 # words after which a clause begins in these templates: punctuation, coordinators, complementiser `that`,
-# subordinators and sentence adverbs (with the last words of `whether or not`, `in case`, `of course`, `without a doubt`)
+# subordinators and sentence adverbs (with the last words of `whether or not`, `in case`, `of course`, `without a
+# doubt`)
 CLAUSE_OPENERS = frozenset(
     [
         ",",
@@ -563,7 +565,8 @@ CLAUSE_OPENERS = frozenset(
 
 
 def is_clause(premise: str, hypothesis: str) -> bool:
-    "The hypothesis is a run of the premise that starts where a clause starts and ends where one ends (`,` or the final `.`)."
+    """The hypothesis is a run of the premise that starts where a clause starts and ends where one ends (`,` or the
+    final `.`)."""
     p, n = _lower_split(premise), len(_lower_split(hypothesis)) - 1
     return any((i == 0 or p[i - 1] in CLAUSE_OPENERS) and p[i + n] in (",", ".") for i in _spans(premise, hypothesis))
 
@@ -574,7 +577,9 @@ FIXTURE_PER_SUBCASE = {"validation": 10, "train": 3}  # the committed slice, tes
 def _sources_md(sizes: dict, seed: int) -> str:
     return f"""# eval/hans — HANS regenerated from its templates
 
-Made by `mtnlg hans` (chapter 64, `mtnlg.hans.write_hans`, seed {seed}): {", ".join(f"`{s}.jsonl` {30 * n} pairs ({n} per sub-case)" for s, n in sizes.items())}.
+Made by `mtnlg hans` (chapter 64, `mtnlg.hans.write_hans`, seed {seed}): {
+        ", ".join(f"`{s}.jsonl` {30 * n} pairs ({n} per sub-case)" for s, n in sizes.items())
+    }.
 
 **Taken from {HANS_REPO} @ {HANS_COMMIT}** (MIT License, Copyright (c) 2019 R. Thomas McCoy): the word lists
 and sentence templates of `templates.py` and the generation procedure of `corpus_generator.py` — the 30

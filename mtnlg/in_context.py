@@ -30,7 +30,8 @@ WORDINGS = {  # alternatives to chapter 61's prompt (`None`: the spec's own), in
     "anli_r2": {
         "chapter 61 (GPT-3: True, False, or Neither?)": None,
         "based on the previous passage (promptsource)": {
-            "doc_to_text": '{{premise}} Based on the previous passage, is it true that "{{hypothesis}}"? Yes, no, or maybe?',
+            "doc_to_text": '{{premise}} Based on the previous passage, is it true that "{{hypothesis}}"? Yes, no, or '
+            "maybe?",
             "doc_to_choice": ["Yes", "Maybe", "No"],
             "doc_to_target": "label",
         },
@@ -63,7 +64,8 @@ def _key(row) -> tuple:
 
 
 class Prompter:
-    "Task `name` in one wording (`prompt`: keys replacing the spec's prompt config; None: chapter 61's), over `data_dir`."
+    """Task `name` in one wording (`prompt`: keys replacing the spec's prompt config; None: chapter 61's), over
+    `data_dir`."""
 
     def __init__(self, name: str, data_dir=None, prompt: dict | None = None):
         self.spec = task_spec(name)
@@ -92,7 +94,8 @@ class Prompter:
         return self.render({**row, "label": ENTAILMENT})[2]
 
     def context(self, shots, row) -> str:
-        "The harness's few-shot context: each shot's question, target delimiter, answer, few-shot delimiter; then `row`'s question."
+        """The harness's few-shot context: each shot's question, target delimiter, answer, few-shot delimiter; then
+        `row`'s question."""
         cfg = self.task.config
         parts = [(q, c[g]) for q, c, g in map(self.render, shots)]
         return "".join(q + cfg.target_delimiter + a + cfg.fewshot_delimiter for q, a in parts) + self.render(row)[0]
@@ -135,8 +138,9 @@ def _alternate(first: list, second: list) -> list:
 def select_shots(
     pool, k: int, seed: int, n_entailment: int | None = None, order: str = "random", exclude=()
 ) -> list[dict]:
-    """K shots from `pool` drawn with `seed`, none equal to a row of `exclude` (the scored items): at random if `n_entailment`
-    is None, else exactly `n_entailment` entailment and `k - n_entailment` non-entailment shots, arranged by `order` (ORDERS)."""
+    """K shots from `pool` drawn with `seed`, none equal to a row of `exclude` (the scored items): at random if
+    `n_entailment` is None, else exactly `n_entailment` entailment and `k - n_entailment` non-entailment shots, arranged
+    by `order` (ORDERS)."""
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; choose from {', '.join(ORDERS)}")
     if k < 0:
@@ -176,7 +180,8 @@ def select_shots(
 
 # %% ../nbs/71_in_context.ipynb
 def fits(n_tokens: int, seq_length: int) -> bool:
-    "Whether a prompt (context + continuation) of `n_tokens` is scored whole by a `seq_length` model (chapter 60's `model_window`)."
+    """Whether a prompt (context + continuation) of `n_tokens` is scored whole by a `seq_length` model (chapter 60's
+    `model_window`)."""
     return n_tokens <= seq_length + 1
 
 
@@ -258,7 +263,8 @@ def run_condition(scorer, prompter: Prompter, items, cond: Condition, seeds) -> 
 
 
 def summarize_seeds(rows: list[dict], level: float = 0.95) -> list[dict]:
-    "Per (task, study, label): mean and t-interval over seeds (clipped to [0, 1]) of accuracy and of the share predicted entailment."
+    """Per (task, study, label): mean and t-interval over seeds (clipped to [0, 1]) of accuracy and of the share
+    predicted entailment."""
     groups = {}
     for r in rows:
         groups.setdefault((r["task"], r["study"], r["label"]), []).append(r)
@@ -338,7 +344,8 @@ def conditions(task: str, k_max: int, k: int) -> list[Condition]:
 
 
 def study_k(k_factor: int, k_max: int, pool, items) -> int:
-    "K of the balance, order and wording studies: `k_factor`, capped by the context and by each label's share of the pool."
+    """K of the balance, order and wording studies: `k_factor`, capped by the context and by each label's share of the
+    pool."""
     banned = {_key(i) for i in items}
     rows = [r for r in pool if _key(r) not in banned]
     ent = sum(map(is_entailment, rows))
@@ -388,13 +395,17 @@ def run_study(
 # %% ../nbs/71_in_context.ipynb
 def summary_table(results: dict) -> str:
     "Markdown: every point of every task's study."
-    head = "| task | study | condition | K | seeds | n per seed (±95% binomial) | skipped | accuracy (95% t-interval) | predicted entailment |"
+    head = (
+        "| task | study | condition | K | seeds | n per seed (±95% binomial) | skipped | accuracy (95% "
+        "t-interval) | predicted entailment |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for res in results.values():
         for s in res["summary"]:
             lo, hi = binomial_interval(s["acc"], s["n"])
             lines.append(
-                f"| {res['paper_name']} | {s['study']} | {s['label']} | {s['k']} | {s['seeds']} | {s['n']} (±{(hi - lo) / 2:.2f}) | "
+                f"| {res['paper_name']} | {s['study']} | {s['label']} | {s['k']} | {s['seeds']} | {s['n']} "
+                f"(±{(hi - lo) / 2:.2f}) | "
                 f"{s['skipped']} | {s['acc']:.3f} ({s['acc_lo']:.3f}–{s['acc_hi']:.3f}) | "
                 f"{s['p_ent']:.2f} ({s['p_ent_lo']:.2f}–{s['p_ent_hi']:.2f}) |"
             )
@@ -420,7 +431,8 @@ def shots_figure(results: dict, title: str = ""):
             ylabel="accuracy",
             ylim=(-0.02, 1.02),
             xticks=ks,
-            title=f"{res['paper_name']}: n={min((s['n'] for s in pts), default=0)} per seed, K ≤ {res['k_max']} fits {res['seq_length']} tokens",
+            title=f"{res['paper_name']}: n={min((s['n'] for s in pts), default=0)} per seed, K ≤ {res['k_max']} "
+            f"fits {res['seq_length']} tokens",
         )
         ax.legend(fontsize=7)
     fig.suptitle(title)
@@ -430,7 +442,8 @@ def shots_figure(results: dict, title: str = ""):
 
 
 def factors_figure(results: dict, title: str = ""):
-    "A row per task, a panel per study (balance, order, wording): accuracy and share answered entailment, t-intervals, chance."
+    """A row per task, a panel per study (balance, order, wording): accuracy and share answered entailment, t-intervals,
+    chance."""
     import matplotlib.pyplot as plt
     import numpy as np
 

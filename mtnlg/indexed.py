@@ -48,8 +48,8 @@ def token_dtype(vocab_size: int):
 
 
 def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> int:
-    """Write token arrays (one per document, from any iterable) as `prefix.bin` + `prefix.idx` in Megatron's format, each
-    document's tokens as it comes; return the document count."""
+    """Write token arrays (one per document, from any iterable) as `prefix.bin` + `prefix.idx` in Megatron's format,
+    each document's tokens as it comes; return the document count."""
     prefix, dtype = Path(prefix), np.dtype(dtype).type
     prefix.parent.mkdir(parents=True, exist_ok=True)
     lengths = array("i")  # what the .idx needs, 4 bytes a document until the end
@@ -136,9 +136,10 @@ def _char_class(category: str) -> str:
 
 @functools.cache
 def unvetted_chars() -> re.Pattern:
-    """Any character that `regex` (Python) and the tokenizer's Oniguruma (Rust) might split differently: one not assigned
-    in Unicode 3.2 (each engine knows its own later Unicode: `regex` letters that Oniguruma leaves unassigned) or whose
-    class has changed since. A stdlib pattern: its character sets are bitmaps, six times faster to scan than `regex`'s."""
+    """Any character that `regex` (Python) and the tokenizer's Oniguruma (Rust) might split differently: one not
+    assigned in Unicode 3.2 (each engine knows its own later Unicode: `regex` letters that Oniguruma leaves unassigned)
+    or whose class has changed since. A stdlib pattern: its character sets are bitmaps, six times faster to scan than
+    `regex`'s."""
     import regex
     import unicodedata
 
@@ -178,7 +179,8 @@ class ByteLevelBPE:
 
     @staticmethod
     def fits(tok) -> bool:
-        "Whether `tok` is a byte-level BPE whose ids are its pieces' merges and nothing else (no normalizer, prefix space, dropout, template)."
+        """Whether `tok` is a byte-level BPE whose ids are its pieces' merges and nothing else (no normalizer, prefix
+        space, dropout, template)."""
         j = json.loads(tok.to_str())
         pre, post, model = j.get("pre_tokenizer") or {}, j.get("post_processor") or {"type": "ByteLevel"}, j["model"]
         return (
@@ -251,7 +253,8 @@ def batch_encoder(tok):
 
 
 def encode_documents(tok, texts) -> list[np.ndarray]:
-    "Each text's BPE tokens followed by `<|endoftext|>` (Megatron's `--append-eod`); a text with no tokens gives an empty array."
+    """Each text's BPE tokens followed by `<|endoftext|>` (Megatron's `--append-eod`); a text with no tokens gives an
+    empty array."""
     eot = eot_id(tok)
     return [np.array(ids + [eot]) if ids else np.zeros(0, np.int64) for ids in batch_encoder(tok)(texts)]
 
@@ -352,7 +355,8 @@ def document_index(documents, epochs: int, rs: np.random.RandomState, separate_f
 
 
 def sample_index(lengths: np.ndarray, doc_index: np.ndarray, seq_length: int) -> np.ndarray:
-    "[num_samples + 1, 2]: (position in `doc_index`, token offset) where each sample starts, as Megatron's build_sample_idx."
+    """[num_samples + 1, 2]: (position in `doc_index`, token offset) where each sample starts, as Megatron's
+    build_sample_idx."""
     sizes = lengths[doc_index].astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     num_samples = (int(starts[-1]) - 1) // seq_length
@@ -372,7 +376,8 @@ def shuffle_index(first: int, total: int, rs: np.random.RandomState) -> np.ndarr
 
 
 class GPTSamples:
-    "Megatron's GPTDataset from scratch: samples of `seq_length + 1` tokens from `documents` (default: all) of one indexed dataset."
+    """Megatron's GPTDataset from scratch: samples of `seq_length + 1` tokens from `documents` (default: all) of one
+    indexed dataset."""
 
     def __init__(self, ds: IndexedTokens, seq_length: int, num_samples: int, seed: int = 0, documents=None):
         docs = np.arange(len(ds), dtype=np.int32) if documents is None else np.asarray(documents, np.int32)
@@ -431,7 +436,8 @@ def blended_gpt_samples(
     part: str = "train",
     surplus: float = 0.005,
 ) -> BlendedSamples:
-    "About `size` blended samples of `seq_length + 1` tokens from the `part` split of indexed datasets `prefixes`, as megatron-core draws them."
+    """About `size` blended samples of `seq_length + 1` tokens from the `part` split of indexed datasets `prefixes`, as
+    megatron-core draws them."""
     k = ("train", "valid", "test").index(part)
     w = (np.asarray(weights, np.float64) / np.sum(weights)).tolist()
     datasets = []

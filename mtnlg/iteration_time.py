@@ -102,8 +102,8 @@ def layer_ops(
 
     Ts = T // tp if sequence_parallel else T  # tokens of the replicated region on this rank
     ln = lambda name: mem(name, Ts * h, 8 if fusion == "none" else 2, 8, 2 * h * e, 10 if fusion == "none" else 3)
-    # bias + dropout + residual add: backward reads the gradient and the 1-byte mask, writes one gradient (the residual's
-    # is the same tensor); unfused, the bias's gradient is one more read
+    # bias + dropout + residual add: backward reads the gradient and the 1-byte mask, writes one gradient (the
+    # residual's is the same tensor); unfused, the bias's gradient is one more read
     bda = lambda name: mem(
         name, Ts * h, 3 if fused else 7, 3, h * e + (0 if fused else Ts * h), 2 if fused else 3, Ts * h
     )
@@ -195,13 +195,13 @@ class System:
 
 
 SYSTEMS = {
-    # DeepSpeed's PipelineEngine, the installed 0.19 (this book's engine): TrainSchedule's SendActivation / RecvActivation /
-    # SendGrad / RecvGrad are separate blocking instructions; pipe_partitioned (on by default when TP > 1) splits the
-    # activation over the TP ranks; after the flush (ReduceGrads closes the schedule) the fp32 gradients are all-reduced
-    # (BF16_Optimizer's `_bf16_reduce_grads`; fp32: ZeRO's `buffered_reduce_fallback` with no target rank) and each replica
-    # steps its shard. bf16 accumulation, every micro-batch: `clear_lp_grads` zeroes the bf16 gradients (2 bytes), autograd
-    # adds the new ones into them (read 2 + 2, write 2) and `update_hp_grads` runs `hp.add_(lp.to(fp32))` (the fp32 copy:
-    # read 2, write 4; the add: read 4 + 4, write 4): 26 bytes.
+    # DeepSpeed's PipelineEngine, the installed 0.19 (this book's engine): TrainSchedule's SendActivation /
+    # RecvActivation / SendGrad / RecvGrad are separate blocking instructions; pipe_partitioned (on by default when TP >
+    # 1) splits the activation over the TP ranks; after the flush (ReduceGrads closes the schedule) the fp32 gradients
+    # are all-reduced (BF16_Optimizer's `_bf16_reduce_grads`; fp32: ZeRO's `buffered_reduce_fallback` with no target
+    # rank) and each replica steps its shard. bf16 accumulation, every micro-batch: `clear_lp_grads` zeroes the bf16
+    # gradients (2 bytes), autograd adds the new ones into them (read 2 + 2, write 2) and `update_hp_grads` runs
+    # `hp.add_(lp.to(fp32))` (the fp32 copy: read 2, write 4; the add: read 4 + 4, write 4): 26 bytes.
     # Between its GEMMs it runs PyTorch's kernels, one per step, and one SDPA attention kernel (fusion "sdpa").
     "deepspeed": System(
         "DeepSpeed pipeline engine (0.19)",
@@ -214,7 +214,8 @@ SYSTEMS = {
     ),
     # The same engine as BLOOM ran it (the `olruwase/bf16-updates` branch, merged as DeepSpeed PR #1801 in April 2022):
     # `clear_lp_grads` sets the bf16 gradients to None, so autograd writes fresh ones, and `update_hp_grads` as above:
-    # 18 bytes. MT-NLG's 2021 bf16 build was never published; we give it this, DeepSpeed's first published bf16 pipeline.
+    # 18 bytes. MT-NLG's 2021 bf16 build was never published; we give it this, DeepSpeed's first published bf16
+    # pipeline.
     "deepspeed-2022": System(
         "DeepSpeed pipeline engine (bf16, 2022)",
         interleaving=False,
@@ -227,7 +228,8 @@ SYSTEMS = {
     # isend/irecv in both directions; gradients all-reduced after the flush (no distributed optimizer in 2021). Its fp16
     # runs accumulate in fp16: `param.main_grad.add_(param.grad)` in megatron/model/distributed.py (or autograd's own
     # add without contiguous buffers), read 2 + 2, write 2: 6 bytes; and that fp16 buffer is what is all-reduced (fp32
-    # accumulation and reduction, `--accumulate-allreduce-grads-in-fp32`, is off by default and forced only for bf16): 2 bytes.
+    # accumulation and reduction, `--accumulate-allreduce-grads-in-fp32`, is off by default and forced only for bf16): 2
+    # bytes.
     "megatron-lm": System(
         "Megatron-LM PTD-P (2021)",
         interleaving=True,
@@ -257,13 +259,15 @@ MT_NLG_SYSTEM = "deepspeed-2022"  # what the paper's rows are predicted with (se
 
 # %% ../nbs/51_iteration_time.ipynb
 def interleaved_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
-    "Idle fraction of an iteration of equal stages: (p-1)/(v·m + p-1), i.e. (p-1)/(v·m) of the useful time (Narayanan et al. §2.2.2)."
+    """Idle fraction of an iteration of equal stages: (p-1)/(v·m + p-1), i.e. (p-1)/(v·m) of the useful time (Narayanan
+    et al. §2.2.2)."""
     return (pp - 1) / (virtual_stages * micro_batches + pp - 1)
 
 
 def pipeline_time(stage_s: list[float], micro_batches: int, virtual_stages: int = 1) -> float:
     """Seconds of one 1F1B pipeline pass: the slowest stage sets the pace for all `m` micro-batches, and fill and
-    drain cost the other stages' time once, divided by `v` with interleaving (each fill step is one chunk, 1/v of a stage)."""
+    drain cost the other stages' time once, divided by `v` with interleaving (each fill step is one chunk, 1/v of a
+    stage)."""
     slow = max(stage_s)
     return micro_batches * slow + (sum(stage_s) - slow) / virtual_stages
 
@@ -303,12 +307,12 @@ def stage_parts(
     activation = tokens * model.hidden_size * act
     per_layer_allreduces = 4 + (2 if L.recompute == "full" else 0)
     nvlink = link(gpu, asm, inter_node=False)
-    # sequence parallelism: each all-reduce becomes an all-gather (g) and a reduce-scatter (g-bar) of the same tensor, the
-    # two halves a ring all-reduce is made of: the same bytes and steps (its backward re-gather of the QKV and fc1 inputs
-    # overlaps the weight-gradient GEMMs, Korthikanti et al. §4.2.2, and is not charged)
+    # sequence parallelism: each all-reduce becomes an all-gather (g) and a reduce-scatter (g-bar) of the same tensor,
+    # the two halves a ring all-reduce is made of: the same bytes and steps (its backward re-gather of the QKV and fc1
+    # inputs overlaps the weight-gradient GEMMs, Korthikanti et al. §4.2.2, and is not charged)
     collective = 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
-    # overlapped backward: the column-parallel input gradients' collectives are hidden (without sequence parallelism, the
-    # two backward all-reduces; with it, the two reduce-scatters, while the two all-gathers before the row-parallel
+    # overlapped backward: the column-parallel input gradients' collectives are hidden (without sequence parallelism,
+    # the two backward all-reduces; with it, the two reduce-scatters, while the two all-gathers before the row-parallel
     # layers' backward stay exposed: half an all-reduce each)
     hidden = (1 if L.sp else 2) if system.tp_backward_overlap else 0
     pp_link = link(gpu, asm, inter_node=t * d >= gpus_per_node)
@@ -340,8 +344,9 @@ def after_flush(
     gpus_per_node: int = 8,
     system: System | str = "deepspeed",
 ) -> tuple[float, float]:
-    """Seconds of what runs once per iteration after the pipeline's last backward: (the gradient all-reduce, with ZeRO-1's
-    all-gather of the updated weights and the tied embedding's all-reduce; Adam's update of this replica's parameters)."""
+    """Seconds of what runs once per iteration after the pipeline's last backward: (the gradient all-reduce, with
+    ZeRO-1's all-gather of the updated weights and the tied embedding's all-reduce; Adam's update of this replica's
+    parameters)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
     t, p, d = L.tp, L.pp, L.dp
@@ -387,7 +392,8 @@ def predict(
     gpus_per_node: int = 8,
     system: System | str = "deepspeed",
 ) -> Prediction:
-    "Predict the iteration time and memory of training `model` with layout `L` on `system` (raises ValueError for impossible layouts)."
+    """Predict the iteration time and memory of training `model` with layout `L` on `system` (raises ValueError for
+    impossible layouts)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
     check_setup(model, L, global_batch, gpus_per_node)
@@ -410,7 +416,10 @@ def predict(
     mem = memory_per_gpu(model, L, global_batch, precision, asm, system.zero1)
     capacity = gpu.memory_gib * GiB
     fits = mem["total"] <= capacity
-    over = f"stage {mem['stage']} needs {mem['total'] / GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by {(mem['total'] - capacity) / GiB:.1f} GiB"
+    over = (
+        f"stage {mem['stage']} needs {mem['total'] / GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by "
+        f"{(mem['total'] - capacity) / GiB:.1f} GiB"
+    )
     hw = flops_per_iteration(model, global_batch, L.recompute, L.tp)
     mf = flops_per_iteration(model, global_batch, "none", L.tp)
     return Prediction(

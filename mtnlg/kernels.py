@@ -607,13 +607,15 @@ def attention_triton(q, k, v):
 
 # %% ../nbs/20_kernels.ipynb
 def linear_cross_entropy_reference(h, weight, labels):
-    "Per-token cross-entropy of `labels` under logits `h @ weight.T` (computed in h's dtype, softmax in fp32): the model's output layer and loss."
+    """Per-token cross-entropy of `labels` under logits `h @ weight.T` (computed in h's dtype, softmax in fp32): the
+    model's output layer and loss."""
     return F.cross_entropy((h @ weight.t()).float(), labels, reduction="none")
 
 
 @triton.jit
 def _ce_stats(Z, Labels, Max, SumExp, Target, n_cols, vocab_start, BLOCK: tl.constexpr):
-    "Per row of logits: its max, the sum of exp(z - max) and the label's logit (0 where the label is another rank's), in BLOCK pieces."
+    """Per row of logits: its max, the sum of exp(z - max) and the label's logit (0 where the label is another rank's),
+    in BLOCK pieces."""
     row = tl.program_id(0).to(tl.int64)
     label = tl.load(Labels + row) - vocab_start
     m = tl.full([BLOCK], -float("inf"), tl.float32)
@@ -633,7 +635,8 @@ def _ce_stats(Z, Labels, Max, SumExp, Target, n_cols, vocab_start, BLOCK: tl.con
 
 @triton.jit
 def _ce_grad(Z, Labels, Lse, DLoss, n_cols, vocab_start, BLOCK: tl.constexpr):
-    "In place, per row: z <- (softmax(z) - onehot(label)) * dloss, the softmax from the row's log-sum-exp over the whole vocabulary."
+    """In place, per row: z <- (softmax(z) - onehot(label)) * dloss, the softmax from the row's log-sum-exp over the
+    whole vocabulary."""
     row = tl.program_id(0).to(tl.int64)
     label, lse, g = tl.load(Labels + row) - vocab_start, tl.load(Lse + row), tl.load(DLoss + row)
     for start in range(0, n_cols, BLOCK):
@@ -721,10 +724,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 def linear_cross_entropy(h, weight, labels, chunk: int = 1024, group=None, kernel: str = "triton"):
     """Per-token cross-entropy of `labels` under `h @ weight.T` [tokens, vocab] without ever holding more than `chunk`
-    rows of logits. With `group`, `weight` is this rank's vocabulary slice (rank r holds rows r*V/t .. (r+1)*V/t) and the
-    softmax is combined over the group; `h`'s gradient is then this rank's share, which the model's `copy_to_tp`
-    sums. `kernel`: triton (the two kernels above), torch (the same arithmetic in PyTorch) or liger (liger-kernel's fused
-    linear cross-entropy, per token: `reduction="none"`; its own chunks, one GPU's whole vocabulary only)."""
+    rows of logits. With `group`, `weight` is this rank's vocabulary slice (rank r holds rows r*V/t .. (r+1)*V/t) and
+    the softmax is combined over the group; `h`'s gradient is then this rank's share, which the model's `copy_to_tp`
+    sums. `kernel`: triton (the two kernels above), torch (the same arithmetic in PyTorch) or liger (liger-kernel's
+    fused linear cross-entropy, per token: `reduction="none"`; its own chunks, one GPU's whole vocabulary only)."""
     if kernel not in ("triton", "torch", "liger"):
         raise ValueError(f"kernel must be 'triton', 'torch' or 'liger', got {kernel!r}")
     if kernel == "liger":
@@ -801,7 +804,8 @@ def _run(fn, args, grad_seed=1):
 
 def kernel_errors(name: str, shape, dtype=torch.float32, variant: str = "triton", device="cpu", seed: int = 0) -> dict:
     """{"forward": e, "backward": e}: the largest |variant - reference| of the output and of every input's gradient,
-    each relative to the reference's largest magnitude (absolute where that is below 1); the reference runs in fp32 on the same inputs."""
+    each relative to the reference's largest magnitude (absolute where that is below 1); the reference runs in fp32 on
+    the same inputs."""
     reference, fast = KERNELS[name]
     args = list(kernel_inputs(name, shape, dtype, device, seed))
     if name == "bias_dropout_add":  # the reference applies the very mask the kernel draws from its seed
@@ -842,7 +846,8 @@ def liger():
 
 def model_ops(kind: str) -> SimpleNamespace:
     """The kernels `model.kernels` = kind supplies: layer_norm, bias_gelu, dropout_add, attention (None: SDPA). `liger`:
-    liger-kernel's LayerNorm, the rest the model's own PyTorch (its fused linear cross-entropy: `linear_cross_entropy`)."""
+    liger-kernel's LayerNorm, the rest the model's own PyTorch (its fused linear cross-entropy:
+    `linear_cross_entropy`)."""
     if kind == "liger":
         return SimpleNamespace(
             layer_norm=liger().liger_layer_norm,

@@ -26,8 +26,9 @@ from megatron.core import tensor_parallel as megatron_tp
 
 # %% ../nbs/01_model.ipynb
 def tp_layers(kind: str = "megatron") -> SimpleNamespace:
-    """The tensor-parallel building blocks `kind` names: megatron-core's or chapter 11's (same signatures). megatron-core's
-    are handed this process's TP group, as it asks callers to do (it falls back to its global one, with a warning)."""
+    """The tensor-parallel building blocks `kind` names: megatron-core's or chapter 11's (same signatures).
+    megatron-core's are handed this process's TP group, as it asks callers to do (it falls back to its global one, with
+    a warning)."""
     if kind == "megatron":
         group = (
             parallel_state.get_tensor_model_parallel_group() if parallel_state.model_parallel_is_initialized() else None
@@ -94,7 +95,8 @@ class _TorchOnCPU:
 def megatron_on_this_device():
     """megatron-core's sequence-parallel paths allocate their gather and reduce-scatter buffers on
     `torch.cuda.current_device()`, which a CPU-only torch does not have. Without CUDA, point that one call at the CPU
-    in the three modules that make it; the communication and the arithmetic stay the library's own. (A no-op on a GPU.)"""
+    in the three modules that make it; the communication and the arithmetic stay the library's own. (A no-op on a
+    GPU.)"""
     if torch.cuda.is_available():
         return
     from megatron.core import utils
@@ -151,8 +153,9 @@ class ParallelAttention(nn.Module):
             init_method=init_normal(out_std),
             skip_bias_add=cfg.compile_blocks,
         )
-        # a compiled layer runs its attention core eagerly, between its two graphs: the core is one kernel already (SDPA),
-        # and its dropout draws from the tensor-parallel stream, whose fork (get/set of the RNG state) Dynamo cannot trace
+        # a compiled layer runs its attention core eagerly, between its two graphs: the core is one kernel already
+        # (SDPA), and its dropout draws from the tensor-parallel stream, whose fork (get/set of the RNG state) Dynamo
+        # cannot trace
         if cfg.compile_blocks:
             self.attend = torch.compiler.disable(self.attend)
 
@@ -279,8 +282,8 @@ class TransformerBlock(nn.Module):
         return recompute_in_backward(self.run, x) if self.recompute_all and torch.is_grad_enabled() else self.run(x)
 
     def layer(self, x):
-        # the attention spelled out here, so that a compiled layer's one break (its eager core) splits this function into
-        # two graphs, each whole: the projection's bias, dropout and residual add stay in the graph that fuses them
+        # the attention spelled out here, so that a compiled layer's one break (its eager core) splits this function
+        # into two graphs, each whole: the projection's bias, dropout and residual add stay in the graph that fuses them
         attn = self.attn
         y = attn.project_out(attn.attend(*attn.project_in(self.ln1(x))))
         if self.dropout_add is None:
@@ -296,7 +299,8 @@ class TransformerBlock(nn.Module):
 
 
 def sequence_dropout(drop, sequence_parallel: bool, *args):
-    "`drop(*args)`, from chapter 10's per-TP-rank stream when each rank holds another slice of the sequence (as Megatron)."
+    """`drop(*args)`, from chapter 10's per-TP-rank stream when each rank holds another slice of the sequence (as
+    Megatron)."""
     if not sequence_parallel:
         return drop(*args)
     with model_parallel_rng.fork(args[0].device):
@@ -331,7 +335,8 @@ class Embedding(nn.Module):
 
 def parallel_lm_logits(hidden, embedding_weight, kind: str = "megatron", sequence_parallel: bool = False):
     """Logits [b, s, vocab/tp] for this rank's slice of the vocabulary, using the (tied) token-embedding matrix; under
-    sequence parallelism `hidden` is this rank's [s/tp, b, h] slice, gathered inside the product (backward: reduce-scattered)."""
+    sequence parallelism `hidden` is this rank's [s/tp, b, h] slice, gathered inside the product (backward:
+    reduce-scattered)."""
     if sequence_parallel:
         return tp_layers(kind).linear_gathering_sequence(hidden, embedding_weight).transpose(0, 1)
     return F.linear(tp_layers(kind).copy_to_tp(hidden), embedding_weight)
@@ -375,8 +380,9 @@ def seeded_build(seed: int | None, build):
 
 class GPT(nn.Module):
     """The MT-NLG architecture. `forward(tokens, labels)` returns per-token losses; without labels, this rank's logits.
-    With `init_seed`, layer `i` of the flat sequence (0: embedding, 1..l: blocks) is initialised from seed `init_seed + i`,
-    as DeepSpeed's `PipelineModule(seed_layers=True)` does, so a pipelined model starts with exactly these weights."""
+    With `init_seed`, layer `i` of the flat sequence (0: embedding, 1..l: blocks) is initialised from seed `init_seed +
+    i`, as DeepSpeed's `PipelineModule(seed_layers=True)` does, so a pipelined model starts with exactly these
+    weights."""
 
     def __init__(
         self, cfg: ModelConfig, dtype=torch.float32, init_seed: int | None = None, sequence_parallel: bool = False

@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 # %% ../nbs/12_pipeline_parallel.ipynb
 def partition_uniform(num_layers: int, num_stages: int) -> list[int]:
-    "Stage boundaries: stage s holds layers [bounds[s], bounds[s+1]); the first `num_layers % num_stages` stages get one extra."
+    """Stage boundaries: stage s holds layers [bounds[s], bounds[s+1]); the first `num_layers % num_stages` stages get
+    one extra."""
     base, extra = divmod(num_layers, num_stages)
     return [s * base + min(s, extra) for s in range(num_stages + 1)]
 
@@ -30,7 +31,8 @@ def layer_flops(model) -> list[float]:
 
 
 def partition_balanced(costs: list[float], num_stages: int) -> list[int]:
-    "Stage boundaries over items of cost `costs`: contiguous, none empty, the most expensive stage as cheap as possible."
+    """Stage boundaries over items of cost `costs`: contiguous, none empty, the most expensive stage as cheap as
+    possible."""
     n, inf = len(costs), float("inf")
     if not 1 <= num_stages <= n:
         raise ValueError(f"cannot cut {n} layers into {num_stages} non-empty stages")
@@ -192,7 +194,8 @@ def gpt_param_name(layer: int, rest: str, num_layers: int) -> str:
 
 
 class GPTStage(nn.Module):
-    "Stage `stage` of `num_stages` of our GPT: embedding on the first, blocks[lo:hi], final LayerNorm and tied output on the last."
+    """Stage `stage` of `num_stages` of our GPT: embedding on the first, blocks[lo:hi], final LayerNorm and tied output
+    on the last."""
 
     def __init__(self, model, stage: int, num_stages: int):
         super().__init__()

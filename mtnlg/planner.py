@@ -25,7 +25,8 @@ from .iteration_time import SYSTEMS, Prediction, System, interleaved_bubble, pre
 
 # %% ../nbs/54_planner.ipynb
 def stage_splits(model: ModelConfig, pp: int) -> list[tuple[int, ...] | None]:
-    "The layer splits the planner tries for `pp` stages: uniform (None) where it divides, and embeddings counted as layers where that differs."
+    """The layer splits the planner tries for `pp` stages: uniform (None) where it divides, and embeddings counted as
+    layers where that differs."""
     out = [None] if model.num_layers % pp == 0 else []
     try:
         emb = embedding_weighted_layers(model.num_layers, pp)
@@ -50,11 +51,11 @@ def plan(
     uneven: bool = True,
     sequence_parallels: tuple[bool, ...] | None = None,
 ) -> tuple[list[Prediction], list[tuple[Setup, list[str], float | None]]]:
-    """Rank layouts of `cfg` on `gpus` GPUs: (feasible predictions fastest first, [(layout, reasons, predicted s or None)]).
-    With a system that interleaves, every virtual-stage count that splits the stages' layers is tried; with `uneven`,
-    pipeline depths whose stages cannot be equal, or are better balanced with the embeddings counted as layers, too.
-    `sequence_parallels`: with and/or without sequence parallelism ((False, True): both; default: the config's own
-    `parallel.sequence_parallel`); at TP 1 it is a no-op, so only `False` is tried there."""
+    """Rank layouts of `cfg` on `gpus` GPUs: (feasible predictions fastest first, [(layout, reasons, predicted s or
+    None)]). With a system that interleaves, every virtual-stage count that splits the stages' layers is tried; with
+    `uneven`, pipeline depths whose stages cannot be equal, or are better balanced with the embeddings counted as
+    layers, too. `sequence_parallels`: with and/or without sequence parallelism ((False, True): both; default: the
+    config's own `parallel.sequence_parallel`); at TP 1 it is a no-op, so only `False` is tried there."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
     if gpus < 1:
@@ -137,7 +138,8 @@ def format_plan(
     lines = [
         f"{cfg.name} on {gpus} x {gpu.name}{nodes}: global batch {cfg.schedule.global_batch_size}, "
         f"seq {cfg.model.seq_length}, {cfg.precision}{system}",
-        f"{'rank':>4s} {'TP':>3s} {'PP':>4s} {'DP':>5s} {'micro':>5s} {'recompute':>9s} {'v':>2s} {'SP':>3s} {'layers':>9s} {'mem/GPU':>9s} "
+        f"{'rank':>4s} {'TP':>3s} {'PP':>4s} {'DP':>5s} {'micro':>5s} {'recompute':>9s} {'v':>2s} "
+        f"{'SP':>3s} {'layers':>9s} {'mem/GPU':>9s} "
         f"{'iteration':>10s} {'TFLOP/s':>7s} {'MFU':>5s} {'bubble':>6s}",
     ]
     for i, pr in enumerate(feasible[:top], 1):
@@ -145,7 +147,8 @@ def format_plan(
         lines.append(
             f"{i:4d} {L.tp:3d} {L.pp:4d} {L.dp:5d} {L.micro_batch:5d} {L.recompute:>9s} {L.virtual_stages:2d} "
             f"{'on' if L.sp else 'off':>3s} "
-            f"{_split_label(L):>9s} {pr.memory['total'] / GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} {pr.hw_tflops:7.1f} "
+            f"{_split_label(L):>9s} {pr.memory['total'] / GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} "
+            f"{pr.hw_tflops:7.1f} "
             f"{pr.mfu:5.1%} {interleaved_bubble(L.pp, pr.micro_batches, L.virtual_stages):6.1%}"
         )
     if not feasible:

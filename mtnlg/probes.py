@@ -80,7 +80,8 @@ def symbol_split(held_out: float = 0.2, seed: int = 0) -> tuple[list[str], list[
 def operator_probes(
     n: int, k: int, symbols, ops=("add", "sub", "mul"), operands=range(10), seed: int = 0, paper_first: bool = False
 ) -> list[OperatorProbe]:
-    "`n` probes with `k` examples each: symbol, operation and operands drawn with `seed`; the paper's two first if asked."
+    """`n` probes with `k` examples each: symbol, operation and operands drawn with `seed`; the paper's two first if
+    asked."""
     rng, out = random.Random(seed), list(PAPER_OPERATOR_PROBES) if paper_first else []
     nonzero = [x for x in operands if x != 0]
     while len(out) < n:
@@ -144,7 +145,8 @@ def operator_tokenizer(max_number: int = 999) -> Tokenizer:
 
 
 def episode_tokens(probe: OperatorProbe, tokenizer) -> tuple[list[int], list[int]]:
-    "Token ids of every line of `probe`, question answered, and a mask that is 1 on each answer's tokens (and its newline)."
+    """Token ids of every line of `probe`, question answered, and a mask that is 1 on each answer's tokens (and its
+    newline)."""
     ids, mask = [], []
     for a, b in probe.examples + (probe.question,):
         line, answer = (
@@ -178,7 +180,8 @@ def episode_batch(probes, tokenizer, seq_length: int) -> tuple[torch.Tensor, tor
 def operator_config(
     cfg: Config, tokenizer, steps: int, batch_size: int = 32, seq_length: int = 96, lr: float = 3e-3
 ) -> Config:
-    "`cfg` reshaped for the operator study: its vocabulary, 3 layers, `seq_length`, lr warm-up over 50 steps, cosine to lr/10."
+    """`cfg` reshaped for the operator study: its vocabulary, 3 layers, `seq_length`, lr warm-up over 50 steps, cosine
+    to lr/10."""
     m, o, s = cfg.model, cfg.optimizer, cfg.schedule
     m.vocab_size, m.num_layers, m.seq_length, m.hidden_dropout, m.attention_dropout = (
         tokenizer.get_vocab_size(),
@@ -207,7 +210,8 @@ def train_operator_model(
     seed: int = 0,
     progress: bool = True,
 ) -> tuple[GPT, list[float]]:
-    "A GPT trained on `steps` batches of operator episodes (`shots` examples + a question) over `symbols`; (model, losses)."
+    """A GPT trained on `steps` batches of operator episodes (`shots` examples + a question) over `symbols`; (model,
+    losses)."""
     model = GPT(cfg.model, init_seed=seed)
     optimizer, losses = make_optimizer(model, cfg), []
     for step in trange(steps, disable=not progress, desc="operator episodes", mininterval=10):

@@ -89,7 +89,8 @@ def published_runs() -> list[PublishedRun]:
                 a100,
                 "megatron-lm",
                 tf,
-                "Table 1 row checked in a stored copy of the paper; micro-batch 1 and v not given (v: best_virtual_stages)",
+                "Table 1 row checked in a stored copy of the paper; micro-batch 1 and v not given (v: "
+                "best_virtual_stages)",
             )
         )
     for size, l, h, a, p, B, pts in (
@@ -125,7 +126,8 @@ def published_runs() -> list[PublishedRun]:
             "deepspeed-2022",
             150,
             "TP4 PP12 DP8, MBS 2, GBS 2048, the 5/6../5 split, 4 Omni-Path links per node and ~150 TFLOP/s "
-            "checked in the stored README and BigScience's model page; 100 Gb/s per link from the BLOOM paper (via a summary)",
+            "checked in the stored README and BigScience's model page; 100 Gb/s per link from the BLOOM "
+            "paper (via a summary)",
         )
     )
     return runs
@@ -181,7 +183,8 @@ def plot_validation(mt_rows: list[dict], rows: list[dict], title: str = "one par
 
 # %% ../nbs/52_published_runs.ipynb
 def at_efficiency(runs: list[PublishedRun], gpu: GPU) -> list[PublishedRun]:
-    "`runs` with their GPUs at `gpu`'s matmul efficiency, each keeping its own links (Jean Zay's Omni-Path); another chip: refused."
+    """`runs` with their GPUs at `gpu`'s matmul efficiency, each keeping its own links (Jean Zay's Omni-Path); another
+    chip: refused."""
     other = sorted({r.gpu.name for r in runs if (r.gpu.peak_tflops, r.gpu.hbm_gbps) != (gpu.peak_tflops, gpu.hbm_gbps)})
     if other:
         raise ValueError(f"runs on {', '.join(other)} cannot carry {gpu.name}'s matmul efficiency: another chip")
@@ -229,7 +232,8 @@ KORTHIKANTI_2240 = {"selective_s": 39.15, "sp_mfu": 0.542, "full_mfu": 0.421, "s
 
 
 def tflops_of(model: ModelConfig, global_batch: int, recompute: str, tp: int, gpus: int, seconds: float) -> float:
-    "TFLOP/s per GPU of a run that took `seconds` per iteration, counted as `flops_per_iteration` counts (full: the papers' 96·...)."
+    """TFLOP/s per GPU of a run that took `seconds` per iteration, counted as `flops_per_iteration` counts (full: the
+    papers' 96·...)."""
     return flops_per_iteration(model, global_batch, recompute, tp) / (gpus * seconds) / 1e12
 
 # %% ../nbs/52_published_runs.ipynb

@@ -55,7 +55,8 @@ _FORMAT = "mtnlg-quality-sgd-logreg-v1"
 
 
 def _hasher(n_features: int, word_ngrams: int):
-    "Stateless features: the set of words and word n-grams of a normalised text, hashed into `n_features` buckets, L2-normalised."
+    """Stateless features: the set of words and word n-grams of a normalised text, hashed into `n_features` buckets,
+    L2-normalised."""
     from sklearn.feature_extraction.text import HashingVectorizer
 
     return HashingVectorizer(
@@ -71,7 +72,8 @@ def _hasher(n_features: int, word_ngrams: int):
 
 
 class QualityClassifier:
-    "Logistic regression on hashed word n-grams (fastText-style linear classifier); `score(texts)` is P(curated) per text."
+    """Logistic regression on hashed word n-grams (fastText-style linear classifier); `score(texts)` is P(curated) per
+    text."""
 
     def __init__(self, weights: np.ndarray, bias: float, word_ngrams: int = 2):
         self.weights, self.bias, self.word_ngrams = np.asarray(weights, np.float64), float(bias), int(word_ngrams)
@@ -88,7 +90,8 @@ class QualityClassifier:
         n_features: int = 2**20,
         word_ngrams: int = 2,
     ):
-        "Fit by SGD on the log loss: sequential (no threads), seeded order; the same texts and seed give the same weights, bit for bit."
+        """Fit by SGD on the log loss: sequential (no threads), seeded order; the same texts and seed give the same
+        weights, bit for bit."""
         from sklearn.linear_model import SGDClassifier
 
         positives, negatives = list(positives), list(negatives)
@@ -194,9 +197,9 @@ class StreamingSum:
 def quality_shard(
     src, dst, clf, filter: bool = True, alpha: float = 9.0, seed: int = 0, batch: int | None = None
 ) -> Manifest:
-    """Quality stage over one shard, a batch of documents at a time (at most `batch`, default chapter 30's `BATCH_DOCS`):
-    add a `quality` score; if `filter`, keep documents by the Pareto rule. `clf`: a `QualityClassifier`, or a `CrossFitted`
-    one that scores each document with the model of its fold (below)."""
+    """Quality stage over one shard, a batch of documents at a time (at most `batch`, default chapter 30's
+    `BATCH_DOCS`): add a `quality` score; if `filter`, keep documents by the Pareto rule. `clf`: a `QualityClassifier`,
+    or a `CrossFitted` one that scores each document with the model of its fold (below)."""
     t0, src = time.time(), Path(src)
     man, rng = Manifest("quality", src.name, docs_in=count_docs(src)), shard_rng(seed, src.name)
     total = StreamingSum(man.docs_in)
@@ -219,7 +222,8 @@ def quality_shard(
 
 # %% ../nbs/31_quality.ipynb
 def fold_of(doc_id: str, folds: int) -> int:
-    "A document's fold, 0 .. folds-1: a stable hash of its id (the same on every machine, run and Python), so no table is kept."
+    """A document's fold, 0 .. folds-1: a stable hash of its id (the same on every machine, run and Python), so no table
+    is kept."""
     import hashlib
 
     return int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8).digest(), "little") % folds
@@ -233,13 +237,15 @@ def fold_key(doc: dict) -> str:
 
 
 def outside_fold(items, fold: int, folds: int):
-    "The `(id, text)` items fold `fold`'s model may train on: those of every other fold (all of them when `folds` is 1: in-sample)."
+    """The `(id, text)` items fold `fold`'s model may train on: those of every other fold (all of them when `folds` is
+    1: in-sample)."""
     return ((i, t) for i, t in items if folds == 1 or fold_of(i, folds) != fold)
 
 
 class CrossFitted:
-    """`folds` classifiers, model k trained without fold k's documents: `score_docs` scores each document (a dict with `id`,
-    `text` and maybe `url`) with the model of its own fold, so no document is scored by a model that trained on it. One model: in-sample."""
+    """`folds` classifiers, model k trained without fold k's documents: `score_docs` scores each document (a dict with
+    `id`, `text` and maybe `url`) with the model of its own fold, so no document is scored by a model that trained on
+    it. One model: in-sample."""
 
     def __init__(self, models, trained_on=None):
         self.models, self.trained_on = (
@@ -261,7 +267,8 @@ class CrossFitted:
 
     @classmethod
     def train(cls, positives, negatives, folds: int = 5, seed: int = 0, chunks=word_chunks) -> "CrossFitted":
-        "`positives`, `negatives`: lists of `(fold key, text)`; model k trains on the chunks of the documents outside fold k."
+        """`positives`, `negatives`: lists of `(fold key, text)`; model k trains on the chunks of the documents outside
+        fold k."""
         models, trained_on = [], []
         for k in range(folds):
             pos, neg = list(outside_fold(positives, k, folds)), list(outside_fold(negatives, k, folds))

@@ -28,7 +28,8 @@ def batch_counts(cfg: Config) -> Counter:
 def step_seconds(
     cfg: Config, setup: Setup, batch: int, gpu: GPU | str = "a100-80gb", asm: Assumptions = Assumptions()
 ) -> float:
-    "Predicted seconds of one optimizer step at global `batch`; below the pipeline's fill point, the 1F1B line extended."
+    """Predicted seconds of one optimizer step at global `batch`; below the pipeline's fill point, the 1F1B line
+    extended."""
     per_micro = setup.micro_batch * setup.dp  # samples per micro-batch round of all replicas
     if batch % per_micro:
         raise ValueError(f"batch {batch} is not a multiple of micro-batch x DP = {per_micro}")
@@ -59,7 +60,8 @@ OPTIMIZER_BYTES = 12  # fp32 master + Adam's exp_avg and exp_avg_sq per paramete
 
 
 def saved_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> int:
-    "Parameters a rank of pipeline stage `stage` saves: its TP slices, less the last stage's copy of the tied embedding."
+    """Parameters a rank of pipeline stage `stage` saves: its TP slices, less the last stage's copy of the tied
+    embedding."""
     n = stage_params_per_rank(model, tp, pp, stage)
     if pp > 1 and stage == pp - 1:
         n -= model.padded_vocab_size(tp) * model.hidden_size // tp
@@ -67,7 +69,8 @@ def saved_params_per_rank(model: ModelConfig, tp: int, pp: int, stage: int) -> i
 
 
 def weight_bytes(precision: str, world_size: int) -> int:
-    "Bytes per saved weight: bf16 on the DeepSpeed engine of a bf16 run; fp32 otherwise (and on one process, under autocast)."
+    """Bytes per saved weight: bf16 on the DeepSpeed engine of a bf16 run; fp32 otherwise (and on one process, under
+    autocast)."""
     return 2 if precision == "bf16" and world_size > 1 else 4
 
 
@@ -124,7 +127,8 @@ def job_mtbf_hours(gpus: int, gpu_mtbf_hours: float = GPU_MTBF_HOURS) -> float:
 
 # %% ../nbs/55_run_plan.ipynb
 def overhead_fraction(interval_s: float, save_s: float, mtbf_s: float, restart_s: float = 0.0) -> float:
-    "Expected seconds lost per second of training: saving every `interval_s`, and redoing half an interval plus a restart per failure."
+    """Expected seconds lost per second of training: saving every `interval_s`, and redoing half an interval plus a
+    restart per failure."""
     return save_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s
 
 
@@ -150,12 +154,14 @@ def round_interval(steps: float) -> int:
 
 # %% ../nbs/55_run_plan.ipynb
 def allocation_end_seconds(save_s: float, signal_s: float) -> float:
-    "Seconds an allocation's end costs: the final save on the signal, or the signal's whole lead if longer (the job has exited)."
+    """Seconds an allocation's end costs: the final save on the signal, or the signal's whole lead if longer (the job
+    has exited)."""
     return max(save_s, signal_s)
 
 
 def usable_seconds(limit_s: float, startup_s: float, load_s: float, end_s: float) -> float:
-    "Seconds an allocation of `limit_s` trains: less start-up, loading the checkpoint, and its end (`allocation_end_seconds`)."
+    """Seconds an allocation of `limit_s` trains: less start-up, loading the checkpoint, and its end
+    (`allocation_end_seconds`)."""
     usable = limit_s - startup_s - load_s - end_s
     if usable <= 0:
         raise ValueError(
@@ -371,21 +377,27 @@ def format_run_plan(p: RunPlan) -> str:
             + ("" if p.fits else " -- the full batch does NOT fit the GPU's memory"),
             f"  training       {_duration(p.train_s)} of steps"
             + (f" ({p.train_s / 3600:,.0f} h)" if p.train_s >= 2 * 86400 else ""),
-            f"  checkpoint     {_bytes(p.checkpoint.total)}: {_bytes(p.checkpoint.weights)} weights + {_bytes(p.checkpoint.optimizer)} "
+            f"  checkpoint     {_bytes(p.checkpoint.total)}: {_bytes(p.checkpoint.weights)} weights + "
+            f"{_bytes(p.checkpoint.optimizer)} "
             f"fp32 masters and Adam moments",
-            f"{pad}largest rank {_bytes(p.checkpoint.largest_rank)} (pipeline stage {p.checkpoint.largest_stage}, data-parallel rank 0)",
+            f"{pad}largest rank {_bytes(p.checkpoint.largest_rank)} (pipeline stage "
+            f"{p.checkpoint.largest_stage}, data-parallel rank 0)",
             f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:,.0f} GB/s ({fs_note})"
             if p.fs_gbps >= 10
             else f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:.3g} GB/s ({fs_note})",
-            f"  allocations    {p.allocations} of {p.time_limit_s / 3600:g} h if nothing fails, {p.usable_s / 3600:.2f} h of training each; "
+            f"  allocations    {p.allocations} of {p.time_limit_s / 3600:g} h if nothing fails, "
+            f"{p.usable_s / 3600:.2f} h of training each; "
             f"each loses {_duration(p.startup_s)} start-up,",
-            f"{pad}{_duration(p.load_s)} loading the checkpoint and {_duration(p.end_s)} from SIGUSR1 to its end (the final save "
+            f"{pad}{_duration(p.load_s)} loading the checkpoint and {_duration(p.end_s)} from SIGUSR1 to "
+            f"its end (the final save "
             f"takes {_duration(p.save_s)};",
             f"{pad}the steps since the last periodic save are saved then, not lost)",
             f"  failures       one per {p.mtbf_s / 3600:,.1f} h ({mtbf_note})",
             f"  save interval  every {p.interval_steps:,} steps{capped}: Young/Daly sqrt(2 x {_duration(p.save_s)} x "
-            f"{p.mtbf_s / 3600:,.1f} h) = {_duration(p.young_s)} = {p.young_s / p.step_s:,.1f} steps of {_duration(p.step_s)}",
-            f"{pad}overhead {ov:.1%} ({save_part:.1%} saving, {ov - save_part:.1%} rework and restarts); a failure costs "
+            f"{p.mtbf_s / 3600:,.1f} h) = {_duration(p.young_s)} = {p.young_s / p.step_s:,.1f} steps of "
+            f"{_duration(p.step_s)}",
+            f"{pad}overhead {ov:.1%} ({save_part:.1%} saving, {ov - save_part:.1%} rework and restarts); a "
+            f"failure costs "
             f"{_duration(p.interval_steps * p.step_s / 2)} of steps + {_duration(p.restart_s)} restart",
             f"{pad}{cfg_line}",
             f"  wall clock     {_duration(p.wall_s)} expected, with ~{p.expected_failures:.0f} failures"
@@ -399,7 +411,8 @@ def format_run_plan(p: RunPlan) -> str:
 
 # %% ../nbs/55_run_plan.ipynb
 def plot_run_plan(p: RunPlan, compare_steps: int | None = 500):
-    "Left: days of steps against tokens, the batch ramp marked. Right: overhead against the save interval, the optimum marked."
+    """Left: days of steps against tokens, the batch ramp marked. Right: overhead against the save interval, the optimum
+    marked."""
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))

@@ -23,7 +23,8 @@ from .catalog import data_path, shown_path
 
 @contextlib.contextmanager
 def _quiet_datasets():
-    "`datasets` progress bars off inside the block (per-task maps over a few rows: bars would be noise), restored after."
+    """`datasets` progress bars off inside the block (per-task maps over a few rows: bars would be noise), restored
+    after."""
     import datasets
 
     was_off = datasets.are_progress_bars_disabled()
@@ -144,7 +145,8 @@ TASKS = {
             (0.766, None, None),
             ("text",),
             {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}}"},
-            "no train split exists: few-shot examples come from the test set; paper column: zero-shot only (standard format)",
+            "no train split exists: few-shot examples come from the test set; paper column: zero-shot only "
+            "(standard format)",
             "standard (passage, last word scored) at zero shots",
         ),
         TaskSpec(
@@ -289,7 +291,8 @@ TASKS = {
                 "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True or False?\nAnswer:",
                 "doc_to_choice": ["True", "False"],
             },
-            "generated from McCoy et al.'s templates: `mtnlg hans --out ROOT` writes the full set (chapter 64); the fixture is its 10-per-sub-case slice",
+            "generated from McCoy et al.'s templates: `mtnlg hans --out ROOT` writes the full set (chapter "
+            "64); the fixture is its 10-per-sub-case slice",
             "`<premise> Question: <hypothesis> True or False?` (the paper's Figure 4)",
         ),
         TaskSpec(
@@ -362,7 +365,8 @@ def eval_dir(data_dir=None) -> Path:
 
 
 def read_task_jsonl(path, spec: TaskSpec, where: str = "eval") -> list[dict]:
-    "Rows of a task's JSONL file (`spec.eval_file` under the data root's `where/`); a missing file, malformed line or missing field raises an error naming the fix."
+    """Rows of a task's JSONL file (`spec.eval_file` under the data root's `where/`); a missing file, malformed line or
+    missing field raises an error naming the fix."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -391,7 +395,8 @@ def read_task_jsonl(path, spec: TaskSpec, where: str = "eval") -> list[dict]:
 
 # %% ../nbs/61_tasks.ipynb
 def local_task(name: str, data_dir=None, num_fewshot: int = 0, prompt: dict | None = None):
-    "The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`, with `num_fewshot` examples; `prompt` replaces keys of the spec's prompt config (another wording, chapter 71)."
+    """The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`,
+    with `num_fewshot` examples; `prompt` replaces keys of the spec's prompt config (another wording, chapter 71)."""
     spec, d = task_spec(name), eval_dir(data_dir)
     splits = {spec.split: read_task_jsonl(d / spec.eval_file, spec)}
     if spec.fewshot_file:
@@ -419,7 +424,8 @@ def local_task(name: str, data_dir=None, num_fewshot: int = 0, prompt: dict | No
 
 
 def configurable_task(config: dict, splits: dict[str, list[dict]]):
-    "A harness `ConfigurableTask` from `config` (no dataset path) whose dataset is `splits` (split name -> rows), built offline."
+    """A harness `ConfigurableTask` from `config` (no dataset path) whose dataset is `splits` (split name -> rows),
+    built offline."""
     import datasets
     import logging
     from lm_eval.api.task import ConfigurableTask
@@ -516,7 +522,8 @@ def write_task_yamls(out_dir, data_dir=None) -> Path:
 
 # %% ../nbs/61_tasks.ipynb
 def available_tasks(data_dir=None) -> tuple[list[str], list[str]]:
-    "The tasks whose evaluation file the data directory has, and those it lacks (the offline mirror has no HANS: `mtnlg hans` writes it)."
+    """The tasks whose evaluation file the data directory has, and those it lacks (the offline mirror has no HANS:
+    `mtnlg hans` writes it)."""
     d = eval_dir(data_dir)
     present = [n for n, t in TASKS.items() if (d / t.eval_file).is_file()]
     return present, [n for n in TASKS if n not in present]
@@ -532,8 +539,9 @@ def evaluate_tasks(
     fewshot_seed: int = 1234,
     log_samples: bool = False,
 ) -> dict:
-    """Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's (online).
-    In a job of several processes (chapter 65) every rank calls it; the harness's results come back on rank 0, None elsewhere."""
+    """Accuracy of harness model object `lm` on `tasks` x `shots` ('0', '1', 'few'); local JSONL tasks or the harness's
+    (online). In a job of several processes (chapter 65) every rank calls it; the harness's results come back on rank 0,
+    None elsewhere."""
     names = list(TASKS) if list(tasks) in (["all"], []) else [task_spec(t).name for t in tasks]
     if source not in ("local", "harness"):
         raise ValueError(f"unknown source {source!r}; use local or harness")
@@ -679,7 +687,8 @@ def results_figure(results: dict, title: str = ""):
 
 # %% ../nbs/61_tasks.ipynb
 def write_results(results: dict, out_dir, title: str = "") -> Path:
-    "Write `results.json` (without per-request samples), `results.md` (the table) and `results.png` (the figure) into `out_dir`."
+    """Write `results.json` (without per-request samples), `results.md` (the table) and `results.png` (the figure) into
+    `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res = {k: v for k, v in results.items() if k != "samples"}

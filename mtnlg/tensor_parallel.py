@@ -228,7 +228,8 @@ def vocab_parallel_cross_entropy(logits, target, group=None):
 
 # %% ../nbs/11_tensor_parallel.ipynb
 def layer_costs(model, tp: int, tokens: int, bytes_per_value: int = 2) -> dict:
-    "Per-rank weight bytes of one transformer layer of `model` (a `ModelConfig`) and its all-reduce bytes per forward+backward."
+    """Per-rank weight bytes of one transformer layer of `model` (a `ModelConfig`) and its all-reduce bytes per
+    forward+backward."""
     from mtnlg.config import layer_params_per_rank  # chapter 00 counts what a rank holds
 
     weights = layer_params_per_rank(model, tp)  # sliced matrices and column biases + replicated biases/LayerNorms
@@ -338,13 +339,15 @@ def mark_sequence_parallel(module: nn.Module, on: bool = True) -> nn.Module:
 
 
 def sequence_parallel_params(module: nn.Module) -> list:
-    "The parameters of `module` tagged `sequence_parallel` (LayerNorms and row-parallel biases under sequence parallelism)."
+    """The parameters of `module` tagged `sequence_parallel` (LayerNorms and row-parallel biases under sequence
+    parallelism)."""
     return [p for p in module.parameters() if getattr(p, "sequence_parallel", False)]
 
 
 def allreduce_sequence_parallel_grads(module: nn.Module, group=None, grad_of=lambda p: p.grad) -> int:
     """Sum over the tensor-parallel group the gradients of the parameters used on sequence slices; `grad_of` picks
-    where the gradient lives (DeepSpeed's bf16 optimizer keeps its fp32 accumulation in `p._hp_grad`). Returns how many."""
+    where the gradient lives (DeepSpeed's bf16 optimizer keeps its fp32 accumulation in `p._hp_grad`). Returns how
+    many."""
     grads = [g for g in map(grad_of, sequence_parallel_params(module)) if g is not None]
     for g in grads:
         dist.all_reduce(g, group=tp_group(group))

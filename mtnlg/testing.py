@@ -29,7 +29,8 @@ def whoami() -> tuple[int, int]:
 
 
 def init_distributed_worker(tensor_parallel: int, pipeline_parallel: int, data_parallel: int):
-    "Join with `init_distributed` (which checks megatron-core's groups against the layout); return this rank's coordinate."
+    """Join with `init_distributed` (which checks megatron-core's groups against the layout); return this rank's
+    coordinate."""
     quiet_libraries()
     layout = init_distributed(Layout(tensor_parallel, pipeline_parallel, data_parallel))
     return layout.coord(dist.get_rank())
@@ -290,7 +291,8 @@ def generate_tp_worker(
     config_path: str, tensor_parallel: int, prompts: list, max_new: int = 8, init_seed: int = 3
 ) -> dict:
     """Chapter 62 on TP = `tensor_parallel` (the world): greedy tokens with and without the KV cache, a padded batch's
-    tokens, and the largest difference between cached logits and the training forward's, gathered over the vocabulary."""
+    tokens, and the largest difference between cached logits and the training forward's, gathered over the
+    vocabulary."""
     from mtnlg.model import GPT
     from mtnlg.generate import generate, forward_cached, full_logits, KVCache
 
@@ -722,7 +724,8 @@ class MemoryTracker:
     def peak(self, window: str, exclude: tuple = (), largest: int = 5) -> dict:
         """Live bytes at the start of `window` and at its peak, by category (as tagged; untagged: activations and
         working buffers), leaving out allocations whose category or top category is in `exclude`; where the peak is
-        (`at`: the enclosing markers, `at ms`: time from the window's start) and the largest untagged allocations there."""
+        (`at`: the enclosing markers, `at ms`: time from the window's start) and the largest untagged allocations
+        there."""
         t0, t1 = self.windows[window]
         cat = lambda a: self.category.get(a, ACTIVATIONS)
         skip = lambda a: cat(a) in exclude or _top(cat(a)) in exclude
@@ -795,7 +798,8 @@ class MemoryTracker:
 
 def memory_exactness_check(mib: int = 1) -> dict:
     """The method on a known workload: W (tagged a parameter) before the window; in it allocate A, then B, free A,
-    allocate C (tagged a gradient), free B and C. The peak is W + B + C: W a parameter, C a gradient, B an activation."""
+    allocate C (tagged a gradient), free B and C. The peak is W + B + C: W a parameter, C a gradient, B an
+    activation."""
     n = mib * 2**20
     with MemoryTracker() as mt:
         w = torch.ones(n, dtype=torch.uint8)
@@ -889,7 +893,8 @@ def tag_deepspeed_step(mt: MemoryTracker, engine):
 
 
 def live_storages(*extra) -> dict:
-    "{data_ptr: nbytes} of the distinct CPU storages of every tensor the garbage collector sees, and of `extra` tensors."
+    """{data_ptr: nbytes} of the distinct CPU storages of every tensor the garbage collector sees, and of `extra`
+    tensors."""
     out, objects = {}, gc.get_objects()
     try:
         for o in (*objects, *extra):

@@ -315,7 +315,8 @@ def check_layout(cfg: Config, world_size: int):
 
 # %% ../nbs/10_topology.ipynb
 def init_distributed(layout: Layout = Layout(1, 1, 1), backend: str | None = None, timeout_s: float = 1800) -> Layout:
-    "Join the job (or start a one-process group), initialise megatron-core's groups for `layout`, check them. Idempotent."
+    """Join the job (or start a one-process group), initialise megatron-core's groups for `layout`, check them.
+    Idempotent."""
     from megatron.core import parallel_state as ps
 
     env = launcher_env()
@@ -437,7 +438,8 @@ DETERMINISTIC_ENV = {
 
 def deterministic_mode(on: bool) -> dict:
     """Make this process compute the same bits every time (`on`), or PyTorch's fast defaults (not `on`). Call it
-    before `init_distributed` and the first CUDA kernel. Returns the environment variables it set (kept if already set)."""
+    before `init_distributed` and the first CUDA kernel. Returns the environment variables it set (kept if already
+    set)."""
     torch.use_deterministic_algorithms(on)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = on, False
     if not on:
@@ -604,7 +606,8 @@ def job_failure(
 
 
 def _short(message: str, width: int = 80) -> str:
-    "An error's gist: without a C++ source location (`[.../pair.cc:553] `), its first sentence, at most `width` characters."
+    """An error's gist: without a C++ source location (`[.../pair.cc:553] `), its first sentence, at most `width`
+    characters."""
     m = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ", "", message).split(". ")[0]
     return m if len(m) <= width else m[: width - 3] + "..."
 
@@ -633,7 +636,8 @@ def _after(first: int, err: dict | None, codes: dict, by_rank: dict, t: dict) ->
 # %% ../nbs/10_topology.ipynb
 @contextlib.contextmanager
 def _torchrun_quietly():
-    "torchrun's log lines off (its thread-count banner, `Sending process ... SIGTERM`, its failure report): the launcher says what failed."
+    """torchrun's log lines off (its thread-count banner, `Sending process ... SIGTERM`, its failure report): the
+    launcher says what failed."""
     import torch.distributed.run  # creates torchrun's loggers
 
     loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.startswith("torch.distributed")]
@@ -714,7 +718,8 @@ shutil.rmtree(where, ignore_errors=True)
 
 
 def ranks_of(where) -> list[int]:
-    "The pids of the live processes started under the error folder `where` (the ranks of one `run_ranks`, and their children)."
+    """The pids of the live processes started under the error folder `where` (the ranks of one `run_ranks`, and their
+    children)."""
     mark, out = f"{RANK_ERRORS_ENV}={where}".encode(), []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

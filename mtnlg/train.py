@@ -304,7 +304,8 @@ def load_run(run: Run, backend: str = "auto", log=print) -> Run:
         if start.layout == run.layout:
             set_rng_state(start.rng(rank))  # the same rank's streams; a new layout reseeds
         run.say(
-            f"resumed from {start.dir} (step {start.step}, {run.state['consumed_samples']:,} samples, saved on {start.layout})"
+            f"resumed from {start.dir} (step {start.step}, {run.state['consumed_samples']:,} samples, "
+            f"saved on {start.layout})"
         )
     run.losses = list(run.state["loss_window"])
     run.say(
@@ -383,7 +384,8 @@ def speed_metrics(cfg: Config, layout: Layout, sequences: int, seconds: float, d
 
 
 def log_line(row: dict, steps: int) -> str:
-    "One metrics row as the console shows it: `step 10/300 | loss 5.123 | lr 3.00e-03 | 1,234 tokens/s | MFU n/a | ...`."
+    """One metrics row as the console shows it: `step 10/300 | loss 5.123 | lr 3.00e-03 | 1,234 tokens/s | MFU n/a |
+    ...`."""
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
     parts = [
         f"step {row['step']}/{steps}",
@@ -438,7 +440,8 @@ class MetricsLog:
 
 
 def log_step(run: Run, done: dict, metrics: MetricsLog, bar, t_start: float) -> dict:
-    "The row of the log window that ends with step `done` (`train_one_step`'s), recorded and shown; the window restarts."
+    """The row of the log window that ends with step `done` (`train_one_step`'s), recorded and shown; the window
+    restarts."""
     s = run.state
     row = {
         "step": done["step"],
@@ -473,7 +476,8 @@ def validation_loss(run: Run) -> float:
 
 # %% ../nbs/41_train.ipynb
 def checkpoint_if_due(run: Run, step: int, stop_now: bool, t_start: float) -> Path | None:
-    "Save step `step` if a signal asked for it, it is the last, or `checkpoint.save_interval` says so; the step directory, else None."
+    """Save step `step` if a signal asked for it, it is the last, or `checkpoint.save_interval` says so; the step
+    directory, else None."""
     interval = run.cfg.checkpoint.save_interval
     if not (stop_now or step == len(run.steps) or (interval and step % interval == 0)):
         return None
@@ -568,8 +572,8 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
                 stopped_by = stop.received or "a signal on another rank"
                 run.say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto")
                 break
-        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the batch
-        # shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
+        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the
+        # batch shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
         metrics.close()
         result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
         dist.barrier()
