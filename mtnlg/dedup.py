@@ -90,7 +90,8 @@ def shingle_hashes(texts, ngram: int = 5, seed: int = 0) -> tuple[np.ndarray, np
 
 # %% ../nbs/32_dedup.ipynb
 def one_permutation_minhash(h: np.ndarray, doc: np.ndarray, n_docs: int, num_perm: int = 128) -> np.ndarray:
-    "Densified one-permutation MinHash signatures [n_docs, num_perm] (uint32) from shingle hashes `h` of documents `doc`."
+    """Densified one-permutation MinHash signatures [n_docs, num_perm] (uint32) from shingle hashes `h` of documents
+    `doc`."""
     bits = num_perm.bit_length() - 1
     if num_perm != 1 << bits or not 2 <= num_perm <= 1024:
         raise ValueError(f"num_perm must be a power of two in [2, 1024], got {num_perm}")
@@ -110,7 +111,8 @@ def one_permutation_minhash(h: np.ndarray, doc: np.ndarray, n_docs: int, num_per
 def minhash_signatures(
     texts, num_perm: int = 128, ngram: int = 5, seed: int = 0, batch_bytes: int = 1 << 22
 ) -> np.ndarray:
-    "MinHash signatures [len(texts), num_perm] (uint32) of the word `ngram`-gram sets of `texts`, in batches of ~`batch_bytes`."
+    """MinHash signatures [len(texts), num_perm] (uint32) of the word `ngram`-gram sets of `texts`, in batches of
+    ~`batch_bytes`."""
     texts, out, i = list(texts), [], 0
     while i < len(texts):
         j, size = i, 0
@@ -194,7 +196,8 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 
 def candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    "Unique pairs (i < j) of documents that agree on all rows of at least one band (documents without shingles skipped)."
+    """Unique pairs (i < j) of documents that agree on all rows of at least one band (documents without shingles
+    skipped)."""
     ids = np.flatnonzero(sig[:, 0] != EMPTY)
     keys, out = band_keys(sig[ids], bands, rows), []
     for b in range(bands):
@@ -245,7 +248,8 @@ def fuzzy_dedup(
     engine: str = "numpy",
     threads: int = 1,
 ) -> DedupResult:
-    "Near-duplicate groups by MinHash-LSH + estimated Jaccard >= `threshold` + connected components; keep one per group by dataset `priority`."
+    """Near-duplicate groups by MinHash-LSH + estimated Jaccard >= `threshold` + connected components; keep one per
+    group by dataset `priority`."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     from scipy.sparse import coo_matrix
@@ -414,7 +418,8 @@ def _signature_batch(texts, num_perm, ngram, seed):
 def compiled_signatures(
     texts, num_perm: int = 128, ngram: int = 5, seed: int = 0, threads: int = 1, batch: int = 2048
 ) -> np.ndarray:
-    "`minhash_signatures`, compiled: the same uint32 signatures [len(texts), num_perm], batches of `batch` texts on `threads` threads."
+    """`minhash_signatures`, compiled: the same uint32 signatures [len(texts), num_perm], batches of `batch` texts on
+    `threads` threads."""
     bits = num_perm.bit_length() - 1
     if num_perm != 1 << bits or not 2 <= num_perm <= 1024:
         raise ValueError(f"num_perm must be a power of two in [2, 1024], got {num_perm}")
@@ -449,7 +454,8 @@ def _band_keys_kernel(sig, ids, bands, rows):
 
 @njit(cache=True, nogil=True)
 def _star_centers(keys, b, order, center, max_bucket):
-    "center[d, b]: the smallest document of d's band-b bucket if that bucket has more than `max_bucket` documents, else -1."
+    """center[d, b]: the smallest document of d's band-b bucket if that bucket has more than `max_bucket` documents,
+    else -1."""
     n, s = order.shape[0], 0
     while s < n:
         t, m = s + 1, order[s]
@@ -545,7 +551,8 @@ def _similar_kernel(sig, i, j, threshold):
 
 @njit(cache=True, nogil=True)
 def _union_find(n, i, j):
-    "Component labels of the graph with edges (i, j): union-find, then labels by smallest document, as scipy numbers them."
+    """Component labels of the graph with edges (i, j): union-find, then labels by smallest document, as scipy numbers
+    them."""
     parent = np.arange(n)
     for p in range(i.shape[0]):
         a, b = i[p], j[p]
@@ -572,7 +579,8 @@ def _union_find(n, i, j):
 def compiled_components(
     sig: np.ndarray, i: np.ndarray, j: np.ndarray, threshold: float, threads: int = 1
 ) -> tuple[np.ndarray, int]:
-    "Component labels (scipy's numbering) of the graph of pairs (i, j) whose estimated Jaccard reaches `threshold`, and its edge count."
+    """Component labels (scipy's numbering) of the graph of pairs (i, j) whose estimated Jaccard reaches `threshold`,
+    and its edge count."""
     i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
     parts = np.array_split(np.arange(len(i)), max(1, threads))
     with ThreadPoolExecutor(max(1, threads)) as ex:
@@ -631,7 +639,8 @@ def plan_dedup(
 
 
 def dedup_shard(src, dst, drops: dict) -> Manifest:
-    "Pass 3 over one shard, a document at a time: write the documents not in `drops`; the manifest counts the rest by reason."
+    """Pass 3 over one shard, a document at a time: write the documents not in `drops`; the manifest counts the rest by
+    reason."""
     t0, src = time.time(), Path(src)
     man = Manifest("dedup", src.name)
 
@@ -649,7 +658,8 @@ def dedup_shard(src, dst, drops: dict) -> Manifest:
 
 # %% ../nbs/32_dedup.ipynb
 def _npz_member(path, name: str = "sig.npy") -> tuple[int, np.dtype, tuple]:
-    "Where array `name` of a stored (uncompressed) .npz begins: the byte offset of its data, its dtype and shape, from the headers alone."
+    """Where array `name` of a stored (uncompressed) .npz begins: the byte offset of its data, its dtype and shape, from
+    the headers alone."""
     with zipfile.ZipFile(path) as z:
         info = z.getinfo(name)
     with open(path, "rb") as f:
@@ -880,7 +890,8 @@ def shard_drops(signature_file, offset: int, priority, fate_path, dst) -> dict:
 
 
 def plan_partitions(n_shards: int, partitions: int = 0) -> int:
-    "Edge partitions: as asked, else one per 16 shards (at least 1, at most 4,096): pairs per partition stay small as the corpus grows."
+    """Edge partitions: as asked, else one per 16 shards (at least 1, at most 4,096): pairs per partition stay small as
+    the corpus grows."""
     return partitions if partitions > 0 else max(1, min(4096, -(-n_shards // 16)))
 
 
@@ -899,9 +910,10 @@ def partitioned_plan(
     map=_inline,
     band_splits: int = 1,
 ) -> tuple[dict, np.ndarray]:
-    """Stages A0 (one task per shard), A (one per band and key split), A' (one per edge partition) and B (one task: ids and labels), each run as
-    `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor). Returns the summary numbers
-    `plan_dedup` gives and each shard's first global document number (the shard-C tasks' offsets)."""
+    """Stages A0 (one task per shard), A (one per band and key split), A' (one per edge partition) and B (one task: ids
+    and labels), each run as `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor).
+    Returns the summary numbers `plan_dedup` gives and each shard's first global document number (the shard-C tasks'
+    offsets)."""
     work, files = Path(work_dir), [str(f) for f in signature_files]
     key_files = [str(work / "keys" / f"{k:06d}.npy") for k in range(len(files))]
     counts = map(band_keys_task, [(f, k, bands, rows) for f, k in zip(files, key_files)], "dedup: band keys")
