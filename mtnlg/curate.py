@@ -147,7 +147,8 @@ class CurateConfig:
     source: str | None = None
 
     def path(self, p: str) -> Path:
-        "`p` as given if absolute or existing, else relative to the project holding the config (parent of scaled_configs/)."
+        """`p` as given if absolute or existing, else relative to the project holding the config (parent of
+        scaled_configs/)."""
         q = Path(os.path.expandvars(os.path.expanduser(p.format(name=self.name))))
         if q.is_absolute() or q.exists() or self.source is None:
             return q
@@ -177,7 +178,8 @@ def _validate_curate(c: CurateConfig):
             raise ConfigError(f"`quality.{key}` names unknown datasets {bad}; datasets are {names}")
     if any(d.quality_filter for d in c.datasets) and not (c.quality.positive_datasets and c.quality.negative_datasets):
         raise ConfigError(
-            "a dataset has `quality_filter: true` but `quality.positive_datasets` / `quality.negative_datasets` are not both set"
+            "a dataset has `quality_filter: true` but `quality.positive_datasets` / "
+            "`quality.negative_datasets` are not both set"
         )
     if c.quality.folds < 1:
         raise ConfigError(f"`quality.folds` must be >= 1 (1: in-sample, the paper's recipe), got {c.quality.folds}")
@@ -448,8 +450,9 @@ SAMPLE_FACTOR = 4  # a training task reads at most 4 x quality.max_train_chunks 
 
 
 def _sample_chunks(shard_items: list, cap: int, word_chunks) -> list[tuple[str, str]]:
-    """`(document id, chunk)` word chunks from each shard's (lazy) `(id, text)` items, at most `cap / shards` from each: the
-    classifier needs a sample of the corpus, and reading all of it in one process would grow with the crawl. Below the cap, every chunk."""
+    """`(document id, chunk)` word chunks from each shard's (lazy) `(id, text)` items, at most `cap / shards` from each:
+    the classifier needs a sample of the corpus, and reading all of it in one process would grow with the crawl. Below
+    the cap, every chunk."""
     quota, out = -(-cap // max(1, len(shard_items))), []
     for items in shard_items:
         got = []
@@ -485,9 +488,10 @@ def _raw_items(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: 
 
 
 def task_train_quality(path, fold, folds, positives, negatives, max_chunks, seed):
-    """One fold's quality classifier, on a worker: chunks of the positive datasets' extracted documents against the negative
-    datasets' raw input, sampled as `_sample_chunks` says, none from fold `fold`'s documents. Writes the model and, beside it
-    (`.json`), the fold keys (URLs, else ids) of the documents it trained on. `positives`: extract-stage files; `negatives`: `_raw_items` arguments."""
+    """One fold's quality classifier, on a worker: chunks of the positive datasets' extracted documents against the
+    negative datasets' raw input, sampled as `_sample_chunks` says, none from fold `fold`'s documents. Writes the model
+    and, beside it (`.json`), the fold keys (URLs, else ids) of the documents it trained on. `positives`: extract-stage
+    files; `negatives`: `_raw_items` arguments."""
     from mtnlg.quality import QualityClassifier, word_chunks
 
     path, ids_path = Path(path), Path(path).with_suffix(".json")
@@ -519,8 +523,9 @@ def quality_model_paths(out: Path, folds: int) -> list[Path]:
 
 
 def train_quality_models(c) -> list[Path] | None:
-    """The quality classifiers (chapter 31), one per fold, trained as tasks on the executor: extracted text of the positive
-    datasets vs raw input of the negative ones, each without its fold's documents. None when no dataset is filtered."""
+    """The quality classifiers (chapter 31), one per fold, trained as tasks on the executor: extracted text of the
+    positive datasets vs raw input of the negative ones, each without its fold's documents. None when no dataset is
+    filtered."""
     cfg, q = c.cfg, c.cfg.quality
     if not any(d.quality_filter for d in cfg.datasets):
         return None
@@ -554,7 +559,8 @@ def train_quality_models(c) -> list[Path] | None:
         f"{min(n[k] for n in chunks)}" + (f"-{max(n[k] for n in chunks)}" if len({n[k] for n in chunks}) > 1 else "")
     )
     c.log(
-        f"quality classifier: {q.folds} model(s) of {span('positive')} curated / {span('negative')} raw-crawl chunks ({how})"
+        f"quality classifier: {q.folds} model(s) of {span('positive')} curated / {span('negative')} "
+        f"raw-crawl chunks ({how})"
     )
     return paths
 
@@ -602,7 +608,8 @@ def _shard_files(folder: Path, d: DatasetSpec) -> list[Path]:
 
 
 def discover_shards(cfg: CurateConfig) -> dict[str, list[Path]]:
-    "`{dataset: [shard paths]}` from `<input_dir>/<dataset>/`: *.jsonl(.gz|.zst), *.warc(.gz), *.parquet (as `reader` says)."
+    """`{dataset: [shard paths]}` from `<input_dir>/<dataset>/`: *.jsonl(.gz|.zst), *.warc(.gz), *.parquet (as `reader`
+    says)."""
     root = cfg.path(cfg.input_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"input_dir {str(root)!r} not found")
@@ -856,7 +863,8 @@ def curate(
     log=print,
     scheduler_file=None,
 ) -> dict:
-    "Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write) the summary."
+    """Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write)
+    the summary."""
     t_start = time.time()
     out = Path(output_dir) if output_dir else cfg.path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -936,7 +944,8 @@ class _Documents:
 
 def _token_counts(docs: _Documents, prefixes, tok):
     """Each document's `len(tok.encode(text).ids)`: its length in the tokenize stage's shard `prefixes[k]` less the
-    end-of-text token, or, in a shard that dropped documents without tokens (its lengths no longer line up), counted again."""
+    end-of-text token, or, in a shard that dropped documents without tokens (its lengths no longer line up), counted
+    again."""
     for f, n, p in zip(docs.files, docs.per_file, prefixes):
         yield from _shard_token_counts(f, n, p, tok)
 
@@ -952,7 +961,8 @@ def _shard_token_counts(f, n: int, prefix, tok):
 
 
 def task_shard_tokens(src, prefix, tokenizer_path, limit: int | None = None) -> tuple[int, int]:
-    "One curated shard's (documents, tokens of its first `limit` documents, all if None): the blend's per-shard bookkeeping, as a task."
+    """One curated shard's (documents, tokens of its first `limit` documents, all if None): the blend's per-shard
+    bookkeeping, as a task."""
     from tokenizers import Tokenizer
 
     with open(src, "rb") as f:
@@ -972,7 +982,8 @@ def task_merge_indexed(prefixes, out_prefix) -> int:
 def task_blend_text(
     files: dict, sizes: dict, weights: dict, total: float, seed: int, train: dict, out
 ) -> tuple[int, int]:
-    "`blend/train.jsonl` (the blend order's documents) and `blend/valid.jsonl`, text to read: a task, and the only one that reads every document again."
+    """`blend/train.jsonl` (the blend order's documents) and `blend/valid.jsonl`, text to read: a task, and the only one
+    that reads every document again."""
     from mtnlg.blend import blend_order
 
     docs = {d: _Documents(fs) for d, fs in files.items()}
@@ -992,7 +1003,8 @@ def task_blend_text(
 
 
 def task_gpt_samples(prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int) -> tuple[int, list]:
-    "The blended GPT samples megatron-core would draw (a check of the indexed datasets): how many, and each dataset's share."
+    """The blended GPT samples megatron-core would draw (a check of the indexed datasets): how many, and each dataset's
+    share."""
     from mtnlg.indexed import blended_gpt_samples
 
     bs = blended_gpt_samples(prefixes, weights, seq_length, num_samples, seed)
@@ -1000,7 +1012,8 @@ def task_gpt_samples(prefixes: list, weights: list, seq_length: int, num_samples
 
 
 def blend_report(sizes: dict, weights: dict, total: float) -> dict:
-    "`blend_order`'s report without its per-document order: each dataset's documents, tokens, weight, epochs and documents out."
+    """`blend_order`'s report without its per-document order: each dataset's documents, tokens, weight, epochs and
+    documents out."""
     w = np.array([weights[n] for n in sizes], float)
     w /= w.sum()
     report = {}
@@ -1020,7 +1033,8 @@ def blend_report(sizes: dict, weights: dict, total: float) -> dict:
 
 def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file, map=None) -> dict:
     """The blend from per-shard numbers that tasks count (`map(fn, args_list, what)`: the executor): the driver adds up
-    a few numbers a shard and opens no shard. Writes `blend/megatron_data_path.txt` and, if `blend.write_text`, the text JSONL."""
+    a few numbers a shard and opens no shard. Writes `blend/megatron_data_path.txt` and, if `blend.write_text`, the text
+    JSONL."""
     from mtnlg.blend import blendable_weights
 
     map = map or (lambda fn, args, what="": [fn(*a) for a in args])
@@ -1084,7 +1098,8 @@ def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefix
 MOST = 0.9  # a stage that drops this share of a dataset's documents, or more, is reported
 
 _HINTS = {
-    "quality": "chapter 31: name more positive datasets (quality.positive_datasets), keep quality.folds >= 2, or lower quality.alpha",
+    "quality": "chapter 31: name more positive datasets (quality.positive_datasets), keep quality.folds >= 2, or "
+    "lower quality.alpha",
     "extract": "chapter 30: check extract.languages and extract.min_words against the input",
 }
 
@@ -1141,7 +1156,8 @@ def format_summary(summary: dict) -> str:
     for stage, s in summary["stages"].items():
         drops = "; ".join(f"{n} {r}" for r, n in s["dropped"].items()) or "-"
         lines.append(
-            f"{stage:14s} {s['shards']:6d} {s['docs_in']:8d} {s['kept']:7d} {sec(s, 'wall_seconds')} {sec(s, 'cpu_seconds')}  {drops}"
+            f"{stage:14s} {s['shards']:6d} {s['docs_in']:8d} {s['kept']:7d} {sec(s, 'wall_seconds')} "
+            f"{sec(s, 'cpu_seconds')}  {drops}"
         )
         if s.get("noted"):
             lines.append(f"{'':14s} beside the documents: " + "; ".join(f"{n:,} {r}" for r, n in s["noted"].items()))
@@ -1158,7 +1174,8 @@ def format_summary(summary: dict) -> str:
 # %% ../nbs/36_curate.ipynb
 @dataclass(frozen=True)
 class Snapshot:
-    "A Common Crawl snapshot as the plan needs it: its page captures and compressed WARC bytes, and how each was obtained."
+    """A Common Crawl snapshot as the plan needs it: its page captures and compressed WARC bytes, and how each was
+    obtained."""
 
     name: str  # the paper's name for it (chapter 34's FIGURE_2)
     crawl: str  # Common Crawl's: s3://commoncrawl/crawl-data/<crawl>/
@@ -1206,7 +1223,8 @@ RATES_FIXTURE = REPO / "tests/fixtures/curate-rates.json"  # made-up round numbe
 
 
 def newest_rates_file(root=None, bench: str = "curate") -> Path | None:
-    "The newest benchmark result, bench/results/<bench>-<date>-<device>.json under `root` (default: this repository; the date sorts), or None."
+    """The newest benchmark result, bench/results/<bench>-<date>-<device>.json under `root` (default: this repository;
+    the date sorts), or None."""
     found = sorted(
         p for p in Path(root or REPO, "bench/results").glob(f"{bench}-*.json") if p.name[len(bench) + 1].isdigit()
     )
@@ -1259,10 +1277,12 @@ DEDUP_RATE_KEYS = (
 
 def load_dedup_rates(path) -> dict:
     """The partitioned dedup's rates from a bench/dedup_scale.py result: each stage's marginal seconds a document and a
-    shard and traced bytes a document (stage A0's shards, A's one band split, A', B), and the curation driver's CPU seconds a shard."""
+    shard and traced bytes a document (stage A0's shards, A's one band split, A', B), and the curation driver's CPU
+    seconds a shard."""
     if path is None or not Path(path).is_file():
         raise FileNotFoundError(
-            f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run python bench/dedup_scale.py --save"
+            f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run "
+            f"python bench/dedup_scale.py --save"
         )
     data = json.loads(Path(path).read_text())
     m = data["marginal"]
@@ -1288,7 +1308,8 @@ def load_dedup_rates(path) -> dict:
 
 
 def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tuple[float, str]:
-    "The dedup index's bytes per document: measured, if the rates say; else chapter 32's signatures alone (uint32 x num_perm), a floor."
+    """The dedup index's bytes per document: measured, if the rates say; else chapter 32's signatures alone (uint32 x
+    num_perm), a floor."""
     if rates.get("dedup_index_bytes_per_doc"):
         return float(rates["dedup_index_bytes_per_doc"]), "the rates' figure"
     return float(
@@ -1297,14 +1318,15 @@ def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tupl
 
 # %% ../nbs/36_curate.ipynb
 def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float) -> int:
-    "One single-threaded worker per core (cluster/curate.sbatch: one per Slurm task), as many as the node's memory holds at the measured peak."
+    """One single-threaded worker per core (cluster/curate.sbatch: one per Slurm task), as many as the node's memory
+    holds at the measured peak."""
     return max(1, min(cores_per_node, int(node_memory_bytes // rates["peak_rss_per_worker_bytes"])))
 
 
 def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
-    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
-    (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates measured it —, the
-    components task), kept documents, dedup memory."""
+    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count
+    shortens (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates
+    measured it —, the components task), kept documents, dedup memory."""
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
     kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
@@ -1341,9 +1363,9 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
 
 
 def wall_hours(cost: dict, workers: int) -> float:
-    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
-    shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers than
-    tasks) and the components task."""
+    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node
+    count shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers
+    than tasks) and the components task."""
     extra_waves = -(-cost["bands"] // workers) - 1
     return (
         cost["parallel_core_hours"] / workers
@@ -1371,7 +1393,8 @@ def curation_plan(
 
 # %% ../nbs/36_curate.ipynb
 def both_snapshots(costs: list[dict]) -> dict:
-    "The snapshots' costs added up: MT-NLG deduplicated across all its datasets, so one dedup index holds them together."
+    """The snapshots' costs added up: MT-NLG deduplicated across all its datasets, so one dedup index holds them
+    together."""
     add = lambda key: sum(c[key] for c in costs)
     add_each = lambda key: {k: sum(c[key][k] for c in costs) for k in costs[0][key]}
     return {
@@ -1402,7 +1425,8 @@ def _rates_line(r: dict) -> str:
         return f"rates: {shown_path(r['source'])}: THE TEST FIXTURE'S MADE-UP NUMBERS, NOT A MEASUREMENT"
     d = r["partitioned_dedup"]
     return (
-        f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')}); partitioned dedup and the "
+        f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')}); "
+        f"partitioned dedup and the "
         f"driver a shard: {shown_path(d['source'])}, measured on {d.get('device', '?')} ({d.get('date', '?')})"
     )
 
@@ -1414,12 +1438,15 @@ def _sizes_table(rows: list[dict], pages_per_gb: float) -> list[str]:
     paper["both"] = sum(paper[c["snapshot"]] for c in rows if c["snapshot"] in paper)
     bn = lambda x: f"{x / 1e9:.2f}B"
     out = [
-        f"{'snapshot':10s} {'crawl':15s} {'pages':>6s} {'WARC TB':>7s} {'pages/GB':>8s} {'kept docs':>9s} {'dedup index':>11s}  paper: tokens kept"
+        f"{'snapshot':10s} {'crawl':15s} {'pages':>6s} {'WARC TB':>7s} {'pages/GB':>8s} {'kept docs':>9s} "
+        f"{'dedup index':>11s}  paper: tokens kept"
     ]
     for c in rows:
         out.append(
-            f"{c['snapshot']:10s} {c['crawl']:15s} {bn(c['pages']):>6s} {c['warc_gb'] / 1e3:7.1f} {c['pages'] / c['warc_gb']:8,.0f} "
-            f"{bn(c['kept_docs']):>9s} {c['dedup_index_bytes'] / 1e12:8.2f} TB  {paper.get(c['snapshot'], float('nan')):.1f}B"
+            f"{c['snapshot']:10s} {c['crawl']:15s} {bn(c['pages']):>6s} {c['warc_gb'] / 1e3:7.1f} "
+            f"{c['pages'] / c['warc_gb']:8,.0f} "
+            f"{bn(c['kept_docs']):>9s} {c['dedup_index_bytes'] / 1e12:8.2f} TB  "
+            f"{paper.get(c['snapshot'], float('nan')):.1f}B"
         )
     out.append(f"(the rates' own input: {pages_per_gb:,.0f} pages/GB; costs scale with GB, kept documents with pages)")
     return out
@@ -1441,8 +1468,10 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     nodes, w = plan["nodes"], plan["workers_per_node"]
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
     out = [
-        f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
-        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do not shrink with N",
+        f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, "
+        f"{plan['node_memory_bytes'] / 1e9:g} GB; "
+        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do "
+        f"not shrink with N",
         f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes),
     ]
     out += [f"{c['snapshot']:10s} " + " ".join(f"{c['wall_hours'][n]:9,.1f}" for n in nodes) for c in rows]
@@ -1454,7 +1483,8 @@ def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
     workers_rss = (plan["workers_per_node"] - 1) * plan["rates"]["peak_rss_per_worker_bytes"]
     free = plan["node_memory_bytes"] - workers_rss
     out = [
-        f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band's "
+        f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its "
+        f"largest task, an LSH band's "
         f"key split (1/{d.get('band_splits', 1)} of a band: "
         f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
         f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"
@@ -1469,7 +1499,8 @@ def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
                 if need <= free
                 else f"does not fit; a node of >= {(need + workers_rss) / 1e12:.1f} TB would hold it"
             )
-            + f" (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, {per_doc:,.0f} bytes a document, {how})"
+            + f" (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, {per_doc:,.0f} "
+            f"bytes a document, {how})"
         )
     return out
 
@@ -1477,7 +1508,8 @@ def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
 def _commands(plan: dict, config: str) -> list[str]:
     n, w = plan["nodes"][-1], plan["workers_per_node"]
     return [
-        f"run it on {n} nodes (INPUT/cc/: the snapshot's .warc.gz files; INPUT/wikipedia/: the quality classifier's positives):",
+        f"run it on {n} nodes (INPUT/cc/: the snapshot's .warc.gz files; INPUT/wikipedia/: the quality "
+        f"classifier's positives):",
         f"  sbatch --nodes={n} --ntasks-per-node={w} cluster/curate.sbatch {config} --set input_dir=INPUT",
         f"  mtnlg curate --config {config} --executor slurm --workers {n} --set slurm.cores={w} "
         f"--set slurm.memory={plan['node_memory_bytes'] / 1e9:g}GB --set input_dir=INPUT   # or: dask-jobqueue jobs",
@@ -1485,7 +1517,8 @@ def _commands(plan: dict, config: str) -> list[str]:
 
 
 def format_curation_plan(plan: dict, config: str = "scaled_configs/curate-cc.yaml") -> str:
-    "The plan as `mtnlg curate --plan` prints it: sizes, core-hours by stage, wall-clock hours by node count, the dedup index, the commands."
+    """The plan as `mtnlg curate --plan` prints it: sizes, core-hours by stage, wall-clock hours by node count, the
+    dedup index, the commands."""
     costs = plan["snapshots"]
     rows = costs + ([both_snapshots(costs)] if len(costs) > 1 else [])
     blocks = [
