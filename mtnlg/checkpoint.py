@@ -84,7 +84,8 @@ def set_rng_state(state: dict):
 
 def make_shard(params: dict, fragments: dict, optimizer_step: int, with_model: bool) -> dict:
     """One rank's file. `params`: GPT name -> this rank's TP slice; `fragments`: GPT name -> {"start": offset in the
-    flattened slice, "master"/"exp_avg"/"exp_avg_sq": this rank's ZeRO-1 piece}. Replicas (DP > 0) leave the model out."""
+    flattened slice, "master"/"exp_avg"/"exp_avg_sq": this rank's ZeRO-1 piece}. Replicas (DP > 0) leave the model
+    out."""
     cpu = lambda t: t.detach().to("cpu", copy=True).contiguous()
     return {
         "model": {n: cpu(p) for n, p in params.items()} if with_model else {},
@@ -177,7 +178,8 @@ def digest_bytes(data) -> str:
 
 
 class HashingWriter:
-    "A binary file that hashes the bytes written through it (`torch.save` streams into it: the checksum costs no re-read)."
+    """A binary file that hashes the bytes written through it (`torch.save` streams into it: the checksum costs no
+    re-read)."""
 
     def __init__(self, f):
         self.f, self.hash = f, xxhash.xxh3_64()
@@ -223,7 +225,8 @@ def save_checkpoint(
     """Collective: every rank writes `shard` into `root/.step-N.tmp/`; rank 0 adds config, tokenizer and `meta.json`
     (the index of shards, every file's checksum and the trainer `state`), renames the directory to `step-N`, then
     points `latest` at it.
-    A save that would not fit on the disk, or that fails midway, leaves nothing behind: `CheckpointWriteError` on every rank."""
+    A save that would not fit on the disk, or that fails midway, leaves nothing behind: `CheckpointWriteError` on every
+    rank."""
     root, rank, world = Path(root), dist.get_rank(), dist.get_world_size()
     final, tmp, old = root / step_name(step), root / f".{step_name(step)}.tmp", root / f".{step_name(step)}.old"
     entry = {
@@ -252,7 +255,8 @@ def save_checkpoint(
         texts["meta.json"] = seal_meta(
             {**meta, "checksums": {"algorithm": CHECKSUM, "files": dict.fromkeys(names, _ZERO)}}
         )
-    # 1. will it fit? The job's bytes (every shard, and rank 0's files) against the disk's free bytes, as rank 0 sees them
+    # 1. will it fit? The job's bytes (every shard, and rank 0's files) against the disk's free bytes, as rank 0 sees
+    #    them
     mine = shard_bytes(shard) + sum(len(t if isinstance(t, bytes) else t.encode()) for t in texts.values())
     need, free = reduce_over_job([mine, free_bytes(root) if rank == 0 else 0])
     if need > free:
@@ -311,7 +315,8 @@ def save_checkpoint(
 
 # %% ../nbs/43_checkpoint.ipynb
 class CheckpointWriteError(OSError):
-    "A checkpoint that did not fit, or failed to write: nothing of it is left, and `latest` names the step it named before."
+    """A checkpoint that did not fit, or failed to write: nothing of it is left, and `latest` names the step it named
+    before."""
 
 
 _WHAT_TO_DO = (
@@ -394,11 +399,13 @@ def _raise_if_any_failed(failed: BaseException | None, root: Path, step: int, tm
 
 # %% ../nbs/43_checkpoint.ipynb
 class OldFormatWarning(UserWarning):
-    "A checkpoint from before checksums (format v1): it loads, but nothing can tell whether its bytes are the saved ones."
+    """A checkpoint from before checksums (format v1): it loads, but nothing can tell whether its bytes are the saved
+    ones."""
 
 
 class CheckpointCorruptError(ValueError):
-    "A file of a checkpoint whose bytes are not the ones saved: a flipped bit, a truncated or partial copy, another step's file."
+    """A file of a checkpoint whose bytes are not the ones saved: a flipped bit, a truncated or partial copy, another
+    step's file."""
 
 
 def _corrupt(path: Path, why: str) -> CheckpointCorruptError:
@@ -412,7 +419,8 @@ def _corrupt(path: Path, why: str) -> CheckpointCorruptError:
 
 
 def read_meta(step_dir) -> dict:
-    "`step_dir`'s meta.json, checked against its own checksum (a v1 checkpoint, from before checksums, has none to check)."
+    """`step_dir`'s meta.json, checked against its own checksum (a v1 checkpoint, from before checksums, has none to
+    check)."""
     path = Path(step_dir) / "meta.json"
     raw = path.read_bytes()
     found = _META_CHECKSUM.search(raw)
@@ -433,7 +441,8 @@ def read_meta(step_dir) -> dict:
 
 
 def check_file(step_dir, meta: dict, name: str):
-    "Raise `CheckpointCorruptError` unless file `name` of `step_dir` has the checksum `meta` recorded when it was saved."
+    """Raise `CheckpointCorruptError` unless file `name` of `step_dir` has the checksum `meta` recorded when it was
+    saved."""
     want = meta.get("checksums", {}).get("files", {}).get(name)
     if want is None:
         if "checksums" in meta:
@@ -445,7 +454,8 @@ def check_file(step_dir, meta: dict, name: str):
 
 # %% ../nbs/43_checkpoint.ipynb
 def check_checkpoint(path) -> Path:
-    "The complete step directory `path` names (a checkpoints root follows `latest`); else an error that says what to do."
+    """The complete step directory `path` names (a checkpoints root follows `latest`); else an error that says what to
+    do."""
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(
@@ -519,7 +529,8 @@ class _Background(threading.Thread):
 
 
 class Checkpoint:
-    "A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's shards."
+    """A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's
+    shards."""
 
     def __init__(self, path):
         self.dir = check_checkpoint(path)
@@ -605,11 +616,11 @@ class Checkpoint:
         return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
 
     def shard(self, name: str) -> dict:
-        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code), memory-mapped;
-        its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases the GIL), and
-        nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after `start_verify`:
-        its threads check every file, and `verify_all` gives the verdict). A corrupt file is reported as corrupt,
-        whatever `torch.load` made of it."""
+        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code),
+        memory-mapped; its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases
+        the GIL), and nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after
+        `start_verify`: its threads check every file, and `verify_all` gives the verdict). A corrupt file is reported as
+        corrupt, whatever `torch.load` made of it."""
         if name not in self._shards:
             path, failed = self.dir / name, None
             covered = name in self.verified or self._verifying is not None
@@ -617,7 +628,9 @@ class Checkpoint:
             try:
                 loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             except Exception as e:
-                failed = e  # one file; a damaged one raises many types (zip, pickle, EOF, OSError): reported below, after its checksum
+                # one file; a damaged one raises many types (zip, pickle, EOF, OSError): reported below, after its
+                # checksum
+                failed = e
             if failed and covered:
                 self.verify(name)  # unreadable: corrupt (raises), or sound bytes torch cannot read
             if check and (failed or self._pending is None):
@@ -641,8 +654,8 @@ class Checkpoint:
     def checking_behind(self):
         """Inside: `shard` returns as soon as `torch.load` has mapped the file, its checksum still being computed by a
         second thread while the caller copies the tensors out; on leaving, every check is waited for and a corrupt file
-        raises `CheckpointCorruptError` (what was copied inside must then be dropped: a backend's `load_checkpoint` leaves
-        through the error). The checksum costs time only where it outlasts the load."""
+        raises `CheckpointCorruptError` (what was copied inside must then be dropped: a backend's `load_checkpoint`
+        leaves through the error). The checksum costs time only where it outlasts the load."""
         self._pending = []
         try:
             yield self
@@ -659,7 +672,8 @@ class Checkpoint:
                 out.setdefault(e["coord"][2], []).append(f)
         if not out:
             raise KeyError(
-                f"checkpoint {str(self.dir)!r} has no {'parameter' if part == 'model' else 'optimizer state for'} {name!r}"
+                f"checkpoint {str(self.dir)!r} has no "
+                f"{'parameter' if part == 'model' else 'optimizer state for'} {name!r}"
             )
         return dict(sorted(out.items()))
 
@@ -684,7 +698,8 @@ class Checkpoint:
                 filled += x.numel()
             if filled != flat.numel():
                 raise ValueError(
-                    f"checkpoint {str(self.dir)!r}: the {what} pieces of {name} cover {filled} of {flat.numel()} numbers"
+                    f"checkpoint {str(self.dir)!r}: the {what} pieces of {name} cover {filled} of "
+                    f"{flat.numel()} numbers"
                 )
             parts.append(flat.view(shape))
         dim = first["tp_dim"][name]
@@ -819,7 +834,8 @@ _OLD_FORMAT = (
 
 
 def _identity(step: Path):
-    "A complete step directory's and its meta.json's inodes; None once it is gone (pruned, or between a save's renames)."
+    """A complete step directory's and its meta.json's inodes; None once it is gone (pruned, or between a save's
+    renames)."""
     try:
         d, m = os.stat(step), os.stat(step / "meta.json")
     except (FileNotFoundError, NotADirectoryError):
