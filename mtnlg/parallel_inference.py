@@ -81,7 +81,8 @@ class InferenceStage(nn.Module):
         mark_slices(self)
 
     def gpt_name(self, name: str) -> str:
-        "This stage's parameter name -> the whole `GPT`'s, which the checkpoint uses (blocks counted from the stage's first)."
+        """This stage's parameter name -> the whole `GPT`'s, which the checkpoint uses (blocks counted from the stage's
+        first)."""
         if not name.startswith("blocks."):
             return name
         i, rest = name[len("blocks.") :].split(".", 1)
@@ -90,7 +91,8 @@ class InferenceStage(nn.Module):
 
 def mark_slices(module: nn.Module):
     """Tag megatron-core's tensor-parallel parameters with the dimension they are split along, as its layers do only
-    when they draw initial values (`perform_initialization`): with megatron-core's own `set_tensor_model_parallel_attributes`."""
+    when they draw initial values (`perform_initialization`): with megatron-core's own
+    `set_tensor_model_parallel_attributes`."""
     from megatron.core.tensor_parallel import layers as mc
 
     split = {
@@ -179,7 +181,8 @@ class ModelParallelGPT(nn.Module):
 
     @torch.no_grad()
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor | None:
-        "Final-LayerNorm output [batch, seq, hidden] on the last stage (None on the others); micro-batches flow through."
+        """Final-LayerNorm output [batch, seq, hidden] on the last stage (None on the others); micro-batches flow
+        through."""
         st, outs, sending = self.stage, [], []
         for t in tokens.tensor_split(min(self.layout.pp, len(tokens))):
             b, s = t.shape
