@@ -48,15 +48,16 @@ def inference_model(model: ModelConfig) -> ModelConfig:
 
 
 def kv_cache_bytes(model: ModelConfig, layers: int, sequences: int, tokens: int, tp: int, e: int = 2) -> int:
-    "Keys and values of `layers` layers for `sequences` x `tokens` positions on one of `tp` ranks (its heads: h/tp wide)."
+    """Keys and values of `layers` layers for `sequences` x `tokens` positions on one of `tp` ranks (its heads: h/tp
+    wide)."""
     return 2 * layers * sequences * tokens * (model.hidden_size // tp) * e
 
 
 def rank_memory(model: ModelConfig, L: Setup, stage: int, e: int = 2, asm: Assumptions = Assumptions()) -> dict:
-    """Bytes a GPU of `stage` holds at its fullest evaluating micro-batches of `L.micro_batch` full-length sequences: bf16
-    weights, a KV cache for the `L.pp` micro-batches a generating pipeline keeps in flight, one layer's forward working
-    set (chapter 50's `layer_activation_bytes`, an upper bound) with the stage's input and output, the last stage's
-    logits and their fp32 copy, and the reserve."""
+    """Bytes a GPU of `stage` holds at its fullest evaluating micro-batches of `L.micro_batch` full-length sequences:
+    bf16 weights, a KV cache for the `L.pp` micro-batches a generating pipeline keeps in flight, one layer's forward
+    working set (chapter 50's `layer_activation_bytes`, an upper bound) with the stage's input and output, the last
+    stage's logits and their fp32 copy, and the reserve."""
     m = inference_model(model)
     s, b, h, tp = m.seq_length, L.micro_batch, m.hidden_size, L.tp
     return {
@@ -98,7 +99,8 @@ def forward_parts(
     logit_tokens: int | None = None,
 ) -> dict:
     """Seconds one micro-batch's *forward* takes on a GPU of each stage, by part (a list per part, one entry per stage):
-    chapter 51's `stage_parts` without the backward. Logits for `logit_tokens` on the last stage (default: every token)."""
+    chapter 51's `stage_parts` without the backward. Logits for `logit_tokens` on the last stage (default: every
+    token)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
     t, p, d, b = L.tp, L.pp, L.dp, L.micro_batch
@@ -135,9 +137,9 @@ def eval_layouts(
     asm: Assumptions = Assumptions(),
     system: System | str = "deepspeed",
 ) -> list[dict]:
-    """Every TP (within a node) x PP (an even split of the layers) for evaluating `model`: its fullest rank's memory, whether
-    it fits, the forward's tokens/s per GPU at full-length micro-batches, and its smallest job; fitting ones first,
-    ordered by smallest job, then throughput."""
+    """Every TP (within a node) x PP (an even split of the layers) for evaluating `model`: its fullest rank's memory,
+    whether it fits, the forward's tokens/s per GPU at full-length micro-batches, and its smallest job; fitting ones
+    first, ordered by smallest job, then throughput."""
     g = GPUS[gpu] if isinstance(gpu, str) else gpu
     m, rows = inference_model(model), []
     for tp in (t for t in (1, 2, 4, 8, 16) if t <= gpus_per_node and model.num_attention_heads % t == 0):
@@ -176,7 +178,8 @@ def eval_layout(
     return rows[0]
 
 # %% ../nbs/66_eval_plan.ipynb
-PUBLISHED_ITEMS = {  # items of each evaluated split as the harness counts them (documents), and where the number is stated
+# items of each evaluated split as the harness counts them (documents), and where the number is stated
+PUBLISHED_ITEMS = {
     "lambada_openai": (5153, "Paperno et al. 2016, LAMBADA test (OpenAI's copy, lm-eval `lambada_openai`)"),
     "race": (
         1045,
@@ -199,7 +202,8 @@ def paper_settings() -> list[tuple[str, str]]:
 
 
 def task_items(name: str, data_dir=None) -> tuple[int, str]:
-    "Items of task `name`'s evaluated split: counted in the full set's file when the data setting has it, else the published size."
+    """Items of task `name`'s evaluated split: counted in the full set's file when the data setting has it, else the
+    published size."""
     spec, d = TASKS[name], eval_dir(data_dir)
     if is_full("eval", data_dir) and (d / spec.eval_file).is_file():
         return len(read_task_jsonl(d / spec.eval_file, spec)), f"counted in $MTNLG_DATA/eval/{spec.eval_file}"
@@ -210,7 +214,8 @@ CHARS_PER_TOKEN = 4.0  # GPT-2/GPT-3 BPE on English text (OpenAI's tokenizer gui
 
 
 def text_tokens(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> float:
-    "Estimated GPT-2 BPE tokens of `text`: one for a single short word (its leading space included), else characters / 4."
+    """Estimated GPT-2 BPE tokens of `text`: one for a single short word (its leading space included), else characters /
+    4."""
     w = text.strip()
     if w and " " not in w and len(w) <= 10:
         return 1.0
@@ -223,9 +228,10 @@ def spread(n: int, k: int) -> list[int]:
 
 
 def zero_shot_requests(name: str, docs: int = 40, data_dir=None) -> list[list[tuple[str, str]]]:
-    """The harness's own zero-shot requests (context, continuation) of `docs` documents of task `name` spread evenly over
-    its split (a file's order is not random: HellaSwag's short ActivityNet items come before its long WikiHow ones), one
-    list per document: from the data setting's evaluation set, or the committed slice where the data root lacks the task."""
+    """The harness's own zero-shot requests (context, continuation) of `docs` documents of task `name` spread evenly
+    over its split (a file's order is not random: HellaSwag's short ActivityNet items come before its long WikiHow
+    ones), one list per document: from the data setting's evaluation set, or the committed slice where the data root
+    lacks the task."""
     spec, d = TASKS[name], eval_dir(data_dir)
     if not (d / spec.eval_file).is_file():
         d = FIXTURES / "eval"
@@ -319,7 +325,8 @@ def setting_seconds(
     gpus_per_node: int = 8,
     system: System | str = "deepspeed",
 ) -> float:
-    "Seconds of one task setting: its micro-batches split over `dp` replicas, each a forward pipeline (`pipeline_time`)."
+    """Seconds of one task setting: its micro-batches split over `dp` replicas, each a forward pipeline
+    (`pipeline_time`)."""
     m, b, micro = micro_shape(inference_model(model), t, budget_tokens)
     parts = forward_parts(
         m,
@@ -415,9 +422,11 @@ def format_eval_plan(p: EvalPlan) -> str:
     out = [
         f"evaluation of {p.name}: TP {p.tp} x PP {p.pp} = {p.tp * p.pp} GPUs a replica ({p.gpu}); micro-batches of "
         f"{p.micro_batch} x 2048 tokens",
-        f"fullest rank (stage {m['stage']}): {gib(m['total'])} = weights {gib(m['weights'])} + KV cache {gib(m['KV cache'])} "
+        f"fullest rank (stage {m['stage']}): {gib(m['total'])} = weights {gib(m['weights'])} + KV cache "
+        f"{gib(m['KV cache'])} "
         f"+ activations {gib(m['activations'])} + logits {gib(m['logits'])} + reserved {gib(m['reserved'])}",
-        f"work: the paper's {len(p.work)} settings of {len({TASKS[t.task].paper_name.split('-cloze')[0] for t in p.work})} tasks, "
+        f"work: the paper's {len(p.work)} settings of "
+        f"{len({TASKS[t.task].paper_name.split('-cloze')[0] for t in p.work})} tasks, "
         f"{sum(t.requests for t in p.work):,} requests, {sum(t.windows for t in p.work):,} forward windows, "
         f"{p.tokens / 1e6:.0f}M tokens",
         f"start-up + loading the weights: {p.load_s / 60:.0f} min per replica (all replicas at once)",
@@ -425,7 +434,8 @@ def format_eval_plan(p: EvalPlan) -> str:
     for r in p.rows:
         idle = f", {r['idle_gpus']} GPUs idle" if r["idle_gpus"] else ""
         out.append(
-            f"  {r['nodes']:>4} nodes: DP {r['dp']:>3}{idle}: {r['eval_h']:.2f} h of evaluation, {r['total_h']:.2f} h in all, "
+            f"  {r['nodes']:>4} nodes: DP {r['dp']:>3}{idle}: {r['eval_h']:.2f} h of evaluation, "
+            f"{r['total_h']:.2f} h in all, "
             f"{r['gpu_h']:,.0f} GPU-hours"
         )
     return "\n".join(out)
@@ -470,7 +480,8 @@ def plot_eval_plan(p: EvalPlan):
 def eval_job(
     cfg: Config, nodes: int, tp: int, pp: int, tasks_per_node: int = 8, hosts: list[str] | None = None
 ) -> JobPlan:
-    "Where the ranks of a TP x PP x DP evaluation run on `nodes` nodes (chapter 55's `JobPlan`; no training step to time)."
+    """Where the ranks of a TP x PP x DP evaluation run on `nodes` nodes (chapter 55's `JobPlan`; no training step to
+    time)."""
     world = nodes * tasks_per_node
     if world % (tp * pp):
         raise ValueError(
@@ -494,6 +505,7 @@ def format_eval_job(
     micro_batch: int = 4,
     docs: int = 40,
 ) -> str:
-    "The dry run of cluster/eval.sbatch: the placement (without chapter 55's training-step line), then the plan on `nodes`."
+    """The dry run of cluster/eval.sbatch: the placement (without chapter 55's training-step line), then the plan on
+    `nodes`."""
     placement = format_job_plan(eval_job(cfg, nodes, tp, pp, tasks_per_node, hosts)).rsplit("\n", 1)[0]
     return placement + "\n" + format_eval_plan(eval_plan(cfg, (nodes,), gpu, tp, pp, micro_batch, docs=docs))
