@@ -1,5 +1,4 @@
-"""Sharded checkpoints (chapter 43) against plain `torch.save` / `torch.load`, on CPU, one process, all measured in this
-run:
+"""Sharded checkpoints (chapter 43) against plain `torch.save` / `torch.load`, on CPU, one process, all in one run:
 
 1. Save, GB/s per rank: `save_checkpoint` of a real shard (a `SingleProcess` backend after one training step on
    scaled_configs/tiny.yaml scaled up to --hidden x --layers; the shard holds the weights, fp32 masters, Adam's two
