@@ -39,7 +39,7 @@ def test_every_benchmark_reports_median_min_max_of_at_least_5_runs():
     for pattern in (
         "engine-*.json",
         "dedup-2*-cpu.json",
-        "eval.json",
+        "eval-*-cpu.json",
         "memory-cpu-*.json",
         "checkpoint-cpu-*.json",
         "generate-*.json",

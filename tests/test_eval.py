@@ -50,6 +50,35 @@ def test_crosscheck_with_hf_backend(backends, shots):
     assert ours.boundary_fixes == 0
 
 
+def test_packed_rows_score_as_plain_rows(backends, monkeypatch):
+    """Every local task's 0-shot requests: the packed rows (each context once) give every log-likelihood within 1e-5 of
+    one plain causal row per window and the same greedy flags, and run fewer tokens."""
+    import mtnlg.evaluate as evaluate
+    from mtnlg.tasks import TASKS, local_task
+
+    ours, _ = backends
+    reqs = []
+    for name in TASKS:
+        t = local_task(name, FIXTURES, 0)
+        t.build_all_requests(limit=8, rank=0, world_size=1)
+        reqs += [r for r in t.instances if r.request_type == "loglikelihood"]
+    tokens = {}
+    pack = evaluate.pack_pieces
+
+    def counted(pieces, max_length, share=True):
+        rows = pack(pieces, max_length, share)
+        tokens[share] = sum(len(r.tokens) for r in rows)
+        return rows
+
+    monkeypatch.setattr(evaluate, "pack_pieces", counted)
+    packed = ours.loglikelihood(reqs, disable_tqdm=True)
+    monkeypatch.setattr(evaluate, "pack_pieces", lambda pieces, n, share=True: counted(pieces, n, False))
+    plain = ours.loglikelihood(reqs, disable_tqdm=True)
+    assert len(reqs) > 100 and max(abs(a[0] - b[0]) for a, b in zip(packed, plain)) <= 1e-5
+    assert [a[1] for a in packed] == [b[1] for b in plain]
+    assert tokens[True] < 0.9 * tokens[False], tokens
+
+
 def test_every_result_records_the_environment_collected_once(backends):
     """run_task: each harness result still carries torch's environment report, the same one a direct call gives,
     collected once per process (not `pip list` per task); torch's function is itself again afterwards."""
