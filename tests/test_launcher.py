@@ -132,7 +132,8 @@ def test_a_rank_killed_inside_a_collective_is_named_not_its_peers(tmp_path):
     named, and the peers that failed after it are summarised. How many of them fail before torchrun stops them (SIGTERM,
     within milliseconds of rank 1's death) is a race: on a busy machine one or both are stopped first, and a rank the
     launcher stopped is not a rank that failed. So: each summarised peer is 0 or 2, with gloo's words, and the count
-    matches the ranks named (chapter 10 checks the count itself on fixed exit codes and times: two failed, one stopped)."""
+    matches the ranks named (chapter 10 checks the count itself on fixed exit codes and times: two failed, one
+    stopped)."""
     r = job(tmp_path, "collective")
     lines = launcher_lines(r)
     assert r.returncode == 137 and lines[0] == "python: rank 1 was ended by SIGKILL and left no error", r.stderr[-3000:]
