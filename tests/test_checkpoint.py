@@ -261,6 +261,9 @@ def logits(ckpt) -> torch.Tensor:
         return model(tokens)
 
 
+# ~100 s of 8-rank runs: make test-full. make test reads a checkpoint split on other layouts than it was saved on
+# (chapter 43's any-layout reader, test_parallel_inference.py's TP 2 x PP 2 and PP 2 x DP 2 readers)
+@pytest.mark.slow
 def test_reshard_round_trip(straight_3d, tmp_path):
     """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 with sequence parallelism (resharded on load, training
     on) -> one process again without it (resharded on load): the same logits, the same model and optimizer state, and
@@ -601,6 +604,9 @@ def verify(d) -> subprocess.CompletedProcess:
     )
 
 
+# make test: chapter 43 catches the same four in `load_checkpoint`; the two tests below, `verify` (exit 1) and a named
+# `--resume` (exit 2, one line) from the command line
+@pytest.mark.slow
 def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
     """One flipped bit in a weight, in an Adam moment, in meta.json; a shard swapped for another step's: each loads
     silently without checksums (asserted: the tensor just differs), and each is now a one-line error naming the file and
