@@ -261,9 +261,6 @@ def logits(ckpt) -> torch.Tensor:
         return model(tokens)
 
 
-# ~100 s of 8-rank runs: make test-full. make test reads a checkpoint split on other layouts than it was saved on
-# (chapter 43's any-layout reader, test_parallel_inference.py's TP 2 x PP 2 and PP 2 x DP 2 readers)
-@pytest.mark.slow
 def test_reshard_round_trip(straight_3d, tmp_path):
     """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 with sequence parallelism (resharded on load, training
     on) -> one process again without it (resharded on load): the same logits, the same model and optimizer state, and
