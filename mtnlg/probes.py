@@ -178,14 +178,13 @@ def episode_batch(probes, tokenizer, seq_length: int) -> tuple[torch.Tensor, tor
 
 # %% ../nbs/63_operator_probe.ipynb
 def operator_config(
-    cfg: Config, tokenizer, steps: int, batch_size: int = 32, seq_length: int = 96, lr: float = 3e-3
+    cfg: Config, tokenizer, steps: int, batch_size: int = 32, seq_length: int = 96, lr: float = 3e-3, layers: int = 2
 ) -> Config:
-    """`cfg` reshaped for the operator study: its vocabulary, 3 layers, `seq_length`, lr warm-up over 50 steps, cosine
-    to lr/10."""
+    "`cfg` reshaped for the operator study: its vocabulary, `layers`, `seq_length`, 50 steps' warm-up, cosine to lr/10."
     m, o, s = cfg.model, cfg.optimizer, cfg.schedule
     m.vocab_size, m.num_layers, m.seq_length, m.hidden_dropout, m.attention_dropout = (
         tokenizer.get_vocab_size(),
-        3,
+        layers,
         seq_length,
         0.0,
         0.0,

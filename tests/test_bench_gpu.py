@@ -1,7 +1,8 @@
-"""bench/gpu.py, the one-command GPU benchmark, run as its --dry-run on this CPU: the same code at the tiny shape, a
-subset of its rows (the default path, the engine, the one-process loop — the default's own configuration here —, a row a
-CPU skips, the Hugging Face anchor, and the determinism group: two runs, a kill -9 and resume, two runs without the
-switch). On a GPU the same rows are `mtnlg train` of gpt-1.3b and the comparison is of gpt-125m."""
+"""bench/gpu.py, the one-command GPU benchmark, run as its --dry-run on this CPU: the same code at the tiny shape, a subset
+of its rows (the default path, the engine, the one-process loop — the default's own configuration here —, a row a CPU
+skips, the Hugging Face anchor), and in `make test-full` the determinism group: two runs, a kill -9 and resume, two
+runs without the switch (`make test` proves the same on the engine in tests/test_deterministic.py). On a GPU the same
+rows are `mtnlg train` of gpt-1.3b and the comparison is of gpt-125m."""
 
 import json
 import math
@@ -15,22 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
+ROWS = "default,engine,single,kernels=triton,hf-eager,profile,fused_adamw,liger"
+
+
+def bench_dry_run(tmp_path_factory, only: str):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
     before = sorted((ROOT / "bench" / "results").iterdir())
     r = subprocess.run(
-        [
-            sys.executable,
-            "bench/gpu.py",
-            "--dry-run",
-            "--only",
-            "default,engine,single,kernels=triton,hf-eager,profile,fused_adamw,liger,determinism",
-            "--det-steps",
-            "4",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "bench/gpu.py", "--dry-run", "--only", only, "--det-steps", "4", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -39,6 +32,18 @@ def dry_run(tmp_path_factory):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted((ROOT / "bench" / "results").iterdir()) == before  # only --save writes bench/results
     return json.loads(out.read_text()), r.stdout
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    "The rows alone: `make test` (test_deterministic.py runs the determinism comparison on the engine itself)."
+    return bench_dry_run(tmp_path_factory, ROWS)
+
+
+@pytest.fixture(scope="module")
+def dry_run_determinism(tmp_path_factory):
+    "The determinism group alone (five `mtnlg train` runs, ~40 s on 2 idle cores): `make test-full`."
+    return bench_dry_run(tmp_path_factory, "determinism")
 
 
 def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
@@ -101,8 +106,12 @@ def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
     assert any(op["name"] == "aten::mm" for op in prof["top_ops"])  # no CUDA kernels here: the CPU's operators
 
 
-def test_dry_run_determinism_is_bitwise_on_the_cpu(dry_run):
-    d, _ = dry_run
+@pytest.mark.slow
+def test_dry_run_determinism_is_bitwise_on_the_cpu(dry_run_determinism, monkeypatch, tmp_path):
+    "Two runs, a kill -9 and resume, two runs without the switch; and bench/report.py's row for them."
+    import report
+
+    d, _ = dry_run_determinism
     det = d["determinism"]
     assert "error" not in det, det.get("error")
     assert det["steps"] == 4 and det["killed_at_checkpoint"] == "step-0000002" and det["resumed"]
@@ -113,6 +122,10 @@ def test_dry_run_determinism_is_bitwise_on_the_cpu(dry_run):
         )  # 28 parameters x (weights, master, 2 moments)
         assert set(case["rng_equal"]) >= {"torch", "numpy", "python", "tracked"} and all(case["rng_equal"].values())
     assert det["overrides"]["deterministic"] == "true" and det["overrides"]["model.attention_dropout"] == 0.1
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    (row,) = report.gpu_rows({**d, "dry_run": False, "device": "NVIDIA H100 80GB HBM3"})  # no rows measured: this one
+    assert "`bench/gpu.py`" in row.split("|")[1] and "bitwise / bitwise" in row
+    assert "without the switch two runs bitwise" in row
 
 
 def test_checkpoint_comparison_sees_the_last_bit():
@@ -141,10 +154,10 @@ def test_dry_run_refuses_to_save(tmp_path):
 
 
 def test_report_writes_the_gpu_rows_from_a_gpu_result(dry_run, tmp_path, monkeypatch):
-    """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives
-    one row per part it has — recipe and baselines, memory against today's prediction, determinism — each naming
-    bench/gpu.py in its first cell (so `--check` regenerates it); bench/kernels.py's end-to-end rows, not the recipe,
-    stay until a GPU result has measured the kernel choices on the recipe."""
+    """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives one
+    row per part it has — recipe and baselines, memory against today's prediction (determinism: the slow case above) —
+    each naming bench/gpu.py in its first cell (so `--check` regenerates it); bench/kernels.py's end-to-end rows, not the
+    recipe, stay until a GPU result has measured the kernel choices on the recipe."""
     import report
 
     d, _ = dry_run
@@ -156,12 +169,11 @@ def test_report_writes_the_gpu_rows_from_a_gpu_result(dry_run, tmp_path, monkeyp
         if r["name"] == "default":
             r.update(max_allocated_gib={"median": 0.1, "min": 0.1, "max": 0.12, "runs": 5})
     rows = report.gpu_rows(g)
-    assert len(rows) == 3 and all(
+    assert len(rows) == 2 and all(
         "`bench/gpu.py`" in r.split("|")[1] for r in rows
-    )  # no lever, profile on a GPU, or memory but the default's
+    )  # no lever, profile on a GPU, or memory but the default's; no determinism here (its row: the slow case above)
     assert "H100 80GB HBM3" in rows[0] and f"{g['rows'][0]['tokens_per_s']['median']:,.0f}" in rows[0]
     assert "one-process loop 1.00× the default's" in rows[0] and "HF eager" in rows[0]  # single = default on a CPU
     predicted = report.predicted_now(g["rows"][0], g)  # chapter 50, today's model
     assert 0 < predicted < 1 and f"tiny none 0.1/{predicted:.1f} ({0.12 / predicted:.3f})" in rows[1]
-    assert "bitwise / bitwise" in rows[2] and "without the switch two runs bitwise" in rows[2]
     assert len(report.kernel_rows(with_model=False)) == 0  # no kernels JSON in this results folder

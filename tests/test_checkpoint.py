@@ -607,6 +607,9 @@ def verify(d) -> subprocess.CompletedProcess:
     )
 
 
+# make test: chapter 43 catches the same four in `load_checkpoint`; the two tests below, `verify` (exit 1) and a named
+# `--resume` (exit 2, one line) from the command line
+@pytest.mark.slow
 def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
     """One flipped bit in a weight, in an Adam moment, in meta.json; a shard swapped for another step's: each loads
     silently without checksums (asserted: the tensor just differs), and each is now a one-line error naming the file and

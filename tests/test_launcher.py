@@ -128,15 +128,22 @@ def test_a_user_error_on_rank_0_is_one_line_exit_2(tmp_path):
 
 
 def test_a_rank_killed_inside_a_collective_is_named_not_its_peers(tmp_path):
-    """Rank 1 is SIGKILLed (as the OOM killer does) while ranks 0 and 2 wait for it in a gloo all-reduce: they fail with
-    "Connection closed by peer" and leave that error; rank 1 left none. Rank 1 is named, its peers summarised."""
+    """Rank 1 is SIGKILLed (as the OOM killer does) while ranks 0 and 2 wait for it in a gloo all-reduce: a peer that
+    sees the connection drop fails with "Connection closed by peer" and leaves that error; rank 1 left none. Rank 1 is
+    named, and the peers that failed after it are summarised. How many of them fail before torchrun stops them (SIGTERM,
+    within milliseconds of rank 1's death) is a race: on a busy machine one or both are stopped first, and a rank the
+    launcher stopped is not a rank that failed. So: each summarised peer is 0 or 2, with gloo's words, and the count
+    matches the ranks named (chapter 10 checks the count itself on fixed exit codes and times: two failed, one
+    stopped)."""
     r = job(tmp_path, "collective")
     lines = launcher_lines(r)
     assert r.returncode == 137 and lines[0] == "python: rank 1 was ended by SIGKILL and left no error", r.stderr[-3000:]
-    # ranks 0 and 2, grouped by gloo's words for what they saw ("Connection closed by peer", "... Connection reset by
-    # peer")
-    assert len(lines) == 2 and lines[1].startswith("python: 2 other ranks failed after it: "), lines
-    assert named_ranks(lines[1]) == [0, 2] and "Connection" in lines[1], lines
+    assert len(lines) in (1, 2), lines
+    if len(lines) == 2:  # grouped by gloo's words for what they saw ("Connection closed by peer", "... reset by peer")
+        ranks = named_ranks(lines[1])
+        n = len(ranks)
+        assert ranks in ([0], [2], [0, 2]) and "Connection" in lines[1], lines
+        assert lines[1].startswith(f"python: {n} other rank{'s' * (n > 1)} failed after it: "), lines
 
 
 def named_ranks(summary: str) -> list[int]:

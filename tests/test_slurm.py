@@ -2,9 +2,10 @@
 and evaluation: cluster/eval.sbatch, chapter 66); then a
 two-node Slurm on this machine, this test run's own (cluster/local/up in a directory of the run's, on free ports, with
 its own munged; torn down after; another run is refused it -- issue 46): `sbatch --wait cluster/scaled.sbatch` on TP 2
-x PP 2 x DP 2 (2 nodes x 4 tasks, gloo) trains bit for bit like `mtnlg train --nproc 8` (torchrun); a job sent USR1
-checkpoints, is requeued by Slurm under the same job id, resumes and ends bit for bit like the uninterrupted job;
-cluster/curate.sbatch (Dask inside the allocation) writes what the local process pool writes."""
+x PP 2 (2 nodes x 2 tasks, gloo; `make test-full`: TP 2 x PP 2 x DP 2 on 2 nodes x 4 tasks) trains bit for bit like
+`mtnlg train --nproc 4` (torchrun); a job sent USR1 checkpoints, is requeued by Slurm under the same job id, resumes
+and ends bit for bit like the uninterrupted job; cluster/curate.sbatch (Dask inside the allocation) writes what the
+local process pool writes."""
 
 import json
 import os
@@ -238,13 +239,31 @@ def straight(slurm, tmp_path_factory):
     return run_dir, job_id
 
 
-def test_sbatch_3d_equals_torchrun(slurm, straight, tmp_path):
-    run_dir, job_id = straight
+def assert_sbatch_equals_torchrun(run_dir: Path, job_id: str, sets: dict, per_node: int, tmp_path: Path):
     log = (run_dir / f"logs/slurm-{job_id}.out").read_text()
-    assert f"=== job {job_id} allocation 0" in log and "2 nodes x 4 ranks on n[1-2]" in log
-    run_train(tmp_path, SETS, "--nproc", "8")  # the same layout under torchrun, on this machine
+    assert f"=== job {job_id} allocation 0" in log and f"2 nodes x {per_node} ranks on n[1-2]" in log
+    run_train(tmp_path, sets, "--nproc", str(NODES * per_node))  # the same layout under torchrun, on this machine
     assert len(losses(tmp_path)) == 8
     assert_identical(tmp_path, run_dir)  # every step's loss, and the last checkpoint, bit for bit
+
+
+# `make test`: TP 2 x PP 2 on 2 nodes x 2 tasks -- each node one tensor-parallel pair, the pipeline across the nodes
+TP2_PP2 = {**SETS, "parallel.data_parallel": 1}
+
+
+def test_sbatch_tp2_pp2_equals_torchrun(slurm, tmp_path):
+    args = [a for k, v in TP2_PP2.items() for a in ("--set", f"{k}={v}")]
+    rc, job_id = sbatch(
+        slurm, "--nodes=2", "--ntasks-per-node=2", "cluster/scaled.sbatch", CONFIG, *args, name="tp2pp2"
+    )
+    run_dir = Path(slurm["MTNLG_RUNS"]) / "tp2pp2"
+    assert rc == 0, (run_dir / f"logs/slurm-{job_id}.out").read_text()[-3000:]
+    assert_sbatch_equals_torchrun(run_dir, job_id, TP2_PP2, 2, tmp_path)
+
+
+@pytest.mark.slow  # make test: TP 2 x PP 2 on 2 nodes x 2 tasks (above); here all three axes, 8 ranks a run
+def test_sbatch_3d_equals_torchrun(slurm, straight, tmp_path):
+    assert_sbatch_equals_torchrun(*straight, SETS, 4, tmp_path)
 
 
 @pytest.mark.slow  # ~2 minutes (Slurm's requeue); make test keeps the one-process SIGUSR1 stop (test_checkpoint.py)
