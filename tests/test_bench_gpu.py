@@ -1,6 +1,6 @@
-"""bench/gpu.py, the one-command GPU benchmark, run as its --dry-run on this CPU: the same code at the tiny shape, a subset
-of its rows (the default path, the engine, the one-process loop — the default's own configuration here —, a row a CPU
-skips, the Hugging Face anchor), and in `make test-full` the determinism group: two runs, a kill -9 and resume, two
+"""bench/gpu.py, the one-command GPU benchmark, run as its --dry-run on this CPU: the same code at the tiny shape, a
+subset of its rows (the default path, the engine, the one-process loop — the default's own configuration here —, a row a
+CPU skips, the Hugging Face anchor), and in `make test-full` the determinism group: two runs, a kill -9 and resume, two
 runs without the switch (`make test` proves the same on the engine in tests/test_deterministic.py). On a GPU the same
 rows are `mtnlg train` of gpt-1.3b and the comparison is of gpt-125m."""
 
@@ -154,10 +154,10 @@ def test_dry_run_refuses_to_save(tmp_path):
 
 
 def test_report_writes_the_gpu_rows_from_a_gpu_result(dry_run, tmp_path, monkeypatch):
-    """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives one
-    row per part it has — recipe and baselines, memory against today's prediction (determinism: the slow case above) —
-    each naming bench/gpu.py in its first cell (so `--check` regenerates it); bench/kernels.py's end-to-end rows, not the
-    recipe, stay until a GPU result has measured the kernel choices on the recipe."""
+    """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives
+    one row per part it has — recipe and baselines, memory against today's prediction (determinism: the slow case above)
+    — each naming bench/gpu.py in its first cell (so `--check` regenerates it); bench/kernels.py's end-to-end rows, not
+    the recipe, stay until a GPU result has measured the kernel choices on the recipe."""
     import report
 
     d, _ = dry_run
