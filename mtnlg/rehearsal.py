@@ -116,16 +116,26 @@ class Zero1:
             self.accumulators.append(acc)
             masters.append({**{k: v for k, v in g.items() if k != "params"}, "params": [master]})
         o = cfg.optimizer
-        self.adam = torch.optim.AdamW(masters, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, foreach=foreach)
+        self.adam = torch.optim.AdamW(
+            masters, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, foreach=foreach
+        )
         for p in self.masters():  # Adam's moments: there from the first step on
-            self.adam.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+            self.adam.state[p] = {
+                "step": torch.tensor(0.0),
+                "exp_avg": torch.zeros_like(p),
+                "exp_avg_sq": torch.zeros_like(p),
+            }
 
     def masters(self) -> list:
         return [g["params"][0] for g in self.adam.param_groups]
 
     def tensors(self) -> list:
         "Every tensor the optimizer holds but the bf16 weights' gradients (autograd's, on the module)."
-        return self.accumulators + self.masters() + [self.adam.state[p][k] for p in self.masters() for k in ("exp_avg", "exp_avg_sq")]
+        return (
+            self.accumulators
+            + self.masters()
+            + [self.adam.state[p][k] for p in self.masters() for k in ("exp_avg", "exp_avg_sq")]
+        )
 
     @torch.no_grad()
     def accumulate(self):
@@ -250,25 +260,42 @@ def rehearse(cfg: Config, stage: int = 0, gpu: bool = True) -> dict:
     states = {"weights": nbytes(params), "gradients": nbytes(grads) + nbytes(zero.accumulators)}
     states["optimizer"] = nbytes(zero.tensors()) - nbytes(zero.accumulators)
     peak = max(pipe.peak_bytes(), opt.peak_bytes())
-    predicted = stage_memory(cfg.model, Setup.of(cfg, cfg.model.recompute), s.global_batch_size, cfg.precision)[stage]
+    e = 2 if cfg.precision == "bf16" else 4  # this CPU's kernels: attention's math path, masks as wide as activations
+    asm = Assumptions() if gpu else Assumptions(attention="math", dropout_mask_bytes=e)
+    setup = Setup.of(cfg, cfg.model.recompute)
+    predicted = stage_memory(cfg.model, setup, s.global_batch_size, cfg.precision, asm)[stage]
     return {
-        "config": cfg.name, "layout": str(layout), "stage": stage, "recompute": cfg.model.recompute,
-        "micro_batch": s.micro_batch_size, "micro_batches": m, "in_flight": in_flight(stage, layout.pp, m),
-        "rehearsed": ran, **states, "activations and working": pipe.peak_bytes() - sum(states.values()),
-        "optimizer step": opt.peak_bytes() - sum(states.values()), "peak": peak,
+        "config": cfg.name,
+        "layout": str(layout),
+        "stage": stage,
+        "recompute": cfg.model.recompute,
+        "micro_batch": s.micro_batch_size,
+        "micro_batches": m,
+        "in_flight": in_flight(stage, layout.pp, m),
+        "rehearsed": ran,
+        **states,
+        "activations and working": pipe.peak_bytes() - sum(states.values()),
+        "optimizer step": opt.peak_bytes() - sum(states.values()),
+        "peak": peak,
         "peak at": "backward" if pipe.peak_bytes() >= opt.peak_bytes() else "optimizer step",
-        "predicted": predicted["total"] - Assumptions().reserved_gib * GiB, "predicted at": predicted["peak at"],
+        "predicted": predicted["total"] - Assumptions().reserved_gib * GiB,
+        "predicted at": predicted["peak at"],
         "predicted terms": {k: v for k, v in predicted.items() if k not in ("total", "stage", "peak at", "reserved")},
-        "kernels": "gpu" if gpu else "cpu", "cpu_s": round(time.process_time() - t0, 1),
+        "kernels": "gpu" if gpu else "cpu",
+        "cpu_s": round(time.process_time() - t0, 1),
     }
 
 # %% ../nbs/56_rehearsal.ipynb
-def rehearsal_rows(cfg: Config, stages: list[int], recomputes: list[str], gpu: bool = True, progress=None) -> list[dict]:
+def rehearsal_rows(
+    cfg: Config, stages: list[int], recomputes: list[str], gpu: bool = True, progress=None
+) -> list[dict]:
     "`rehearse` for every stage (negative: counted from the last) and recomputation mode, in that order."
     rows = []
     for r in recomputes:
         for st in stages:
-            rows.append(rehearse(replace(cfg, model=replace(cfg.model, recompute=r)), st % cfg.parallel.pipeline_parallel, gpu))
+            rows.append(
+                rehearse(replace(cfg, model=replace(cfg.model, recompute=r)), st % cfg.parallel.pipeline_parallel, gpu)
+            )
             if progress:
                 progress(rows[-1])
     return rows
@@ -295,11 +322,15 @@ def save_rows(rows: list[dict], path: str | Path | None = None) -> Path:
     row of the same config, layout, batch, stage, recomputation and kernels."""
     root = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
     path = Path(path or root / "bench" / "results" / f"rehearsal-{datetime.date.today()}-cpu.json")
-    key = lambda r: tuple(r[k] for k in ("config", "layout", "micro_batch", "micro_batches", "stage", "recompute", "kernels"))
+    key = lambda r: tuple(
+        r[k] for k in ("config", "layout", "micro_batch", "micro_batches", "stage", "recompute", "kernels")
+    )
     old = json.loads(path.read_text())["rows"] if path.exists() else []
     new = {key(r) for r in rows}
     kept = [r for r in old if key(r) not in new] + rows
-    about = "one rank per row, rehearsed under fake tensors on this CPU (chapter 56); bytes; cpu_s: this machine, shared"
+    about = (
+        "one rank per row, rehearsed under fake tensors on this CPU (chapter 56); bytes; cpu_s: this machine, shared"
+    )
     path.write_text(json.dumps({"date": str(datetime.date.today()), "what": about, "rows": kept}, indent=1) + "\n")
     return path
 
