@@ -114,7 +114,7 @@ class Zero1:
             master.grad = acc[:part]  # this rank's share of the accumulated gradient: a view
             self.groups.append(g["params"])
             self.accumulators.append(acc)
-            masters.append({**{k: v for k, v in g.items() if k != "params"}, "params": [master]})
+            masters.append({"params": [master], "weight_decay": g["weight_decay"]})  # the rest: the constructor's
         o = cfg.optimizer
         self.adam = torch.optim.AdamW(
             masters, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, foreach=foreach
