@@ -8,7 +8,7 @@ __all__ = ['READER_SETTINGS', 'COMMANDS', 'describe', 'add_data_dir_argument', '
            'add_curate_arguments', 'add_plan_arguments', 'add_export_hf_arguments', 'add_reader_arguments',
            'reader_layout', 'quiet_other_ranks', 'first_rank', 'reading_layout_of', 'end_job', 'add_eval_arguments',
            'add_generate_arguments', 'add_bias_arguments', 'add_data_arguments', 'add_hans_arguments',
-           'add_checkpoint_arguments', 'main', 'leave']
+           'add_rehearse_arguments', 'add_checkpoint_arguments', 'main', 'leave']
 
 # %% ../nbs/99_cli.ipynb
 import argparse
@@ -961,6 +961,35 @@ def add_hans_arguments(p):
     p.set_defaults(func=run)
 
 # %% ../nbs/99_cli.ipynb
+def add_rehearse_arguments(p):
+    "`mtnlg rehearse --config CFG [--stage S ...] [--recompute MODE ...] [--cpu-kernels] [--save [--out F]]`"
+    add_config_arguments(p)
+    p.add_argument(
+        "--stage", type=int, nargs="+", help="pipeline stages, negative from the last (default: first, middle, last)"
+    )
+    p.add_argument("--recompute", nargs="+", choices=["none", "selective", "full"], help="default: the config's")
+    p.add_argument("--cpu-kernels", action="store_true", help="attention and dropout as this CPU runs them, not a GPU")
+    p.add_argument("--save", action="store_true", help="add the rows to bench/results/rehearsal-<date>-cpu.json")
+    p.add_argument("--out", help="with --save: the file to add them to")
+
+    def run(args) -> int:
+        from mtnlg.rehearsal import format_row, format_rows, rehearsal_rows, save_rows
+
+        cfg = config_from_args(args)
+        pp = cfg.parallel.pipeline_parallel
+        stages = args.stage or sorted({0, pp // 2, pp - 1})
+        if bad := [s for s in stages if not -pp <= s < pp]:
+            raise ValueError(f"--stage {bad[0]}: {cfg.name} has {pp} pipeline stages (0..{pp - 1}, or -1 for the last)")
+        progress = lambda r: print(format_row(r), file=sys.stderr, flush=True)
+        rows = rehearsal_rows(cfg, stages, args.recompute or [cfg.model.recompute], not args.cpu_kernels, progress)
+        print(format_rows(rows))
+        if args.save:
+            print(f"saved to {save_rows(rows, args.out)}")
+        return 0
+
+    p.set_defaults(func=run)
+
+# %% ../nbs/99_cli.ipynb
 def add_checkpoint_arguments(p):
     "`mtnlg checkpoint verify DIR` (chapter 43)."
     p.add_argument("action", choices=["verify"], help="verify: check every file against the checksum it was saved with")
@@ -1011,6 +1040,10 @@ COMMANDS = {  # name: (declares its arguments, one-line help)
     "hans": (
         add_hans_arguments,
         "generate HANS (30 sub-cases x 1000, validation and train) from its templates under a data root",
+    ),
+    "rehearse": (
+        add_rehearse_arguments,
+        "rehearse one rank of each pipeline stage at full size under fake tensors, beside chapter 50's count",
     ),
 }
 

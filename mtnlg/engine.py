@@ -122,7 +122,8 @@ def gpt_pipeline(cfg: Config, layout: Layout) -> PipelineModule:
     # every forward (10 torch.manual_seed calls a step on tiny, each formatting stack traces for lazy CUDA/XPU seeding:
     # ~2 % of a step), and give every data-parallel replica the same dropout masks
     module.seed_layers = False
-    if module.stage_id != 0:  # the last stage's copy of the embedding only lends its token matrix to the output layer
+    # the last stage's copy of the embedding only lends its token matrix to the output layer (middle stages have none)
+    if module.stage_id == module.num_stages - 1 > 0:
         module.tied_modules.embed.positions.weight.requires_grad_(False)
     return module
 
