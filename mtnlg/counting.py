@@ -328,9 +328,9 @@ def output_layer_bytes(model: ModelConfig, tokens: int, tp: int, e: int) -> dict
 
 # %% ../nbs/50_counting.ipynb
 def stage_activation_bytes(model: ModelConfig, L: Setup, stage: int, e: int, asm: Assumptions = Assumptions()) -> float:
-    """Bytes one micro-batch leaves on a GPU of `stage` until its backward (`e` bytes per activation): its layers' stored
-    activations, the embedding's dropout mask (first stage), the stage's output (kept for its backward: DeepSpeed keeps
-    1/t of it, a `PartitionedTensor`, or under sequence parallelism the rank's slice) or the final LayerNorm (last
+    """Bytes one micro-batch leaves on a GPU of `stage` until its backward (`e` bytes per activation): its layers'
+    stored activations, the embedding's dropout mask (first stage), the stage's output (kept for its backward: DeepSpeed
+    keeps 1/t of it, a `PartitionedTensor`, or under sequence parallelism the rank's slice) or the final LayerNorm (last
     stage); with sequence parallelism, the tensors outside the layers are 1/t of the sequence."""
     s, b, h = model.seq_length, L.micro_batch, model.hidden_size
     sbh, outside = s * b * h, (L.tp if L.sp else 1)  # sequence parallelism: the replicated region's tensors are 1/t

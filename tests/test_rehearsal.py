@@ -1,4 +1,5 @@
-"""Chapter 56's rehearsal: one rank of a job under fake tensors, against a real step on this CPU and chapter 50's count."""
+"""Chapter 56's rehearsal: one rank of a job under fake tensors, against a real step on this CPU and chapter 50's
+count."""
 
 import pytest
 from dataclasses import replace
