@@ -1,0 +1,236 @@
+"""Every error says what it is and reaches every rank (chapters 10, 43, 41, 60): a checkpoint file that cannot be
+opened is that error, not "corrupt"; a damaged pickle that loads is corrupt by its checksum and `--resume auto` falls
+back; an error one rank meets inside a collective step (checking its share of the files, scoring its share of an
+evaluation's requests) is raised on every rank, naming the rank, and the job ends within seconds with the exit
+status and the one line a user reads. Faults are injected in one rank of a real `mtnlg ... --nproc N` job by a
+`sitecustomize` module that only that rank runs (root ignores chmod, so a file is made unreadable that way)."""
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER = ROOT / "tests/fixtures/curated/tokenizer.json"
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+JOB_ENDS_WITHIN_S = 150  # starting N ranks of torch on 2 busy cores included; the hang this replaces: 1,800 s
+
+
+def shard(value: float, n: int = 64) -> dict:
+    "A small rank file: a weight `w` and its Adam state, all `value`."
+    w = torch.full((n, n), value)
+    return {
+        "model": {"w": w},
+        "shape": {"w": [n, n]},
+        "tp_dim": {"w": -1},
+        "fragments": {"w": {"start": 0, "master": w.clone(), "exp_avg": w.clone(), "exp_avg_sq": w.clone()}},
+        "optimizer_step": 3,
+        "rng": {"torch": torch.get_rng_state()},
+    }
+
+
+@pytest.fixture
+def steps(tmp_path):
+    "A checkpoints root holding steps 4 and 8 of a one-rank job (`latest`: 8)."
+    from mtnlg.checkpoint import save_checkpoint
+    from mtnlg.config import load_config
+    from mtnlg.topology import Layout, init_distributed
+
+    init_distributed(Layout(1, 1, 1))
+    cfg, root = load_config(ROOT / "scaled_configs/tiny.yaml"), tmp_path / "checkpoints"
+    for step in (4, 8):
+        save_checkpoint(root, step, shard(float(step)), cfg, Layout(1, 1, 1), TOKENIZER, {"consumed_samples": step})
+    return root
+
+
+def damage_pickle(path: Path):
+    "Re-save rank file `path` without the master weight: a valid archive and pickle (it loads), other bytes."
+    s = torch.load(path, weights_only=True)
+    del s["fragments"]["w"]["master"]
+    torch.save(s, path)
+
+
+# -- one process: what each error is -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "error",
+    [
+        PermissionError(errno.EACCES, "Permission denied"),
+        OSError(errno.EMFILE, "Too many open files"),
+        FileNotFoundError(errno.ENOENT, "No such file or directory"),
+    ],
+    ids=["permission", "emfile", "pruned"],
+)
+def test_a_shard_that_cannot_be_opened_is_that_error_not_corrupt(steps, monkeypatch, error):
+    import mtnlg.checkpoint as C
+
+    ckpt = C.Checkpoint(steps / "step-0000008")
+    path = ckpt.dir / "rank-00000.pt"
+
+    def load(p, **kw):
+        raise type(error)(error.errno, error.strerror, str(p))
+
+    monkeypatch.setattr(C.torch, "load", load)
+    with pytest.raises(type(error)) as e:
+        ckpt.shard("rank-00000.pt")
+    assert type(e.value) is type(error) and not isinstance(e.value, C.CheckpointCorruptError)
+    assert str(e.value) == f"[Errno {error.errno}] {error.strerror}: {str(path)!r}"
+    assert e.value.__notes__ == [f"reading {path}, a file of checkpoint step 8: not corrupt, it could not be read"]
+
+
+def test_a_directory_in_place_of_a_shard_is_said_as_such(steps):
+    "A real unreadable file (root ignores chmod 000): the OS's IsADirectoryError, with the path, not 'corrupt'."
+    from mtnlg.checkpoint import Checkpoint
+
+    ckpt = Checkpoint(steps / "step-0000008")
+    (ckpt.dir / "rank-00000.pt").unlink()
+    (ckpt.dir / "rank-00000.pt").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"\[Errno 21\] Is a directory: .*rank-00000.pt"):
+        ckpt.shard("rank-00000.pt")
+
+
+def test_sound_bytes_torch_cannot_load_are_not_called_corrupt(steps, monkeypatch):
+    import mtnlg.checkpoint as C
+
+    ckpt = C.Checkpoint(steps / "step-0000008")
+    boom = RuntimeError("PytorchStreamReader failed reading zip archive: unsupported version 9")
+    monkeypatch.setattr(C.torch, "load", lambda *a, **k: (_ for _ in ()).throw(boom))
+    with pytest.raises(ValueError) as e:
+        ckpt.shard("rank-00000.pt")
+    assert not isinstance(e.value, C.CheckpointCorruptError) and e.value.__cause__ is boom
+    assert str(e.value).startswith(
+        f"{ckpt.dir / 'rank-00000.pt'} could not be loaded (RuntimeError: PytorchStreamReader failed reading zip "
+        f"archive: unsupported version 9), though its bytes are the ones saved (its checksum verifies)"
+    )
+
+
+def test_an_unloadable_file_that_fails_its_checksum_is_corrupt(steps):
+    from mtnlg.checkpoint import Checkpoint, CheckpointCorruptError
+
+    ckpt = Checkpoint(steps / "step-0000008")
+    path = ckpt.dir / "rank-00000.pt"
+    path.write_bytes(path.read_bytes()[:4096])
+    with pytest.raises(CheckpointCorruptError, match=rf"{path} is corrupt \(its xxh"):
+        ckpt.shard("rank-00000.pt")
+
+
+class Slicer:
+    "An engine whose `load_checkpoint` cuts the master weight out of the shards, as a backend's does."
+
+    def load_checkpoint(self, ckpt):
+        with ckpt.checking_behind():
+            ckpt.local("w", "master", [64, 64], -1)
+
+
+def resume_auto_run(root: Path):
+    from mtnlg.config import load_config
+    from mtnlg.topology import Layout
+    from mtnlg.train import Run, resume_from
+
+    cfg = load_config(ROOT / "scaled_configs/tiny.yaml", {"checkpoint.resume": "auto", "checkpoint.dir": str(root)})
+    layout = Layout(1, 1, 1)
+    run = Run(cfg, layout, torch.device("cpu"), root.parent, resume_from(cfg, root.parent, layout, print))
+    run.engine = Slicer()
+    return run
+
+
+def test_a_damaged_pickle_that_loads_falls_back_under_resume_auto(steps, capsys):
+    "It unpickles, then slicing it raises KeyError: its checksum says corrupt, and `--resume auto` loads step 4."
+    from mtnlg.train import load_start
+
+    damage_pickle(steps / "step-0000008/rank-00000.pt")
+    run = resume_auto_run(steps)
+    assert run.start.step == 8
+    assert load_start(run).step == 4
+    out = capsys.readouterr().out
+    assert "--resume auto: skipped step-0000008: rank-00000.pt is corrupt (its xxh" in out, out
+
+
+def test_step_0_keeps_no_adam_state_of_a_newer_step():
+    "The single-process backend: loading a step saved before any optimizer step drops Adam's state of the step before."
+    from mtnlg.checkpoint import Checkpoint, make_shard, save_checkpoint
+    from mtnlg.config import load_config
+    from mtnlg.topology import Layout, init_distributed
+    from mtnlg.train import SingleProcess
+    import tempfile
+
+    init_distributed(Layout(1, 1, 1))
+    cfg = load_config(ROOT / "scaled_configs/tiny.yaml")
+    engine = SingleProcess(cfg, torch.device("cpu"))
+    params = dict(engine.model.named_parameters())
+    frags = lambda x: {
+        n: {"start": 0, "master": p, "exp_avg": p * 0 + x, "exp_avg_sq": p * 0 + x} for n, p in params.items()
+    }
+    with tempfile.TemporaryDirectory() as d:
+        for step, opt_step in ((4, 0), (8, 5)):
+            s = make_shard({n: p.detach() for n, p in params.items()}, frags(0.5), opt_step, True)
+            save_checkpoint(Path(d), step, s, cfg, Layout(1, 1, 1), TOKENIZER, {"consumed_samples": step})
+        engine.load_checkpoint(Checkpoint(Path(d) / "step-0000008"))
+        assert len(engine.optimizer.state) == len(params)
+        engine.load_checkpoint(Checkpoint(Path(d) / "step-0000004"))
+        assert len(engine.optimizer.state) == 0
+
+
+# -- several ranks: one verdict, the rank named, the job ended within seconds ---------------------------------------
+FAULTS = {
+    "unreadable": """
+import mtnlg.checkpoint as C
+real = C.file_digest
+def file_digest(path):
+    if Path(path).name.startswith("rank-"):
+        raise PermissionError(13, "Permission denied", str(path))
+    return real(path)
+C.file_digest = file_digest
+""",
+    "scoring": """
+import mtnlg.evaluate as E
+def _scored(self, requests, disable_tqdm=False):
+    raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
+E.MtnlgLM._scored = _scored
+""",
+}
+
+
+def job_with_a_fault(tmp_path, fault: str, rank: int, argv: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    "`mtnlg argv...` (with `--nproc`), `fault` injected into rank `rank` only: the finished job and its seconds."
+    site = tmp_path / f"fault-{fault}"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nfrom pathlib import Path\n"
+        f"if os.environ.get('RANK') == '{rank}' and os.environ.get('MTNLG_RANK_ERRORS'):\n"
+        + "".join(f"    {line}\n" for line in FAULTS[fault].strip().splitlines())
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    t = time.time()
+    r = subprocess.run([MTNLG, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return r, time.time() - t
+
+
+def launcher_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("mtnlg: ")]
+
+
+def unreadable_on_one_rank(tmp_path, steps, nproc: int):
+    "`mtnlg reshard --nproc N`: rank 1 checks the rank file (files dealt round-robin) and cannot read it."
+    sets = ["--set", f"parallel.data_parallel={nproc}", "--set", "schedule.micro_batch_size=2"]
+    argv = ["reshard", str(steps / "step-0000008"), str(tmp_path / "out"), "--nproc", str(nproc), *sets]
+    r, seconds = job_with_a_fault(tmp_path, "unreadable", 1, argv)
+    path = steps / "step-0000008/rank-00000.pt"
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert launcher_lines(r.stderr) == [
+        f"mtnlg: rank 1 failed: RankError: rank 1: PermissionError: [Errno 13] Permission denied: '{path}' "
+        f"(its traceback is above)"
+    ], r.stderr[-3000:]
+    assert seconds < JOB_ENDS_WITHIN_S and not (tmp_path / "out").exists()
+
+
+def test_a_file_unreadable_on_one_rank_ends_every_rank_2_ranks(tmp_path, steps):
+    unreadable_on_one_rank(tmp_path, steps, 2)
+
+
+@pytest.mark.slow
+def test_a_file_unreadable_on_one_rank_ends_every_rank_4_ranks(tmp_path, steps):
+    unreadable_on_one_rank(tmp_path, steps, 4)
