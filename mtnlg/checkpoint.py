@@ -4,15 +4,16 @@
 
 # %% auto 0
 __all__ = ['FORMAT', 'FORMATS', 'OPTIMIZER_STATES', 'CHECKSUM', 'META_CHECKSUM', 'SHARD_OVERHEAD_BYTES', 'TENSOR_OVERHEAD_BYTES',
-           'VERIFY_LABELS', 'VERIFY_EXIT', 'step_name', 'shard_name', 'tp_dim', 'rng_state', 'set_rng_state',
-           'make_shard', 'complete_steps', 'latest_checkpoint', 'prune', 'digest_bytes', 'HashingWriter', 'save_hashed',
-           'file_digest', 'seal_meta', 'save_checkpoint', 'CheckpointWriteError', 'free_bytes', 'shard_bytes',
-           'human_bytes', 'reduce_over_job', 'OldFormatWarning', 'CheckpointCorruptError', 'read_meta', 'check_file',
-           'check_checkpoint', 'fit_rows', 'Checkpoint', 'resume_order', 'resume_step', 'what_is_wrong',
-           'newest_verified_checkpoint', 'newest_checkpoint_being_verified', 'StepCheck', 'verify_step',
-           'verify_checkpoints', 'verify_report', 'load_state_dict', 'load_checkpoint', 'StopRequest']
+           'UNREADABLE', 'VERIFY_LABELS', 'VERIFY_EXIT', 'step_name', 'shard_name', 'tp_dim', 'rng_state',
+           'set_rng_state', 'make_shard', 'complete_steps', 'latest_checkpoint', 'prune', 'digest_bytes',
+           'HashingWriter', 'save_hashed', 'file_digest', 'seal_meta', 'save_checkpoint', 'CheckpointWriteError',
+           'free_bytes', 'shard_bytes', 'human_bytes', 'reduce_over_job', 'OldFormatWarning', 'CheckpointCorruptError',
+           'read_meta', 'check_file', 'check_checkpoint', 'fit_rows', 'Checkpoint', 'resume_order', 'resume_step',
+           'what_is_wrong', 'newest_verified_checkpoint', 'newest_checkpoint_being_verified', 'StepCheck',
+           'verify_step', 'verify_checkpoints', 'verify_report', 'load_state_dict', 'load_checkpoint', 'StopRequest']
 
 # %% ../nbs/43_checkpoint.ipynb
+import errno
 import json
 import mmap
 import os
@@ -397,6 +398,19 @@ class OldFormatWarning(UserWarning):
     "A checkpoint from before checksums (format v1): it loads, but nothing can tell whether its bytes are the saved ones."
 
 
+# the OSErrors that say a file could not be opened, mapped or read: the system's doing, not its bytes
+UNREADABLE = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOENT,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.EMFILE,
+    errno.ENFILE,
+    errno.EIO,
+}
+
+
 class CheckpointCorruptError(ValueError):
     "A file of a checkpoint whose bytes are not the ones saved: a flipped bit, a truncated or partial copy, another step's file."
 
@@ -621,19 +635,24 @@ class Checkpoint:
         its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases the GIL), and
         nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after `start_verify`:
         its threads check every file, and `verify_all` gives the verdict). A file `torch.load` cannot read is corrupt
-        only if its checksum says so; a file it cannot open or map (`OSError`: permissions, too many open files, pruned)
-        is reported as that error, its bytes never read."""
+        only if its checksum says so; a file the system cannot open, map or read (`UNREADABLE`: permissions, too many
+        open files, pruned, a disk error) is reported as that error."""
         if name not in self._shards:
             path, failed = self.dir / name, None
             covered = name in self.verified or self._verifying is not None
             check = None if covered else _Background(self.verify, name)
             try:
                 loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except OSError as e:  # not opened or mapped: nothing says its bytes are bad
-                if check:
-                    check.join()  # its read fails the same way
-                e.add_note(f"reading {path}, a file of checkpoint step {self.step}: not corrupt, it could not be read")
-                raise
+            except OSError as e:
+                if e.errno not in UNREADABLE:
+                    failed = e  # torch's reader on a truncated file: EINVAL; its checksum says below
+                else:  # not opened, mapped or read: nothing says its bytes are bad
+                    if check:
+                        check.join()  # its read fails the same way
+                    e.add_note(
+                        f"reading {path}, a file of checkpoint step {self.step}: not corrupt, it could not be read"
+                    )
+                    raise
             except Exception as e:
                 failed = e  # a damaged file raises many types (zip, pickle, EOF): its checksum says below if it is one
             if failed and covered:
