@@ -327,3 +327,58 @@ def test_resume_auto_falls_back_past_a_damaged_pickle_that_loads_2_ranks(tmp_pat
 @pytest.mark.slow
 def test_resume_auto_falls_back_past_a_damaged_pickle_that_loads_4_ranks(tmp_path):
     resume_auto_past_a_damaged_pickle(tmp_path, 4)
+
+
+# -- nothing written is lost on an error exit; errors outside a job said at once -------------------------------------
+def test_an_error_mid_training_leaves_the_metrics_and_tensorboard_events_on_disk(tmp_path, monkeypatch):
+    """Step 3 raises: metrics.jsonl holds steps 1 and 2, and TensorBoard's queued events (flushed every 120 s, and
+    lost when a rank ends by `os._exit`) are on disk — the writers closed on the way out."""
+    import mtnlg.train as T
+    from mtnlg.config import load_config
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sets = {"data.curated": str(ROOT / "tests/fixtures/curated"), "data.train_files": [], "data.valid_files": []}
+    cfg = load_config(
+        ROOT / "scaled_configs/tiny.yaml", {**sets, "schedule.train_iters": 6, "schedule.log_interval": 1}
+    )
+    real = T.train_one_step
+
+    def step(run, n):
+        if n == 3:
+            raise RuntimeError("injected at step 3")
+        return real(run, n)
+
+    monkeypatch.setattr(T, "train_one_step", step)
+    with pytest.raises(RuntimeError, match="injected at step 3"):
+        T.train(cfg, tmp_path / "run", progress=False, log=lambda *a: None, backend="single")
+    rows = [r["step"] for r in map(__import__("json").loads, (tmp_path / "run/metrics.jsonl").read_text().splitlines())]
+    assert rows == [1, 2], rows
+    events = EventAccumulator(str(tmp_path / "run/tensorboard")).Reload()
+    assert [e.step for e in events.Scalars("loss")] == [1, 2]
+
+
+def test_a_failure_to_register_mtnlg_with_lm_eval_is_said_at_once(tmp_path):
+    "The `.pth` hook in a fresh interpreter (without the installed one), the harness's registry refusing: one line why."
+    import sysconfig
+    from mtnlg.evaluate import install_lm_eval_plugin
+
+    install_lm_eval_plugin(tmp_path)
+    code = f"""
+import sys, site
+sys.path.append({sysconfig.get_paths()["purelib"]!r})  # the packages, not their .pth files (the installed hook)
+site.addsitedir({str(tmp_path)!r})
+import lm_eval.api.registry as r
+real = r.model_registry.register
+def refuse(name, *a, **k):
+    if name == "mtnlg":
+        raise RuntimeError("registry frozen")
+    return real(name, *a, **k)
+r.model_registry.register = refuse
+import lm_eval.models
+"""
+    r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        "mtnlg: could not register model mtnlg with lm-eval (RuntimeError: registry frozen); "
+        "lm_eval --model mtnlg will not find it"
+    ), r.stderr[-2000:]
