@@ -382,3 +382,50 @@ import lm_eval.models
         "mtnlg: could not register model mtnlg with lm-eval (RuntimeError: registry frozen); "
         "lm_eval --model mtnlg will not find it"
     ), r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_lm_eval_under_torchrun_ends_each_rank_by_leave_job(tmp_path, model_checkpoint):
+    """`torchrun --nproc-per-node 2 lm_eval --model mtnlg`: each rank ends by `leave_job` from the exit hook the model
+    installs, never reaching the interpreter's teardown — an exit hook registered at start-up, which would run after
+    ours, never prints."""
+    from mtnlg.evaluate import install_lm_eval_plugin
+    from mtnlg.tasks import write_task_yamls
+    from mtnlg.topology import free_port
+
+    install_lm_eval_plugin()
+    tasks = write_task_yamls(tmp_path / "tasks", ROOT / "tests/fixtures/eval")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import atexit, os\nif os.environ.get('RANK'):\n    atexit.register(print, 'teardown reached', flush=True)\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+        "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+    ]
+    lm_eval = [str(Path(sys.executable).parent / "lm_eval"), "--model", "mtnlg", "--model_args"]
+    lm_eval += [
+        f"checkpoint={model_checkpoint}",
+        "--include_path",
+        str(tasks),
+        "--tasks",
+        "boolq_local",
+        "--limit",
+        "4",
+    ]
+    r = subprocess.run(torchrun + lm_eval, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "boolq_local" in r.stdout and "teardown reached" not in r.stdout, r.stdout[-3000:]
