@@ -10,7 +10,7 @@ __all__ = ['Coord', 'AXES', 'model_parallel_rng', 'DETERMINISTIC_ENV', 'NOISY_WA
            'check_groups', 'ParallelRNG', 'seed_everything', 'deterministic_mode', 'quiet_libraries',
            'torchrun_command', 'report_rank_error', 'claim_first_error', 'rank_errors', 'job_failure', 'ranks_of',
            'run_ranks', 'end_distributed', 'leave_job', 'leave_job_at_exit', 'RankError', 'RankUserError',
-           'error_record', 'raise_first_error', 'agree_on_error']
+           'error_record', 'raise_first_error']
 
 # %% ../nbs/10_topology.ipynb
 import atexit
@@ -840,8 +840,8 @@ FOLLOWER_LAG_S = 1e-3  # how much later than its rank a peer reports a `RankErro
 
 
 class RankError(RuntimeError):
-    """The error rank `rank` met inside a collective step, raised on every rank of it (`agree_on_error`): `kind`, its
-    type's name; `why`, its message; `when`, the time it was met."""
+    """The error rank `rank` met inside a collective step, raised on every rank of it (`raise_first_error`): `kind`,
+    its type's name; `why`, its message; `when`, the time it was gathered."""
 
     def __init__(self, rank: int, kind: str, why: str, when: float):
         super().__init__(f"rank {rank}: {kind}: {why}")
@@ -880,16 +880,3 @@ def raise_first_error(records: list, mine: BaseException | None = None):
     error = (RankUserError if first["user"] else RankError)(first["rank"], first["kind"], first["why"], first["time"])
     own = mine is not None and error_record(mine)["rank"] == first["rank"]
     raise error from (mine if own else None)
-
-
-def agree_on_error(error: BaseException | None, group=None):
-    """Collective over `group` (default: the job): every rank's `error` (None: it succeeded) gathered, then every rank
-    raises the first as a `RankError` — no peer is left waiting. One process: `error` raised as it is."""
-    n = dist.get_world_size(group) if dist.is_initialized() else 1
-    if n == 1:
-        if error is not None:
-            raise error
-        return
-    records = [None] * n
-    dist.all_gather_object(records, error_record(error), group=group)
-    raise_first_error(records, error)
