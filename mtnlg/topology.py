@@ -841,10 +841,11 @@ FOLLOWER_LAG_S = 1e-3  # how much later than its rank a peer reports a `RankErro
 
 class RankError(RuntimeError):
     """The error rank `rank` met inside a collective step, raised on every rank of it (`raise_first_error`): `kind`,
-    its type's name; `why`, its message; `when`, the time it was gathered."""
+    its type's name; `why`, its message; `when`, the time it was gathered. `named`: the message names the rank (not
+    when every rank met the same error)."""
 
-    def __init__(self, rank: int, kind: str, why: str, when: float):
-        super().__init__(f"rank {rank}: {kind}: {why}")
+    def __init__(self, rank: int, kind: str, why: str, when: float, named: bool = True):
+        super().__init__(f"rank {rank}: {kind}: {why}" if named else f"{kind}: {why}")
         self.rank, self.kind, self.why, self.when = rank, kind, why, when
 
     @property
@@ -857,9 +858,9 @@ class RankError(RuntimeError):
 class RankUserError(RankError, ValueError):
     "A `RankError` whose cause a user fixes (bad input): said in one line, `rank N: message`, as one process says it."
 
-    def __init__(self, rank: int, kind: str, why: str, when: float):
-        super().__init__(rank, kind, why, when)
-        self.args = (f"rank {rank}: {why}",)
+    def __init__(self, rank: int, kind: str, why: str, when: float, named: bool = True):
+        super().__init__(rank, kind, why, when, named)
+        self.args = (f"rank {rank}: {why}" if named else why,)
 
 
 def error_record(e: BaseException | None) -> dict | None:
@@ -873,10 +874,14 @@ def error_record(e: BaseException | None) -> dict | None:
 
 def raise_first_error(records: list, mine: BaseException | None = None):
     """Raise the first (earliest, then lowest rank) of the gathered `records` (`error_record`s; None: a rank that did
-    not fail) as a `RankError`, its cause `mine` (this rank's own error) on the rank that met it; nothing if none."""
-    if not (records := [r for r in records if r]):
+    not fail) as a `RankError`, its cause `mine` (this rank's own error) on the rank that met it; nothing if none. An
+    error every rank met alike is said as one process says it, no rank named."""
+    failed = [r for r in records if r]
+    if not failed:
         return
-    first = min(records, key=lambda r: (r["time"], r["rank"]))
-    error = (RankUserError if first["user"] else RankError)(first["rank"], first["kind"], first["why"], first["time"])
+    first = min(failed, key=lambda r: (r["time"], r["rank"]))
+    alike = len(failed) == len(records) and len({(r["kind"], r["why"]) for r in failed}) == 1
+    kind = RankUserError if first["user"] else RankError
+    error = kind(first["rank"], first["kind"], first["why"], first["time"], named=not alike)
     own = mine is not None and error_record(mine)["rank"] == first["rank"]
     raise error from (mine if own else None)
