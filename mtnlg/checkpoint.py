@@ -4,15 +4,16 @@
 
 # %% auto 0
 __all__ = ['FORMAT', 'FORMATS', 'OPTIMIZER_STATES', 'CHECKSUM', 'META_CHECKSUM', 'SHARD_OVERHEAD_BYTES', 'TENSOR_OVERHEAD_BYTES',
-           'VERIFY_LABELS', 'VERIFY_EXIT', 'step_name', 'shard_name', 'tp_dim', 'rng_state', 'set_rng_state',
-           'make_shard', 'complete_steps', 'latest_checkpoint', 'prune', 'digest_bytes', 'HashingWriter', 'save_hashed',
-           'file_digest', 'seal_meta', 'save_checkpoint', 'CheckpointWriteError', 'free_bytes', 'shard_bytes',
-           'human_bytes', 'reduce_over_job', 'OldFormatWarning', 'CheckpointCorruptError', 'read_meta', 'check_file',
-           'check_checkpoint', 'fit_rows', 'Checkpoint', 'resume_order', 'resume_step', 'newest_verified_checkpoint',
-           'StepCheck', 'verify_step', 'verify_checkpoints', 'verify_report', 'load_state_dict', 'load_checkpoint',
-           'StopRequest']
+           'UNREADABLE', 'VERIFY_LABELS', 'VERIFY_EXIT', 'step_name', 'shard_name', 'tp_dim', 'rng_state',
+           'set_rng_state', 'make_shard', 'complete_steps', 'latest_checkpoint', 'prune', 'digest_bytes',
+           'HashingWriter', 'save_hashed', 'file_digest', 'seal_meta', 'save_checkpoint', 'CheckpointWriteError',
+           'free_bytes', 'shard_bytes', 'human_bytes', 'reduce_over_job', 'OldFormatWarning', 'CheckpointCorruptError',
+           'read_meta', 'check_file', 'check_checkpoint', 'fit_rows', 'Checkpoint', 'resume_order', 'resume_step',
+           'what_is_wrong', 'newest_verified_checkpoint', 'newest_checkpoint_being_verified', 'StepCheck',
+           'verify_step', 'verify_checkpoints', 'verify_report', 'load_state_dict', 'load_checkpoint', 'StopRequest']
 
 # %% ../nbs/43_checkpoint.ipynb
+import errno
 import json
 import mmap
 import os
@@ -36,7 +37,7 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 from .config import Config, load_config
 from .model import GPT
-from .topology import Layout, init_distributed, model_parallel_rng
+from .topology import Layout, error_record, init_distributed, model_parallel_rng, raise_first_error
 
 # %% ../nbs/43_checkpoint.ipynb
 FORMAT = "mtnlg-sharded-v2"  # v2: meta.json holds every file's checksum; v1 (before them) still loads, unverified
@@ -403,6 +404,19 @@ class OldFormatWarning(UserWarning):
     ones."""
 
 
+# the OSErrors that say a file could not be opened, mapped or read: the system's doing, not its bytes
+UNREADABLE = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOENT,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.EMFILE,
+    errno.ENFILE,
+    errno.EIO,
+}
+
+
 class CheckpointCorruptError(ValueError):
     """A file of a checkpoint whose bytes are not the ones saved: a flipped bit, a truncated or partial copy, another
     step's file."""
@@ -556,7 +570,9 @@ class Checkpoint:
             self.verified.add(name)
 
     def _first_corrupt(self, names: list[str], mine: list[int]):
-        "(index, path, why) of the first of files `names[i]`, i in `mine`, that does not verify; None if all do."
+        """(index, path, why) of the first of files `names[i]`, i in `mine`, that does not verify; None if all do. Any
+        other error (a file unreadable, or pruned meanwhile) is raised by `result()` in `verify_all`, which brings it to
+        the job's verdict: a peer is never left waiting in the all-gather."""
         for i in mine:
             try:
                 self.verify(names[i])
@@ -572,22 +588,32 @@ class Checkpoint:
             rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
             self._verifying = _Background(self._first_corrupt, names, list(range(len(names)))[rank::world])
 
-    def verify_all(self, found: "CheckpointCorruptError | None" = None):
+    def verify_all(self, found: Exception | None = None):
         """Collective: every file checked against its checksum, the files dealt round-robin over the job's ranks (the
-        checks `start_verify` began, if it was called); `found`: a corrupt file this rank met while loading. A mismatch
-        raises the same error on every rank. Then no read hashes a file again."""
+        checks `start_verify` began, if it was called); `found`: an error this rank met while loading. One verdict on
+        every rank: a mismatch anywhere raises the same `CheckpointCorruptError` (it explains any load error); else
+        any other error of any rank, its own or `found`, is raised as chapter 10's `RankError` naming that rank (one
+        process: the error itself). Then no read hashes a file again."""
         names = sorted(self.meta.get("checksums", {}).get("files", {}))
-        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        world = dist.get_world_size() if dist.is_initialized() else 1
         self.start_verify()
-        problem = self._verifying.result()
-        if problem is None and found is not None:
-            problem = (-1, str(found.path), found.why)
-        problems = [problem]
+        try:
+            problem, error = self._verifying.result(), None
+        except Exception as e:  # whatever this rank's checks met joins the verdict below, never raised before it
+            problem, error = None, e
+        if isinstance(found, CheckpointCorruptError):
+            problem = problem or (-1, str(found.path), found.why)
+        else:
+            error = error or found
+        verdicts = [(problem, error_record(error))]
         if world > 1:
-            problems = [None] * world
-            dist.all_gather_object(problems, problem)
-        if bad := sorted(p for p in problems if p):
+            verdicts = [None] * world
+            dist.all_gather_object(verdicts, (problem, error_record(error)))
+        if bad := sorted(p for p, _ in verdicts if p):
             raise _corrupt(Path(bad[0][1]), bad[0][2])
+        if world == 1 and error is not None:
+            raise error
+        raise_first_error([e for _, e in verdicts], error)
         self.verified.update(names)
 
     @property
@@ -616,21 +642,30 @@ class Checkpoint:
         return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
 
     def shard(self, name: str) -> dict:
-        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code),
-        memory-mapped; its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases
-        the GIL), and nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after
-        `start_verify`: its threads check every file, and `verify_all` gives the verdict). A corrupt file is reported as
-        corrupt, whatever `torch.load` made of it."""
+        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code), memory-mapped;
+        its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases the GIL), and
+        nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after `start_verify`:
+        its threads check every file, and `verify_all` gives the verdict). A file `torch.load` cannot read is corrupt
+        only if its checksum says so; a file the system cannot open, map or read (`UNREADABLE`: permissions, too many
+        open files, pruned, a disk error) is reported as that error."""
         if name not in self._shards:
             path, failed = self.dir / name, None
             covered = name in self.verified or self._verifying is not None
             check = None if covered else _Background(self.verify, name)
             try:
                 loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except OSError as e:
+                if e.errno not in UNREADABLE:
+                    failed = e  # torch's reader on a truncated file: EINVAL; its checksum says below
+                else:  # not opened, mapped or read: nothing says its bytes are bad
+                    if check:
+                        check.join()  # its read fails the same way
+                    e.add_note(
+                        f"reading {path}, a file of checkpoint step {self.step}: not corrupt, it could not be read"
+                    )
+                    raise
             except Exception as e:
-                # one file; a damaged one raises many types (zip, pickle, EOF, OSError): reported below, after its
-                # checksum
-                failed = e
+                failed = e  # a damaged file raises many types (zip, pickle, EOF): its checksum says below if it is one
             if failed and covered:
                 self.verify(name)  # unreadable: corrupt (raises), or sound bytes torch cannot read
             if check and (failed or self._pending is None):
@@ -643,10 +678,16 @@ class Checkpoint:
                     f"(that could run code) — re-save the checkpoint with mtnlg"
                 ) from None
             if failed:
+                said = f"{path} could not be loaded ({type(failed).__name__}: {str(failed)[:200]})"
+                if "checksums" not in self.meta:
+                    raise ValueError(
+                        f"{said}; it was saved before checksums (format v1), so nothing tells whether it is truncated "
+                        f"or corrupt: copy the file back, or use an earlier step directory"
+                    ) from failed
                 raise ValueError(
-                    f"{path} is truncated or corrupt ({type(failed).__name__}); use an earlier step "
-                    f"directory (to resume: --set checkpoint.resume=DIR) or copy the file back"
-                ) from None
+                    f"{said}, though its bytes are the ones saved (its checksum verifies): a torch that cannot read "
+                    f"what another version saved? load it with the torch that saved it"
+                ) from failed
             self._shards[name] = loaded
         return self._shards[name]
 
@@ -774,16 +815,26 @@ def resume_step(root, problem, say=print) -> Path | None:
     return None
 
 
-def _what_is_wrong(e: Exception) -> str:
+def what_is_wrong(e: Exception) -> str:
+    "What a step's problem `e` is, in the words `--resume auto` and `mtnlg checkpoint verify` say it."
     return f"{e.path.name} is corrupt ({e.why})" if isinstance(e, CheckpointCorruptError) else str(e)
 
 
-def newest_verified_checkpoint(root, say=print, skip: dict | None = None, behind: bool = False) -> "Checkpoint | None":
+def newest_verified_checkpoint(root, say=print, skip: dict | None = None) -> "Checkpoint | None":
     """Collective: the newest checkpoint under `root` whose every file verifies — the step `latest` names, then the
     older complete ones, newest first — saying each one it skipped and why. None if `root` holds no complete step;
-    `CheckpointCorruptError` if none verifies. `skip`: steps already found corrupt (step directory -> why).
-    `behind`: the newest whose meta.json, config and tokenizer verify, its shards' checks started (`start_verify`) and
-    left running: the caller builds its model meanwhile, then `verify_all` gives the verdict."""
+    `CheckpointCorruptError` if none verifies. `skip`: steps already found corrupt (step directory -> why)."""
+    return _newest_checkpoint(root, say, skip, Checkpoint.verify_all)
+
+
+def newest_checkpoint_being_verified(root, say=print, skip: dict | None = None) -> "Checkpoint | None":
+    """As `newest_verified_checkpoint`, but the step returned is still being checked: its meta.json, config and
+    tokenizer verify, its shards' checks are started (`start_verify`) and left running while the caller builds its
+    model; `verify_all` gives the verdict."""
+    return _newest_checkpoint(root, say, skip, Checkpoint.start_verify)
+
+
+def _newest_checkpoint(root, say, skip: dict | None, check) -> "Checkpoint | None":
     tried, opened, skip = resume_order(root), {}, skip or {}
     if not tried:
         return None
@@ -793,10 +844,10 @@ def newest_verified_checkpoint(root, say=print, skip: dict | None = None, behind
             return skip[p]
         try:
             opened[p] = Checkpoint(p)
-            opened[p].start_verify() if behind else opened[p].verify_all()
+            check(opened[p])
             return None
         except (CheckpointCorruptError, FileNotFoundError) as e:
-            return _what_is_wrong(e)
+            return what_is_wrong(e)
 
     if (p := resume_step(root, problem, say)) is not None:
         return opened[p]
@@ -861,7 +912,7 @@ def verify_step(step, tries: int = 2) -> StepCheck:
                 ckpt.verify(name)
                 nbytes += (step / name).stat().st_size
         except (CheckpointCorruptError, FileNotFoundError, ValueError) as e:
-            problem = _what_is_wrong(e)
+            problem = what_is_wrong(e)
         after = _identity(step)
         if after is None:
             return StepCheck(step, "removed", "pruned by the running job while verify read it (not corrupt)", nbytes)

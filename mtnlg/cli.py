@@ -1102,19 +1102,22 @@ def main(argv=None) -> int:
             return leave(130)  # the launcher stops every rank and says so once
         raise
     except Exception as e:
-        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env
+        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env, RankError
 
         message, rank = _user_error(e), launcher_env()["rank"]
+        # a RankError (every rank raises the one a rank met in a collective step) is that rank's, and as early as it
+        at, rank = (e.reported_at, e.rank) if isinstance(e, RankError) else (None, rank)
         if message is None:  # a crash: its traceback, as always; its first line for the launcher
             line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
-            if report_rank_error(1, line) or not launcher_env()["launched"]:
+            if report_rank_error(1, line, at) or not launcher_env()["launched"]:
                 raise
             if claim_first_error():  # srun: unless a peer failed first and says so
                 traceback.print_exc()
                 print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
             return leave(1)
-        if not report_rank_error(2, message) and claim_first_error():
-            print(f"mtnlg: {f'rank {rank}: ' if rank else ''}{message}", file=sys.stderr)
+        if not report_rank_error(2, message, at) and claim_first_error():
+            named = rank and not isinstance(e, RankError)  # a RankError's message names its rank
+            print(f"mtnlg: {f'rank {rank}: ' if named else ''}{message}", file=sys.stderr)
         return leave(2)
     return leave(code)
 

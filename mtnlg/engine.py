@@ -281,6 +281,7 @@ class DeepSpeedBackend:
     def load_checkpoint(self, ckpt):
         "Weights, fp32 masters and Adam's state from a checkpoint of any layout: each rank cuts its own pieces."
         zero, step = self.engine.optimizer, ckpt.optimizer_step
+        zero.optimizer.state.clear()  # a step saved before any optimizer step has no Adam state: keep none
         if step:
             masters = (
                 getattr(zero, "single_partition_of_fp32_groups", None) or zero.fp32_groups_flat_partition

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .data import EOT
 from .checkpoint import check_checkpoint, load_checkpoint
-from .topology import launcher_env
+from .topology import launcher_env, leave_job_at_exit
 
 # %% ../nbs/60_evaluate.ipynb
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
@@ -102,6 +102,8 @@ class MtnlgLM(TemplateLM):
             self.model, self.tokenizer_bpe, self.cfg = load_checkpoint(self.checkpoint, device, self.dtype)
         else:  # split over the job's ranks (chapter 65)
             from mtnlg.parallel_inference import load_model_parallel
+
+            leave_job_at_exit()  # under `lm_eval`: the rank ends by `leave_job`, as `mtnlg eval`'s do (chapter 10)
 
             self.model, self.tokenizer_bpe, self.cfg = load_model_parallel(
                 self.checkpoint,
@@ -422,7 +424,9 @@ class MtnlgRegistration:
             try:
                 from lm_eval.api.registry import model_registry
                 if "mtnlg" not in model_registry: model_registry.register("mtnlg", target="mtnlg.evaluate:MtnlgLM")
-            except Exception: pass
+            except Exception as e:                    # said now: lm_eval would later say only that mtnlg is missing
+                print(f"mtnlg: could not register model mtnlg with lm-eval ({type(e).__name__}: {e}); "
+                      f"lm_eval --model mtnlg will not find it", file=sys.stderr)
         spec.loader.exec_module = exec_and_register
         return spec
 if not any(type(f).__name__ == "MtnlgRegistration" for f in sys.meta_path): sys.meta_path.insert(0, MtnlgRegistration())

@@ -7,7 +7,7 @@ __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAG
            'open_stream', 'iter_records', 'write_jsonl', 'iter_docs', 'iter_batches', 'count_docs', 'clean_unicode',
            'charset_label', 'meta_encoding', 'decode_html', 'GzipMember', 'starts_warc_record', 'next_warc_member',
            'PayloadError', 'inflate', 'http_payload', 'read_response', 'PlainRun', 'read_record', 'run_pages',
-           'gzip_runs', 'iter_warc', 'iter_parquet', 'iter_documents', 'html_to_text', 'language_of',
+           'gzip_runs', 'iter_warc', 'not_parquet', 'iter_parquet', 'iter_documents', 'html_to_text', 'language_of',
            'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
@@ -596,9 +596,19 @@ def iter_warc(path, report: ReadReport, max_bytes: int = 4_000_000, field: str =
                 yield rid, {field: decode_html(body, ctype)[0], "url": url}
 
 # %% ../nbs/30_extract.ipynb
+def not_parquet(e: Exception) -> bool:
+    """Whether pyarrow's error `e` says the file is not (valid) parquet: `ArrowInvalid` (no magic bytes, size 0), an
+    encoding it does not read (`ArrowNotImplementedError`), or a footer it cannot decode (an `OSError` of pyarrow's own,
+    with no errno). The OS's errors carry an errno (EIO, EACCES, EMFILE): the disk, not the file."""
+    import pyarrow as pa
+
+    return isinstance(e, (pa.ArrowInvalid, pa.ArrowNotImplementedError)) or (type(e) is OSError and e.errno is None)
+
+
 def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 64):
     """Yield `(row, {column: value, "url": ...})` for each row of a parquet file, one row-group batch at a time.
-    A missing column is a ValueError naming the columns there are; a null or non-string value is counted."""
+    A missing column is a ValueError naming the columns there are; a null or non-string value is counted. A file that
+    is not parquet is counted (`not_parquet`); anything else (no memory, the disk failing) stops the task with it."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -606,7 +616,9 @@ def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int
         raise FileNotFoundError(f"shard {str(path)!r} not found")
     try:
         pf = pq.ParquetFile(path)
-    except Exception as e:
+    except (ValueError, NotImplementedError, OSError) as e:
+        if not not_parquet(e):
+            raise
         report.drop(path, 0, f"unreadable parquet file ({type(e).__name__})")
         return
     names = pf.schema_arrow.names

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 from tokenizers import Tokenizer
 from .config import Config, ConfigError, ModelConfig, stage_params_per_rank
-from .topology import Layout, init_distributed, launcher_env, layout_problems
+from .topology import Layout, error_record, init_distributed, launcher_env, layout_problems, raise_first_error
 from .model import Embedding, LayerNorm, TransformerBlock, megatron_config, tp_layers
 from .pipeline_parallel import partition_uniform
 from .checkpoint import Checkpoint, tp_dim
@@ -248,12 +248,19 @@ class ModelParallelGPT(nn.Module):
 
     def shared_out(self, work, items: list) -> list:
         """`work(items)`, replica r doing items r, r + DP, r + 2·DP, ... (each a request, lengths alike); every rank of
-        every replica returns every answer, in order."""
+        every replica returns every answer, in order. An error in one replica's share is raised on every rank
+        (chapter 10's `RankError`, naming the rank), not left for its peers to wait on."""
         dp = self.layout.dp
         if dp == 1:
             return work(items)
+        try:
+            mine, error = work(items[self.replica :: dp]), None
+        except Exception as e:  # whatever it is, it joins the gather: every replica raises it after
+            mine, error = None, e
         parts = [None] * dp
-        dist.all_gather_object(parts, work(items[self.replica :: dp]), group=parallel_state.get_data_parallel_group())
+        dist.all_gather_object(parts, (mine, error_record(error)), group=parallel_state.get_data_parallel_group())
+        raise_first_error([e for _, e in parts], error)
+        parts = [part for part, _ in parts]
         out = [None] * len(items)
         for r, part in enumerate(parts):
             out[r::dp] = part

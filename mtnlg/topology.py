@@ -4,14 +4,16 @@
 
 # %% auto 0
 __all__ = ['Coord', 'AXES', 'model_parallel_rng', 'DETERMINISTIC_ENV', 'NOISY_WARNINGS', 'RANK_ERRORS_ENV', 'FIRST_ERROR_WAIT_S',
-           'SIGNAL_SLACK_S', 'STOP_SIGNALS', 'Layout', 'deepspeed_topology', 'megatron_groups',
+           'SIGNAL_SLACK_S', 'STOP_SIGNALS', 'FOLLOWER_LAG_S', 'Layout', 'deepspeed_topology', 'megatron_groups',
            'check_against_libraries', 'node_of', 'placement_report', 'plot_rank_grid', 'free_port', 'launch',
            'first_host', 'launcher_env', 'launched', 'layout_problems', 'check_layout', 'init_distributed',
            'check_groups', 'ParallelRNG', 'seed_everything', 'deterministic_mode', 'quiet_libraries',
            'torchrun_command', 'report_rank_error', 'claim_first_error', 'rank_errors', 'job_failure', 'ranks_of',
-           'run_ranks', 'end_distributed', 'leave_job']
+           'run_ranks', 'end_distributed', 'leave_job', 'leave_job_at_exit', 'RankError', 'RankUserError',
+           'error_record', 'raise_first_error']
 
 # %% ../nbs/10_topology.ipynb
+import atexit
 import contextlib
 import json
 import os
@@ -486,17 +488,18 @@ def torchrun_command(argv: list[str], nproc: int, program: str = "mtnlg") -> lis
 RANK_ERRORS_ENV = "MTNLG_RANK_ERRORS"  # the folder where each rank `run_ranks` started leaves its error, if it fails
 
 
-def report_rank_error(code: int, message: str) -> bool:
+def report_rank_error(code: int, message: str, at: float | None = None) -> bool:
     """In a rank `run_ranks` started: leave `message` (one line) and the exit `code` (2: a user error, 1: a crash) for
     the launcher, which prints the job's first error once. False when no launcher is listening (print it yourself).
-    Written whole or not at all (a temporary file renamed into place): the launcher never reads half a file."""
+    `at`: when the error happened, if before now (a `RankError`: when its rank met it). Written whole or not at all (a
+    temporary file renamed into place): the launcher never reads half a file."""
     where = os.environ.get(RANK_ERRORS_ENV)
     if not where or not launched():
         return False
     rank = launcher_env()["rank"]
     path = Path(where) / f"rank-{rank:05d}.json"
     if not path.exists():  # a rank's first error is its cause; later ones follow from it
-        record = {"rank": rank, "code": code, "message": message, "time": time.time()}
+        record = {"rank": rank, "code": code, "message": message, "time": time.time() if at is None else at}
         try:
             part = path.with_suffix(f".{os.getpid()}.part")
             part.write_text(json.dumps(record))
@@ -809,3 +812,81 @@ def leave_job(code: int) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+# %% ../nbs/10_topology.ipynb
+_AT_EXIT = {"installed": False, "uncaught": False}  # `leave_job_at_exit`'s: its hooks are in; an exception ended it
+
+
+def leave_job_at_exit():
+    "In a rank of a job a program not ours runs (`lm_eval`): its end by `leave_job` at exit, not the teardown. Once."
+    env = launcher_env()
+    if not env["launched"] or env["world_size"] == 1 or _AT_EXIT["installed"]:
+        return
+    hook = sys.excepthook
+
+    def seen(*exc):
+        _AT_EXIT["uncaught"] = True
+        hook(*exc)
+
+    def leave():
+        if not _AT_EXIT["uncaught"]:
+            try:
+                end_distributed()
+            except RuntimeError as e:  # a peer failed (gloo: connection closed): this rank fails too, said here
+                print(f"rank {env['rank']}: a peer left the job before its end: {e}", file=sys.stderr)
+                _AT_EXIT["uncaught"] = True
+        leave_job(1 if _AT_EXIT["uncaught"] else 0)
+
+    _AT_EXIT["installed"], sys.excepthook = True, seen
+    atexit.register(leave)
+
+# %% ../nbs/10_topology.ipynb
+FOLLOWER_LAG_S = 1e-3  # how much later than its rank a peer reports a `RankError` (the launcher names the first)
+
+
+class RankError(RuntimeError):
+    """The error rank `rank` met inside a collective step, raised on every rank of it (`raise_first_error`): `kind`,
+    its type's name; `why`, its message; `when`, the time it was gathered. `named`: the message names the rank (not
+    when every rank met the same error)."""
+
+    def __init__(self, rank: int, kind: str, why: str, when: float, named: bool = True):
+        super().__init__(f"rank {rank}: {kind}: {why}" if named else f"{kind}: {why}")
+        self.rank, self.kind, self.why, self.when = rank, kind, why, when
+
+    @property
+    def reported_at(self) -> float:
+        "When this rank reports it to the launcher: its own rank when met, the others just after (`FOLLOWER_LAG_S`)."
+        mine = (dist.get_rank() if dist.is_initialized() else launcher_env()["rank"]) == self.rank
+        return self.when if mine else self.when + FOLLOWER_LAG_S
+
+
+class RankUserError(RankError, ValueError):
+    "A `RankError` whose cause a user fixes (bad input): said in one line, `rank N: message`, as one process says it."
+
+    def __init__(self, rank: int, kind: str, why: str, when: float, named: bool = True):
+        super().__init__(rank, kind, why, when, named)
+        self.args = (f"rank {rank}: {why}" if named else why,)
+
+
+def error_record(e: BaseException | None) -> dict | None:
+    "This rank's error `e` as `all_gather_object` carries it (plain values: no class to unpickle); None for none."
+    if e is None:
+        return None
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    user = isinstance(e, (ValueError, FileNotFoundError))
+    return {"rank": rank, "kind": type(e).__name__, "why": str(e), "user": user, "time": time.time()}
+
+
+def raise_first_error(records: list, mine: BaseException | None = None):
+    """Raise the first (earliest, then lowest rank) of the gathered `records` (`error_record`s; None: a rank that did
+    not fail) as a `RankError`, its cause `mine` (this rank's own error) on the rank that met it; nothing if none. An
+    error every rank met alike is said as one process says it, no rank named."""
+    failed = [r for r in records if r]
+    if not failed:
+        return
+    first = min(failed, key=lambda r: (r["time"], r["rank"]))
+    alike = len(failed) == len(records) and len({(r["kind"], r["why"]) for r in failed}) == 1
+    kind = RankUserError if first["user"] else RankError
+    error = kind(first["rank"], first["kind"], first["why"], first["time"], named=not alike)
+    own = mine is not None and error_record(mine)["rank"] == first["rank"]
+    raise error from (mine if own else None)

@@ -6,7 +6,8 @@
 __all__ = ['BACKENDS', 'MAX_SKIPPED_IN_A_ROW', 'FRESH_STATE', 'autocast_for', 'train_step', 'SingleProcess', 'TrainResult',
            'pick_backend', 'make_backend', 'checkpoint_dir', 'resume_from', 'check_inputs', 'Run', 'open_run',
            'load_start', 'load_run', 'train_one_step', 'speed_metrics', 'log_line', 'tensorboard_writer', 'MetricsLog',
-           'log_step', 'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'reshard', 'plot_losses']
+           'log_step', 'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'train_loop', 'reshard',
+           'plot_losses']
 
 # %% ../nbs/41_train.ipynb
 import json
@@ -36,9 +37,9 @@ from mtnlg.checkpoint import (
     set_rng_state,
     shard_name,
     tp_dim,
-    newest_verified_checkpoint,
+    newest_checkpoint_being_verified,
     CheckpointCorruptError,
-    _what_is_wrong,
+    what_is_wrong,
 )
 
 # %% ../nbs/41_train.ipynb
@@ -126,6 +127,7 @@ class SingleProcess:
         "Weights (the fp32 masters) and Adam's state from a checkpoint of any layout."
         with ckpt.checking_behind():  # checksums checked while the tensors are copied
             step = ckpt.optimizer_step
+            self.optimizer.state.clear()  # a step saved before any optimizer step has no Adam state: keep none
             for n, p in self.model.named_parameters():
                 local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p)).to(
                     self.device, copy=True
@@ -188,7 +190,7 @@ def resume_from(cfg: Config, run_dir: Path, layout: Layout, say=print, skip: dic
     if r is None:
         return None
     if r == "auto":
-        ckpt = newest_verified_checkpoint(checkpoint_dir(cfg, run_dir), say, skip, behind=True)
+        ckpt = newest_checkpoint_being_verified(checkpoint_dir(cfg, run_dir), say, skip)
     else:
         ckpt = Checkpoint(r)
         ckpt.start_verify()  # named: refused if corrupt, by `load_start`
@@ -263,23 +265,24 @@ def open_run(cfg: Config, run_dir=None, log=print) -> Run:
 
 def load_start(run: Run, say=print) -> Checkpoint:
     """Collective: `run.start`'s weights and Adam's state copied into the engine while its shards' checksums are still
-    being checked (begun by `resume_from`, so the check ran while the model was built), then every rank's verdict. A
-    corrupt file: a named checkpoint is refused; `--resume auto` says which step it skipped and why, and loads the
-    newest older step instead, checked the same way."""
+    being checked (begun by `resume_from`, so the check ran while the model was built), then every rank's verdict,
+    whatever a rank met while loading among it. A corrupt file (which explains any load error): a named checkpoint is
+    refused; `--resume auto` says which step it skipped and why, and loads the newest older step instead, checked the
+    same way. Any other error is raised on every rank, naming the rank that met it."""
     ckpt, skip = run.start, {}
     while True:
         try:
             run.engine.load_checkpoint(ckpt)
             found = None
-        except CheckpointCorruptError as e:
-            found = e  # unreadable and corrupt on this rank: one verdict with the others'
+        except Exception as e:  # any load error (a damaged pickle can raise most types) joins the verdict
+            found = e
         try:
             ckpt.verify_all(found)
             return ckpt
         except CheckpointCorruptError as e:
             if run.cfg.checkpoint.resume != "auto":
                 raise
-            skip[ckpt.dir] = _what_is_wrong(e)  # what was copied is overwritten by the older step
+            skip[ckpt.dir] = what_is_wrong(e)  # what was copied is overwritten by the older step
             ckpt = resume_from(run.cfg, run.run_dir, run.layout, say, skip)
 
 
@@ -433,10 +436,12 @@ class MetricsLog:
                     self.tb.add_scalar(k, v, row["step"])
 
     def close(self):
+        "Flush and close both (once; an error exit closes them too)."
         if self.out:
             self.out.close()
         if self.tb:
             self.tb.close()
+        self.out = self.tb = None
 
 
 def log_step(run: Run, done: dict, metrics: MetricsLog, bar, t_start: float) -> dict:
@@ -547,37 +552,45 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
     metrics, TensorBoard events, plot and sharded checkpoints to `run_dir`. SIGUSR1/SIGTERM: checkpoint, return.
     Without a progress bar, every log step prints `log_line`; with one, the bar shows it."""
     run = open_run(cfg, run_dir, log)
-    s, last, stopped_by = cfg.schedule, None, None
     with StopRequest() as stop:  # from here on SIGUSR1/SIGTERM only set a flag, read after each step
         load_run(run, backend, log)
         metrics, t_start = MetricsLog(run), time.time() - run.state["elapsed_s"]
-        n = len(run.steps)
-        bar = tqdm(
-            range(run.state["step"] + 1, n + 1),
-            desc=f"train {cfg.name} {run.layout}",
-            initial=run.state["step"],
-            total=n,
-            disable=not (progress and run.engine.holds_loss),
-            mininterval=1.0,
-        )
-        for step in bar:
-            done = train_one_step(run, step)
-            if step % s.log_interval == 0 or step == n:
-                log_step(run, done, metrics, bar, t_start)
-            if step % s.eval_interval == 0 or step == n:
-                metrics.record({"step": step, "tokens": run.state["tokens"], "valid_loss": validation_loss(run)})
-            stop_now = stop.requested()
-            last = checkpoint_if_due(run, step, stop_now, t_start) or last
-            if stop_now and step < n:
-                stopped_by = stop.received or "a signal on another rank"
-                run.say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto")
-                break
-        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the
-        # batch shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
-        metrics.close()
+        try:
+            last, stopped_by = train_loop(run, metrics, stop, progress, t_start)
+        finally:  # an error exit too (the CLI then ends the rank by `os._exit`): what was logged reaches the disk
+            metrics.close()
+        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the batch
+        # shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
         result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
         dist.barrier()
     return result
+
+
+def train_loop(run: Run, metrics: MetricsLog, stop: StopRequest, progress: bool, t_start: float):
+    "The steps from `run.state`'s to the last, or to a stop signal: (the last checkpoint saved, the signal's name)."
+    cfg, s, last, stopped_by = run.cfg, run.cfg.schedule, None, None
+    n = len(run.steps)
+    bar = tqdm(
+        range(run.state["step"] + 1, n + 1),
+        desc=f"train {cfg.name} {run.layout}",
+        initial=run.state["step"],
+        total=n,
+        disable=not (progress and run.engine.holds_loss),
+        mininterval=1.0,
+    )
+    for step in bar:
+        done = train_one_step(run, step)
+        if step % s.log_interval == 0 or step == n:
+            log_step(run, done, metrics, bar, t_start)
+        if step % s.eval_interval == 0 or step == n:
+            metrics.record({"step": step, "tokens": run.state["tokens"], "valid_loss": validation_loss(run)})
+        stop_now = stop.requested()
+        last = checkpoint_if_due(run, step, stop_now, t_start) or last
+        if stop_now and step < n:
+            stopped_by = stop.received or "a signal on another rank"
+            run.say(f"{stopped_by}: saved {last} after step {step}; resume with --resume auto")
+            break
+    return last, stopped_by
 
 
 def reshard(src, dst, cfg: Config | None = None, backend: str = "auto") -> Path:
