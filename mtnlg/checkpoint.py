@@ -642,12 +642,12 @@ class Checkpoint:
         return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
 
     def shard(self, name: str) -> dict:
-        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code), memory-mapped;
-        its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases the GIL), and
-        nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after `start_verify`:
-        its threads check every file, and `verify_all` gives the verdict). A file `torch.load` cannot read is corrupt
-        only if its checksum says so; a file the system cannot open, map or read (`UNREADABLE`: permissions, too many
-        open files, pruned, a disk error) is reported as that error."""
+        """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code),
+        memory-mapped; its checksum checked by a second thread while `torch.load` maps and unpickles it (xxhash releases
+        the GIL), and nothing returned before the check passed (inside `checking_behind`: checked on leaving it; after
+        `start_verify`: its threads check every file, and `verify_all` gives the verdict). A file `torch.load` cannot
+        read is corrupt only if its checksum says so; a file the system cannot open, map or read (`UNREADABLE`:
+        permissions, too many open files, pruned, a disk error) is reported as that error."""
         if name not in self._shards:
             path, failed = self.dir / name, None
             covered = name in self.verified or self._verifying is not None

@@ -559,8 +559,8 @@ def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: 
             last, stopped_by = train_loop(run, metrics, stop, progress, t_start)
         finally:  # an error exit too (the CLI then ends the rank by `os._exit`): what was logged reaches the disk
             metrics.close()
-        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the batch
-        # shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
+        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the
+        # batch shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
         result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
         dist.barrier()
     return result
