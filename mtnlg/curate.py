@@ -391,13 +391,15 @@ def task_signatures(sig_path, src, num_perm, ngram, seed, engine="compiled"):
     return str(sig_path)
 
 
-def task_dedup(man_path, src, dst, sig_path, offset, priority, fate_path, drops_path):
-    "Stage C of the partitioned plan (this shard's drops, from its slice of the fates), then pass 3 with only those."
+def task_dedup(man_path, src, dst, sig_path, offset, priority, fate_dir, drops_path, partitions):
+    "Stage C of the partitioned plan (this shard's drops, from its rows of the fates), then pass 3 with only those."
     from mtnlg.dedup import dedup_shard, shard_drops
 
     if Path(man_path).is_file():
         return _run_stage(man_path, None)
-    return _run_stage(man_path, dedup_shard, src, dst, shard_drops(sig_path, offset, priority, fate_path, drops_path))
+    return _run_stage(
+        man_path, dedup_shard, src, dst, shard_drops(sig_path, offset, priority, fate_dir, drops_path, partitions)
+    )
 
 
 def _task_ngrams(path):
@@ -714,7 +716,7 @@ def quality_stage(c: Curation) -> dict:
 
 # %% ../nbs/36_curate.ipynb
 def dedup_stage(c: Curation) -> dict:
-    from mtnlg.dedup import partitioned_plan
+    from mtnlg.dedup import partitioned_plan, plan_partitions
 
     dd, priority = c.cfg.dedup, list(c.spec)
     sigs = c.map(
@@ -746,8 +748,9 @@ def dedup_stage(c: Curation) -> dict:
                 sig,
                 int(o),
                 priority,
-                c.out / "dedup_lsh/fate.npy",
+                c.out / "dedup_lsh/fate",
                 c.file("dedup_drops", d, s, ".json"),
+                plan_partitions(len(sigs), dd.partitions),
             )
             for (d, s), sig, o in zip(c.jobs, sigs, offsets)
         ],
@@ -991,12 +994,40 @@ def task_blend_text(
     return n_train, n_valid
 
 
-def task_gpt_samples(prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int) -> tuple[int, list]:
-    "The blended GPT samples megatron-core would draw (a check of the indexed datasets): how many, and each dataset's share."
-    from mtnlg.indexed import blended_gpt_samples
+def _window(lengths, tokens: int, step: int = 1 << 16) -> int:
+    "How many first documents hold `tokens` tokens (all if fewer), reading `lengths` (a memory map) `step` at a time."
+    held, n = 0, len(lengths)
+    for s in range(0, n, step):
+        c = np.cumsum(lengths[s : s + step], dtype=np.int64) + held
+        if c[-1] >= tokens:
+            return s + int(np.searchsorted(c, tokens)) + 1
+        held = int(c[-1])
+    return n
 
-    bs = blended_gpt_samples(prefixes, weights, seq_length, num_samples, seed)
-    return len(bs), (np.bincount(bs.dataset_index, minlength=len(prefixes)) / max(1, len(bs))).round(4).tolist()
+
+def task_gpt_samples(
+    prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int, check: int = 64
+) -> tuple[int, list]:
+    """The blended GPT samples megatron-core would draw: how many and each dataset's share (Megatron's greedy rule, from
+    the weights), and a check of each indexed dataset on a bounded sample: `check` samples drawn as `GPTSamples`
+    draws them from the fewest first documents that hold them, read through the memory-mapped `.idx` and `.bin`. Its
+    work is the same for a thousand documents or a billion."""
+    import math
+
+    from mtnlg.blend import blending_indices
+    from mtnlg.indexed import GPTSamples, IndexedTokens
+
+    w = np.asarray(weights, np.float64) / np.sum(weights)
+    size = sum(int(math.ceil(num_samples * wd)) for wd in w)
+    for p in prefixes:
+        ds = IndexedTokens(p)
+        docs = range(_window(ds.lengths, check * seq_length + 1))
+        gs = GPTSamples(ds, seq_length, check, seed, docs)
+        for i in range(min(check, len(gs))):
+            if len(gs[i]) != seq_length + 1:
+                raise ValueError(f"{p}: sample {i} holds {len(gs[i])} tokens, not seq_length + 1 = {seq_length + 1}")
+    dataset = blending_indices(w, size)[0]
+    return size, (np.bincount(dataset, minlength=len(prefixes)) / max(1, size)).round(4).tolist()
 
 
 def blend_report(sizes: dict, weights: dict, total: float) -> dict:
