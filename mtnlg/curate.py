@@ -1334,8 +1334,8 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
 
 def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
     """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
-    (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates measured it —, the
-    components task), kept documents, dedup memory."""
+    (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates measured it), kept
+    documents, dedup memory."""
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
     kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
@@ -1343,13 +1343,15 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
         (kept * d[f"{s}_seconds_per_doc"] + shards * d.get(f"{s}_seconds_per_shard", 0.0)) / 3600
     )  # a task over the corpus
     core_hours["dedup"] = (
-        core_hours.get("dedup", 0.0) + task("verify") + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)
-    )  # A0, A': every worker
+        core_hours.get("dedup", 0.0)
+        + task("verify")
+        + task("components")
+        + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)
+    )  # A0, A', B and B': every worker
     fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
     serial = {
         "driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600,
         "dedup LSH band": task("band"),
-        "dedup components": task("components"),
     }
     return {
         "snapshot": snap.name,
@@ -1374,7 +1376,7 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
 def wall_hours(cost: dict, workers: int) -> float:
     """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
     shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers than
-    tasks) and the components task."""
+    tasks)."""
     extra_waves = -(-cost["bands"] // workers) - 1
     return (
         cost["parallel_core_hours"] / workers
@@ -1473,7 +1475,7 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
     out = [
         f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
-        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do not shrink with N",
+        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band) do not shrink with N",
         f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes),
     ]
     out += [f"{c['snapshot']:10s} " + " ".join(f"{c['wall_hours'][n]:9,.1f}" for n in nodes) for c in rows]
@@ -1487,7 +1489,7 @@ def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
     out = [
         f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band's "
         f"key split (1/{d.get('band_splits', 1)} of a band: "
-        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
+        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components' rounds ({d['components_bytes_per_doc']:,.0f}: all partitions' edges, an upper bound), "
         f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"
     ]
     for c in rows:
