@@ -80,17 +80,18 @@ def _child(stage: str, files: list, work: str) -> dict:
 
     offsets = np.concatenate([[0], np.cumsum([dedup.signature_count(f) for f in files])]).astype(np.int64)
     P, keys = dedup.plan_partitions(len(files)), _key_files(work, files)
+    Q = dedup.component_partitions(P)
     run = {
         "band_keys": lambda: [dedup.band_keys_task(f, k, BANDS, ROWS, PRIORITY) for f, k in zip(files, keys)],
         "band": lambda: dedup.lsh_band_task(keys, offsets, 0, P, work, 0, SPLITS),
         "verify": lambda: [
-            dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work, 65536, SPLITS, P) for p in range(P)
+            dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work, 65536, SPLITS, Q) for p in range(P)
         ],
         "components": lambda: dedup.components_rounds(  # every partition's tasks of every round, one after another
-            [str(Path(k).with_suffix(".rank.npy")) for k in keys], offsets, P, work
+            [str(Path(k).with_suffix(".rank.npy")) for k in keys], offsets, Q, work, edge_files=P
         ),
         "shard_drops": lambda: len(
-            dedup.shard_drops(files[0], 0, PRIORITY, Path(work) / "fate", Path(work) / "drops-0.json", P)
+            dedup.shard_drops(files[0], 0, PRIORITY, Path(work) / "fate", Path(work) / "drops-0.json", Q)
         ),
         "plan_dedup": lambda: dedup.plan_dedup(files, PRIORITY, THRESHOLD, BANDS, ROWS)[1],
     }

@@ -10,10 +10,10 @@ __all__ = ['SAMPLE_FACTOR', 'STAGES', 'MOST', 'CC_PAGES_SOURCE', 'WARC_FILE_SOUR
            'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate', 'task_tokenize',
            'task_train_quality', 'quality_model_paths', 'train_quality_models', 'train_tokenizer', 'discover_shards',
            'summarize', 'Curation', 'extract_stage', 'quality_stage', 'dedup_stage', 'decontaminate_stage',
-           'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_merge_indexed', 'task_blend_text',
-           'task_gpt_samples', 'blend_report', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary',
-           'Snapshot', 'newest_rates_file', 'load_plan_rates', 'load_dedup_rates', 'dedup_bytes_per_doc',
-           'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
+           'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_blend_text', 'task_gpt_samples',
+           'blend_report', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary', 'Snapshot',
+           'newest_rates_file', 'load_plan_rates', 'load_dedup_rates', 'dedup_bytes_per_doc', 'workers_per_node',
+           'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
 import itertools
@@ -716,7 +716,7 @@ def quality_stage(c: Curation) -> dict:
 
 # %% ../nbs/36_curate.ipynb
 def dedup_stage(c: Curation) -> dict:
-    from mtnlg.dedup import partitioned_plan, plan_partitions
+    from mtnlg.dedup import component_partitions, partitioned_plan, plan_partitions
 
     dd, priority = c.cfg.dedup, list(c.spec)
     sigs = c.map(
@@ -750,7 +750,7 @@ def dedup_stage(c: Curation) -> dict:
                 priority,
                 c.out / "dedup_lsh/fate",
                 c.file("dedup_drops", d, s, ".json"),
-                plan_partitions(len(sigs), dd.partitions),
+                component_partitions(plan_partitions(len(sigs), dd.partitions)),
             )
             for (d, s), sig, o in zip(c.jobs, sigs, offsets)
         ],
@@ -964,14 +964,6 @@ def task_shard_tokens(src, prefix, tokenizer_path, limit: int | None = None) -> 
     return n, sum(itertools.islice(_shard_token_counts(src, n, prefix, tok), n if limit is None else limit))
 
 
-def task_merge_indexed(prefixes, out_prefix) -> int:
-    from mtnlg.indexed import merge_indexed, read_index
-
-    return (
-        len(read_index(out_prefix)[1]) if Path(f"{out_prefix}.idx").is_file() else merge_indexed(prefixes, out_prefix)
-    )
-
-
 def task_blend_text(
     files: dict, sizes: dict, weights: dict, total: float, seed: int, train: dict, out
 ) -> tuple[int, int]:
@@ -1094,7 +1086,9 @@ def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefix
         )[0]
     else:
         n_train, n_valid = sum(r["documents_out"] for r in report.values()), sum(n_docs[d] - train[d] for d in train)
-    n_indexed = dict(zip(spec, map(task_merge_indexed, [(toks[d], prefixes[d]) for d in spec], "blend: merge indexed")))
+    from mtnlg.indexed import merge_indexed_tasks
+
+    n_indexed = {d: merge_indexed_tasks(toks[d], prefixes[d], map) for d in spec}  # tasks of 16 shards each
     w = {d: weights[d] / sum(weights.values()) for d in weights if n_indexed[d]}
     (out / "blend/megatron_data_path.txt").write_text(" ".join(f"{w[d]:.6g} {prefixes[d]}" for d in w) + "\n")
     n_samples, shares = map(

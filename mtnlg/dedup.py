@@ -9,7 +9,7 @@ __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes'
            'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard', 'signature_count', 'signature_rows',
            'band_keys_task', 'lsh_band_task', 'verify_partition_task', 'scatter_pairs', 'gather_pairs', 'large_star',
            'small_star', 'large_star_task', 'small_star_task', 'fate_task', 'components_rounds', 'shard_drops',
-           'plan_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
+           'plan_partitions', 'component_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup.ipynb
 import json
@@ -932,11 +932,14 @@ def fate_task(srcs, p: int, rank_files, offsets, dst) -> int:
     return len(out)
 
 
-def components_rounds(rank_files, offsets, partitions: int, work, map=_inline, max_rounds: int = 100) -> dict:
-    """Stage B: large-star/small-star rounds over the edge files of stage A' (each step a task a partition) until no
-    edge changes, then stage B' (`fate_task`, a task a partition) into `work/fate/part-P.npy`."""
+def components_rounds(
+    rank_files, offsets, partitions: int, work, map=_inline, edge_files: int = 0, max_rounds: int = 100
+) -> dict:
+    """Stage B: large-star/small-star rounds over the `edge_files` (default: `partitions`) edge files of stage A' (each
+    step a task a partition) until no edge changes, then stage B' (`fate_task`, a task a partition) into
+    `work/fate/part-P.npy`."""
     work, P = Path(work), partitions
-    srcs = [work / "edges" / f"part-{q:05d}.npy" for q in range(P)]
+    srcs = [work / "edges" / f"part-{q:05d}.npy" for q in range(edge_files or P)]
     for r in range(max_rounds):
         changed = 0
         for step, fn in (("large", large_star_task), ("small", small_star_task)):
@@ -982,6 +985,12 @@ def plan_partitions(n_shards: int, partitions: int = 0) -> int:
     return partitions if partitions > 0 else max(1, min(4096, -(-n_shards // 16)))
 
 
+def component_partitions(partitions: int, most: int = 64) -> int:
+    """Partitions of stage B, B' and C: the edge partitions, at most `most`. Each task of a round reads a section of every
+    file of the step before, and each shard's drops a section of every fate file: fewer partitions, fewer file opens."""
+    return max(1, min(partitions, most))
+
+
 def partitioned_plan(
     signature_files,
     priority,
@@ -1007,6 +1016,7 @@ def partitioned_plan(
     if offsets[-1] == offsets[0]:
         return {"documents": 0}, offsets
     P, S = plan_partitions(len(files), partitions), max(1, band_splits)
+    Q = component_partitions(P)
     map(
         lsh_band_task,
         [(key_files, offsets, b, P, work, s, S) for b in range(bands) for s in range(S)],
@@ -1014,11 +1024,11 @@ def partitioned_plan(
     )
     found = map(
         verify_partition_task,
-        [(files, offsets, p, bands, threshold, work, 65536, S, P) for p in range(P)],
+        [(files, offsets, p, bands, threshold, work, 65536, S, Q) for p in range(P)],
         "dedup: verify pairs",
     )
     rank_files = [str(Path(k).with_suffix(".rank.npy")) for k in key_files]
-    info = components_rounds(rank_files, offsets, P, work, map)
+    info = components_rounds(rank_files, offsets, Q, work, map, P)
     return {**info, "candidate_pairs": sum(c for c, _ in found), "edges": sum(e for _, e in found)}, offsets
 
 
@@ -1044,12 +1054,12 @@ def plan_dedup_partitioned(
     )
     if offsets[-1] == offsets[0]:
         return {}, info
-    P = plan_partitions(len(signature_files), partitions)
+    Q = component_partitions(plan_partitions(len(signature_files), partitions))
     drops = {}
     for d in map(
         shard_drops,
         [
-            (f, int(o), list(priority), work / "fate", work / "drops" / f"{k:06d}.json", P)
+            (f, int(o), list(priority), work / "fate", work / "drops" / f"{k:06d}.json", Q)
             for k, (f, o) in enumerate(zip(signature_files, offsets))
         ],
         "dedup: drops",

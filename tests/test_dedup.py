@@ -117,12 +117,12 @@ def _seven_shards(corpus, tmp_path) -> list:
     return files
 
 
-@pytest.mark.parametrize("threshold,partitions,splits", [(0.5, 1, 1), (0.8, 3, 4)])
+@pytest.mark.parametrize("threshold,partitions,splits", [(0.5, 1, 1), (0.8, 3, 4), (0.8, 70, 1)])
 def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, threshold, partitions, splits):
     """Chapter 32's partitioned plan (LSH bands, edge partitions, large-star/small-star rounds, per-shard drops) drops
     the same documents for the same reasons as `plan_dedup` on the same signature files: shards of three datasets in an
     order that is not their priority, documents without shingles, exact copies and a bucket of 70 (a star: over 64)."""
-    from mtnlg.dedup import plan_dedup, plan_dedup_partitioned
+    from mtnlg.dedup import component_partitions, plan_dedup, plan_dedup_partitioned
 
     files = _seven_shards(corpus, tmp_path)
     drops, info = plan_dedup(files, ["web", "wiki", "crawl"], threshold)
@@ -141,7 +141,9 @@ def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, t
     assert (
         len(list((tmp_path / "work/drops").glob("*.json"))) == 7
         and len(list((tmp_path / "work/edges").glob("part-?????.npy"))) == partitions
-        and len(list((tmp_path / "work/fate").glob("part-?????.npy"))) == partitions
+        and len(list((tmp_path / "work/fate").glob("part-?????.npy")))
+        == component_partitions(partitions)
+        == min(partitions, 64)  # 70 edge partitions: 64 for the components
     )
     assert len(list((tmp_path / "work").glob("band-*"))) == 16 * splits
     rounds = {p.name.split("-")[0] for p in (tmp_path / "work/components").iterdir()}
