@@ -1483,7 +1483,8 @@ def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
     out = [
         f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its largest task, an LSH band's "
         f"key split (1/{d.get('band_splits', 1)} of a band: "
-        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components' rounds ({d['components_bytes_per_doc']:,.0f}: all partitions' edges, an upper bound), "
+        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components' rounds "
+        f"({d['components_bytes_per_doc']:,.0f}: all partitions' edges, an upper bound), "
         f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"
     ]
     for c in rows:

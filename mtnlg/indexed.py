@@ -76,8 +76,9 @@ def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> int:
 
 
 def read_index(prefix) -> tuple:
-    """A `.idx` file's token dtype, lengths, pointers and document indices (the `.bin` untouched), the arrays memory-mapped
-    as megatron-core maps them: reading the index costs the pages a reader touches, not 16 bytes a document up front."""
+    """A `.idx` file's token dtype, lengths, pointers and document indices (the `.bin` untouched), the arrays
+    memory-mapped as megatron-core maps them: reading the index costs the pages a reader touches, not 16 bytes a
+    document up front."""
     idx = Path(f"{prefix}.idx")
     if not idx.is_file():
         raise FileNotFoundError(f"indexed dataset {str(idx)!r} not found")
