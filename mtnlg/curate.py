@@ -716,7 +716,7 @@ def quality_stage(c: Curation) -> dict:
 
 # %% ../nbs/36_curate.ipynb
 def dedup_stage(c: Curation) -> dict:
-    from mtnlg.dedup import component_partitions, partitioned_plan, plan_partitions
+    from mtnlg.dedup import component_partitions, drops_groups, group_drops_task, partitioned_plan, plan_partitions
 
     dd, priority = c.cfg.dedup, list(c.spec)
     sigs = c.map(
@@ -738,6 +738,9 @@ def dedup_stage(c: Curation) -> dict:
         sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map, dd.band_splits
     )
     (c.out / "dedup_plan.json").write_text(json.dumps({"summary": info}))
+    Q = component_partitions(plan_partitions(len(sigs), dd.partitions))
+    dsts = [c.file("dedup_drops", d, s, ".json") for d, s in c.jobs]
+    c.map(group_drops_task, drops_groups(sigs, offsets, priority, c.out / "dedup_lsh/fate", dsts, Q), "dedup: drops")
     ms = c.map(
         task_dedup,
         [
@@ -749,10 +752,10 @@ def dedup_stage(c: Curation) -> dict:
                 int(o),
                 priority,
                 c.out / "dedup_lsh/fate",
-                c.file("dedup_drops", d, s, ".json"),
-                component_partitions(plan_partitions(len(sigs), dd.partitions)),
+                drops,
+                Q,
             )
-            for (d, s), sig, o in zip(c.jobs, sigs, offsets)
+            for (d, s), sig, o, drops in zip(c.jobs, sigs, offsets, dsts)
         ],
         "dedup",
     )
