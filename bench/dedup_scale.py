@@ -82,15 +82,18 @@ def _child(stage: str, files: list, work: str) -> dict:
 
     offsets = np.concatenate([[0], np.cumsum([dedup.signature_count(f) for f in files])]).astype(np.int64)
     P, keys = dedup.plan_partitions(len(files)), _key_files(work, files)
+    Q = dedup.component_partitions(P)
     run = {
-        "band_keys": lambda: [dedup.band_keys_task(f, k, BANDS, ROWS) for f, k in zip(files, keys)],
+        "band_keys": lambda: [dedup.band_keys_task(f, k, BANDS, ROWS, PRIORITY) for f, k in zip(files, keys)],
         "band": lambda: dedup.lsh_band_task(keys, offsets, 0, P, work, 0, SPLITS),
         "verify": lambda: [
-            dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work, 65536, SPLITS) for p in range(P)
+            dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work, 65536, SPLITS, Q) for p in range(P)
         ],
-        "components": lambda: dedup.components_task(files, offsets, PRIORITY, P, work),
+        "components": lambda: dedup.components_rounds(  # every partition's tasks of every round, one after another
+            [str(Path(k).with_suffix(".rank.npy")) for k in keys], offsets, Q, work, edge_files=P
+        ),
         "shard_drops": lambda: len(
-            dedup.shard_drops(files[0], 0, PRIORITY, Path(work) / "fate.npy", Path(work) / "drops-0.json")
+            dedup.shard_drops(files[0], 0, PRIORITY, Path(work) / "fate", Path(work) / "drops-0.json", Q)
         ),
         "plan_dedup": lambda: dedup.plan_dedup(files, PRIORITY, THRESHOLD, BANDS, ROWS)[1],
     }
@@ -120,9 +123,6 @@ def _child(stage: str, files: list, work: str) -> dict:
             "worker_rss_bytes": r["worker_max_bytes"],
             "plan": info,
         }
-    if stage == "components":  # warm the kernels outside the measurement
-        dedup._fates(np.arange(3, dtype=np.int64), np.zeros(3, np.int16))
-        dedup._union_edges(np.arange(3, dtype=np.int64), np.zeros((0, 2), np.int64))
     if stage == "plan_dedup":
         dedup.plan_dedup(files[:1], PRIORITY, THRESHOLD, BANDS, ROWS)
     tracemalloc.start()
@@ -158,7 +158,8 @@ def _forget(stage: str, work, keys):
         for f in (work / "edges").glob("*.json"):
             f.unlink()
     elif stage == "components":
-        (work / "fate.json").unlink(missing_ok=True)
+        shutil.rmtree(work / "components", ignore_errors=True)
+        shutil.rmtree(work / "fate", ignore_errors=True)
     elif stage == "shard_drops":
         (work / "drops-0.json").unlink(missing_ok=True)
 

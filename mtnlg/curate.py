@@ -10,10 +10,10 @@ __all__ = ['SAMPLE_FACTOR', 'STAGES', 'MOST', 'CC_PAGES_SOURCE', 'WARC_FILE_SOUR
            'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate', 'task_tokenize',
            'task_train_quality', 'quality_model_paths', 'train_quality_models', 'train_tokenizer', 'discover_shards',
            'summarize', 'Curation', 'extract_stage', 'quality_stage', 'dedup_stage', 'decontaminate_stage',
-           'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_merge_indexed', 'task_blend_text',
-           'task_gpt_samples', 'blend_report', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary',
-           'Snapshot', 'newest_rates_file', 'load_plan_rates', 'load_dedup_rates', 'dedup_bytes_per_doc',
-           'workers_per_node', 'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
+           'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_blend_text', 'task_gpt_samples',
+           'blend_report', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary', 'Snapshot',
+           'newest_rates_file', 'load_plan_rates', 'load_dedup_rates', 'dedup_bytes_per_doc', 'workers_per_node',
+           'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
 import itertools
@@ -393,13 +393,15 @@ def task_signatures(sig_path, src, num_perm, ngram, seed, engine="compiled"):
     return str(sig_path)
 
 
-def task_dedup(man_path, src, dst, sig_path, offset, priority, fate_path, drops_path):
-    "Stage C of the partitioned plan (this shard's drops, from its slice of the fates), then pass 3 with only those."
+def task_dedup(man_path, src, dst, sig_path, offset, priority, fate_dir, drops_path, partitions):
+    "Stage C of the partitioned plan (this shard's drops, from its rows of the fates), then pass 3 with only those."
     from mtnlg.dedup import dedup_shard, shard_drops
 
     if Path(man_path).is_file():
         return _run_stage(man_path, None)
-    return _run_stage(man_path, dedup_shard, src, dst, shard_drops(sig_path, offset, priority, fate_path, drops_path))
+    return _run_stage(
+        man_path, dedup_shard, src, dst, shard_drops(sig_path, offset, priority, fate_dir, drops_path, partitions)
+    )
 
 
 def _task_ngrams(path):
@@ -721,7 +723,7 @@ def quality_stage(c: Curation) -> dict:
 
 # %% ../nbs/36_curate.ipynb
 def dedup_stage(c: Curation) -> dict:
-    from mtnlg.dedup import partitioned_plan
+    from mtnlg.dedup import component_partitions, drops_groups, group_drops_task, partitioned_plan, plan_partitions
 
     dd, priority = c.cfg.dedup, list(c.spec)
     sigs = c.map(
@@ -743,6 +745,9 @@ def dedup_stage(c: Curation) -> dict:
         sigs, priority, dd.threshold, dd.bands, dd.rows, c.out / "dedup_lsh", dd.partitions, c.map, dd.band_splits
     )
     (c.out / "dedup_plan.json").write_text(json.dumps({"summary": info}))
+    Q = component_partitions(plan_partitions(len(sigs), dd.partitions))
+    dsts = [c.file("dedup_drops", d, s, ".json") for d, s in c.jobs]
+    c.map(group_drops_task, drops_groups(sigs, offsets, priority, c.out / "dedup_lsh/fate", dsts, Q), "dedup: drops")
     ms = c.map(
         task_dedup,
         [
@@ -753,10 +758,11 @@ def dedup_stage(c: Curation) -> dict:
                 sig,
                 int(o),
                 priority,
-                c.out / "dedup_lsh/fate.npy",
-                c.file("dedup_drops", d, s, ".json"),
+                c.out / "dedup_lsh/fate",
+                drops,
+                Q,
             )
-            for (d, s), sig, o in zip(c.jobs, sigs, offsets)
+            for (d, s), sig, o, drops in zip(c.jobs, sigs, offsets, dsts)
         ],
         "dedup",
     )
@@ -971,14 +977,6 @@ def task_shard_tokens(src, prefix, tokenizer_path, limit: int | None = None) -> 
     return n, sum(itertools.islice(_shard_token_counts(src, n, prefix, tok), n if limit is None else limit))
 
 
-def task_merge_indexed(prefixes, out_prefix) -> int:
-    from mtnlg.indexed import merge_indexed, read_index
-
-    return (
-        len(read_index(out_prefix)[1]) if Path(f"{out_prefix}.idx").is_file() else merge_indexed(prefixes, out_prefix)
-    )
-
-
 def task_blend_text(
     files: dict, sizes: dict, weights: dict, total: float, seed: int, train: dict, out
 ) -> tuple[int, int]:
@@ -1002,13 +1000,40 @@ def task_blend_text(
     return n_train, n_valid
 
 
-def task_gpt_samples(prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int) -> tuple[int, list]:
-    """The blended GPT samples megatron-core would draw (a check of the indexed datasets): how many, and each dataset's
-    share."""
-    from mtnlg.indexed import blended_gpt_samples
+def _window(lengths, tokens: int, step: int = 1 << 16) -> int:
+    "How many first documents hold `tokens` tokens (all if fewer), reading `lengths` (a memory map) `step` at a time."
+    held, n = 0, len(lengths)
+    for s in range(0, n, step):
+        c = np.cumsum(lengths[s : s + step], dtype=np.int64) + held
+        if c[-1] >= tokens:
+            return s + int(np.searchsorted(c, tokens)) + 1
+        held = int(c[-1])
+    return n
 
-    bs = blended_gpt_samples(prefixes, weights, seq_length, num_samples, seed)
-    return len(bs), (np.bincount(bs.dataset_index, minlength=len(prefixes)) / max(1, len(bs))).round(4).tolist()
+
+def task_gpt_samples(
+    prefixes: list, weights: list, seq_length: int, num_samples: int, seed: int, check: int = 64
+) -> tuple[int, list]:
+    """The blended GPT samples megatron-core would draw: how many and each dataset's share (Megatron's greedy rule, from
+    the weights), and a check of each indexed dataset on a bounded sample: `check` samples drawn as `GPTSamples`
+    draws them from the fewest first documents that hold them, read through the memory-mapped `.idx` and `.bin`. Its
+    work is the same for a thousand documents or a billion."""
+    import math
+
+    from mtnlg.blend import blending_indices
+    from mtnlg.indexed import GPTSamples, IndexedTokens
+
+    w = np.asarray(weights, np.float64) / np.sum(weights)
+    size = sum(int(math.ceil(num_samples * wd)) for wd in w)
+    for p in prefixes:
+        ds = IndexedTokens(p)
+        docs = range(_window(ds.lengths, check * seq_length + 1))
+        gs = GPTSamples(ds, seq_length, check, seed, docs)
+        for i in range(min(check, len(gs))):
+            if len(gs[i]) != seq_length + 1:
+                raise ValueError(f"{p}: sample {i} holds {len(gs[i])} tokens, not seq_length + 1 = {seq_length + 1}")
+    dataset = blending_indices(w, size)[0]
+    return size, (np.bincount(dataset, minlength=len(prefixes)) / max(1, size)).round(4).tolist()
 
 
 def blend_report(sizes: dict, weights: dict, total: float) -> dict:
@@ -1077,7 +1102,9 @@ def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefix
         )[0]
     else:
         n_train, n_valid = sum(r["documents_out"] for r in report.values()), sum(n_docs[d] - train[d] for d in train)
-    n_indexed = dict(zip(spec, map(task_merge_indexed, [(toks[d], prefixes[d]) for d in spec], "blend: merge indexed")))
+    from mtnlg.indexed import merge_indexed_tasks
+
+    n_indexed = {d: merge_indexed_tasks(toks[d], prefixes[d], map) for d in spec}  # tasks of 16 shards each
     w = {d: weights[d] / sum(weights.values()) for d in weights if n_indexed[d]}
     (out / "blend/megatron_data_path.txt").write_text(" ".join(f"{w[d]:.6g} {prefixes[d]}" for d in w) + "\n")
     n_samples, shares = map(
@@ -1324,9 +1351,9 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
 
 
 def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
-    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count
-    shortens (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates
-    measured it —, the components task), kept documents, dedup memory."""
+    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
+    (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates measured it), kept
+    documents, dedup memory."""
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
     kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
@@ -1334,13 +1361,15 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
         (kept * d[f"{s}_seconds_per_doc"] + shards * d.get(f"{s}_seconds_per_shard", 0.0)) / 3600
     )  # a task over the corpus
     core_hours["dedup"] = (
-        core_hours.get("dedup", 0.0) + task("verify") + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)
-    )  # A0, A': every worker
+        core_hours.get("dedup", 0.0)
+        + task("verify")
+        + task("components")
+        + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)
+    )  # A0, A', B and B': every worker
     fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
     serial = {
         "driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600,
         "dedup LSH band": task("band"),
-        "dedup components": task("components"),
     }
     return {
         "snapshot": snap.name,
@@ -1363,9 +1392,9 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
 
 
 def wall_hours(cost: dict, workers: int) -> float:
-    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node
-    count shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers
-    than tasks) and the components task."""
+    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
+    shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers than
+    tasks)."""
     extra_waves = -(-cost["bands"] // workers) - 1
     return (
         cost["parallel_core_hours"] / workers
@@ -1468,10 +1497,8 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     nodes, w = plan["nodes"], plan["workers_per_node"]
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
     out = [
-        f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, "
-        f"{plan['node_memory_bytes'] / 1e9:g} GB; "
-        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band, components) do "
-        f"not shrink with N",
+        f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
+        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band) do not shrink with N",
         f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes),
     ]
     out += [f"{c['snapshot']:10s} " + " ".join(f"{c['wall_hours'][n]:9,.1f}" for n in nodes) for c in rows]
@@ -1486,7 +1513,8 @@ def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
         f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its "
         f"largest task, an LSH band's "
         f"key split (1/{d.get('band_splits', 1)} of a band: "
-        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components ({d['components_bytes_per_doc']:,.0f}), "
+        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components' rounds "
+        f"({d['components_bytes_per_doc']:,.0f}: all partitions' edges, an upper bound), "
         f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"
     ]
     for c in rows:

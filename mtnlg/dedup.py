@@ -4,11 +4,13 @@
 
 # %% auto 0
 __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes', 'one_permutation_minhash', 'minhash_signatures',
-           'estimate_jaccard', 'edit_words', 'exact_jaccard', 'band_keys', 'candidate_pairs', 's_curve', 'DedupResult',
-           'fuzzy_dedup', 'pair_precision_recall', 'compiled_signatures', 'compiled_candidate_pairs',
+           'estimate_jaccard', 'edit_words', 'exact_jaccard', 'band_keys', 'candidate_pairs', 'unique_pairs', 's_curve',
+           'DedupResult', 'fuzzy_dedup', 'pair_precision_recall', 'compiled_signatures', 'compiled_candidate_pairs',
            'compiled_components', 'signature_shard', 'plan_dedup', 'dedup_shard', 'signature_count', 'signature_rows',
-           'band_keys_task', 'lsh_band_task', 'verify_partition_task', 'components_task', 'shard_drops',
-           'plan_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
+           'band_keys_task', 'lsh_band_task', 'verify_partition_task', 'scatter_pairs', 'gather_pairs', 'large_star',
+           'small_star', 'large_star_task', 'small_star_task', 'fate_task', 'components_rounds', 'fate_rows',
+           'shard_drops', 'group_drops_task', 'drops_groups', 'plan_partitions', 'component_partitions',
+           'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup.ipynb
 import json
@@ -218,8 +220,15 @@ def candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64
         return np.zeros(0, int), np.zeros(0, int)
     p = np.concatenate(out)
     p.sort(axis=1)
-    p = np.unique(p[:, 0].astype(np.int64) * len(sig) + p[:, 1])
-    return p // len(sig), p % len(sig)
+    p = unique_pairs(p)
+    return p[:, 0], p[:, 1]
+
+
+def unique_pairs(p: np.ndarray) -> np.ndarray:
+    "The distinct rows of a [pairs, 2] array, sorted by (first, second): two columns, never a code such as i * n + j."
+    p = np.asarray(p, np.int64).reshape(-1, 2)
+    p = p[np.lexsort((p[:, 1], p[:, 0]))]
+    return p[np.concatenate([[True], (p[1:] != p[:-1]).any(1)])] if len(p) else p
 
 
 def s_curve(j, bands: int, rows: int):
@@ -274,10 +283,11 @@ def fuzzy_dedup(
         graph = coo_matrix((np.ones(similar.sum(), np.int8), (i[similar], j[similar])), shape=(n, n))
         _, comp = connected_components(graph, directed=False)
         n_edges = int(similar.sum())
-    key = np.array([rank[d] for d in datasets], np.int64) * n + np.arange(n)
-    best = np.full(comp.max() + 1 if n else 0, np.iinfo(np.int64).max)
-    np.minimum.at(best, comp, key)
-    winner = best[comp] % n
+    order = np.lexsort((np.arange(n), [rank[d] for d in datasets], comp))  # component, priority, corpus order
+    first = order[np.concatenate([[True], comp[order][1:] != comp[order][:-1]])[:n]]  # each component's winner
+    best = np.empty(comp.max() + 1 if n else 0, np.int64)
+    best[comp[first]] = first
+    winner = best[comp]
     keep = winner == np.arange(n)
     return DedupResult(keep, np.where(keep, -1, winner), comp, len(i), n_edges)
 
@@ -477,20 +487,21 @@ def _first_band(keys, center, i, j, b):
 
 
 @njit(cache=True)
-def _push(out, m, x):
+def _push(out, m, a, b):
     if m == out.shape[0]:
-        bigger = np.empty(2 * m, np.int64)
+        bigger = np.empty((2 * m, 2), np.int64)
         bigger[:m] = out
         out = bigger
-    out[m] = x
+    out[m, 0] = a
+    out[m, 1] = b
     return out, m + 1
 
 
 @njit(cache=True, nogil=True)
-def _band_pairs(keys, b, order, center, n_total, ids):
-    "Codes ids[i] * n_total + ids[j] of the pairs i < j whose first candidate band is b."
+def _band_pairs(keys, b, order, center, ids):
+    "The pairs (ids[i], ids[j]), i < j, whose first candidate band is b: [pairs, 2]."
     n, s, m = order.shape[0], 0, 0
-    out = np.empty(1024, np.int64)
+    out = np.empty((1024, 2), np.int64)
     while s < n:
         t = s + 1
         while t < n and keys[order[t], b] == keys[order[s], b]:
@@ -499,13 +510,13 @@ def _band_pairs(keys, b, order, center, n_total, ids):
             i = center[order[s], b]
             for k in range(s, t):
                 if order[k] != i and _first_band(keys, center, i, order[k], b):
-                    out, m = _push(out, m, ids[i] * n_total + ids[order[k]])
+                    out, m = _push(out, m, ids[i], ids[order[k]])
         elif t - s > 1:
             for k in range(s, t):
                 for l in range(k + 1, t):
                     i, j = min(order[k], order[l]), max(order[k], order[l])
                     if _first_band(keys, center, i, j, b):
-                        out, m = _push(out, m, ids[i] * n_total + ids[j])
+                        out, m = _push(out, m, ids[i], ids[j])
         s = t
     return out[:m].copy()
 
@@ -527,11 +538,11 @@ def compiled_candidate_pairs(
 
     with ThreadPoolExecutor(max(1, threads)) as ex:
         orders = list(ex.map(sort_band, range(bands)))  # every band's centers before any band's pairs
-        codes = list(ex.map(lambda b: _band_pairs(keys, b, orders[b], center, len(sig), ids), range(bands)))
-    p = np.concatenate(codes) if codes else np.zeros(0, np.int64)
+        pairs = list(ex.map(lambda b: _band_pairs(keys, b, orders[b], center, ids), range(bands)))
+    p = np.concatenate([np.zeros((0, 2), np.int64), *pairs])
     if sort:
-        p.sort()
-    return p // max(1, len(sig)), p % max(1, len(sig))
+        p = p[np.lexsort((p[:, 1], p[:, 0]))]
+    return np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])
 
 
 @njit(cache=True, nogil=True)
@@ -707,16 +718,24 @@ def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndar
     return np.concatenate(out).astype(np.int64)
 
 
-def band_keys_task(signature_file, dst, bands: int, rows: int) -> int:
+def band_keys_task(signature_file, dst, bands: int, rows: int, priority=None) -> int:
     """Stage A0, one shard: its documents' band keys, band by band (`dst`: [bands, documents] uint64, a band's keys
-    contiguous) and which documents have shingles (`dst` with .live.npy), so that a band task reads 8 bytes a document
-    of that band instead of every signature file. Returns the shard's documents."""
+    contiguous), which documents have shingles (`dst` with .live.npy), so that a band task reads 8 bytes a document
+    of that band instead of every signature file, and (given the dataset `priority`) each document's dataset rank
+    (.rank.npy, int16), which stage B reads for the documents it keeps or drops. Returns the shard's documents."""
     dst = Path(dst)
     live_path = dst.with_suffix(".live.npy")
     if live_path.is_file():
         return len(np.load(live_path, mmap_mode="r"))
     sig = signature_rows(signature_file)
     dst.parent.mkdir(parents=True, exist_ok=True)
+    if priority is not None:
+        with np.load(signature_file, allow_pickle=True) as z:
+            names = z["datasets"].tolist()
+        rank_of = {d: r for r, d in enumerate(priority)}
+        if unknown := sorted(set(names) - set(rank_of)):
+            raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
+        np.save(dst.with_suffix(".rank.npy"), np.array([rank_of[d] for d in names], np.int16))
     np.save(dst, np.ascontiguousarray(band_keys(sig, bands, rows).T))
     np.save(live_path, sig[:, 0] != EMPTY) if len(sig) else np.save(live_path, np.zeros(0, bool))
     return len(sig)
@@ -773,120 +792,234 @@ def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
 
 
 def verify_partition_task(
-    signature_files, offsets, partition: int, bands: int, threshold: float, lsh_dir, chunk: int = 65536, splits: int = 1
+    signature_files,
+    offsets,
+    partition: int,
+    bands: int,
+    threshold: float,
+    lsh_dir,
+    chunk: int = 65536,
+    splits: int = 1,
+    partitions: int = 1,
 ) -> tuple[int, int]:
     """Stage A', one partition: its candidate pairs from every band (deduplicated: a pair found by several bands counts
     once), their estimated Jaccard from the two documents' signatures (`chunk` pairs at a time, the rows read from
-    their shards), and the pairs that reach `threshold` written as edges. Returns (candidate pairs, edges)."""
+    their shards), and the pairs that reach `threshold` written as edges, each both ways, grouped by the partition
+    (of `partitions`) of its first document for stage B. Returns (candidate pairs, edges)."""
     lsh_dir = Path(lsh_dir)
     done = lsh_dir / "edges" / f"part-{partition:05d}.json"
     if done.is_file():
         return tuple(json.loads(done.read_text()))
-    n = int(offsets[-1])
-    codes = np.unique(
+    pairs = unique_pairs(
         np.concatenate(
-            [np.zeros(0, np.int64)]
+            [np.zeros((0, 2), np.int64)]
             + [
-                np.load(lsh_dir / f"band-{b:03d}-{s:03d}" / f"part-{partition:05d}.npy") @ np.array([n, 1])
+                np.load(lsh_dir / f"band-{b:03d}-{s:03d}" / f"part-{partition:05d}.npy")
                 for b in range(bands)
                 for s in range(splits)
             ]
         )
     )
-    i, j, keep = codes // max(1, n), codes % max(1, n), np.zeros(len(codes), bool)
-    for s in range(0, len(codes), chunk):
+    i, j, keep = pairs[:, 0], pairs[:, 1], np.zeros(len(pairs), bool)
+    for s in range(0, len(pairs), chunk):
         a, b = i[s : s + chunk], j[s : s + chunk]
         docs = np.unique(np.concatenate([a, b]))
         sig = _gather_rows(signature_files, offsets, docs)
         keep[s : s + chunk] = (
             estimate_jaccard(sig[np.searchsorted(docs, a)], sig[np.searchsorted(docs, b)]) >= threshold
         )
-    done.parent.mkdir(parents=True, exist_ok=True)
-    np.save(lsh_dir / "edges" / f"part-{partition:05d}.npy", np.stack([i[keep], j[keep]], 1))
-    done.write_text(json.dumps([len(codes), int(keep.sum())]))
-    return len(codes), int(keep.sum())
+    e = np.stack([i[keep], j[keep]], 1)
+    scatter_pairs(np.concatenate([e, e[:, ::-1]]), partitions, lsh_dir / "edges" / f"part-{partition:05d}.npy")
+    done.write_text(json.dumps([len(pairs), int(keep.sum())]))
+    return len(pairs), int(keep.sum())
+
+# %% ../nbs/32_dedup.ipynb
+def scatter_pairs(rows: np.ndarray, partitions: int, dst) -> None:
+    "Pairs [k, 2] saved to `dst`, grouped by the partition of their first column (mod `partitions`), the bounds beside."
+    rows = np.asarray(rows, np.int64).reshape(-1, 2)
+    part = rows[:, 0] % partitions
+    order = np.argsort(part, kind="stable")
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    np.save(dst.with_suffix(".bounds.npy"), np.searchsorted(part[order], np.arange(partitions + 1)))
+    np.save(dst, rows[order])
 
 
-@njit(cache=True)
-def _union_edges(parent, edges):
-    "Union-find over one file of edges: every root is the smallest document of its tree."
-    for p in range(edges.shape[0]):
-        a, b = edges[p, 0], edges[p, 1]
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a != b:
-            parent[max(a, b)] = min(a, b)
+def gather_pairs(srcs, p: int) -> np.ndarray:
+    "Partition `p`'s pairs of every file `scatter_pairs` wrote, one memory map open at a time."
+    out = [np.zeros((0, 2), np.int64)]
+    for f in srcs:
+        b = np.load(Path(f).with_suffix(".bounds.npy"))
+        if b[p + 1] > b[p]:
+            m = np.load(f, mmap_mode="r")
+            out.append(np.array(m[b[p] : b[p + 1]]))
+            del m
+    return np.concatenate(out)
 
 
-@njit(cache=True)
-def _fates(parent, rank):
-    """Each document's fate from the union-find: -1 if it is its component's first document in (dataset priority, corpus
-    order), else the rank of that document's dataset. `parent` is reused: its roots' entries end as their winners."""
-    n = parent.shape[0]
-    for d in range(n):
-        parent[d] = parent[parent[d]]  # parents are smaller: one pass flattens
-    for d in range(n):  # a root (its component's smallest document, visited first) now holds the best so far
-        r = parent[d]
-        if r < d:
-            w = parent[r]
-            if rank[d] < rank[w]:
-                parent[r] = d  # equal ranks: the earlier document stays
-    fate = np.empty(n, np.int16)
-    for d in range(n):  # below d: a root; at or above d: d is a root and that is its winner
-        w = parent[parent[d]] if parent[d] < d else parent[d]
-        fate[d] = -1 if w == d else rank[w]
-    return fate
+def _inline(fn, args_list, what=""):
+    return [fn(*a) for a in args_list]
+
+# %% ../nbs/32_dedup.ipynb
+def _groups(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "Of a sorted column: where each run of equal values starts, and each row's run."
+    first = np.concatenate([[True], u[1:] != u[:-1]])[: len(u)]
+    return np.flatnonzero(first), np.cumsum(first) - 1
 
 
-def components_task(signature_files, offsets, priority, partitions: int, lsh_dir) -> dict:
-    """Stage B: the connected components of the edge files (read one at a time into a union-find of 8 bytes a document),
-    and each document's fate: -1 if kept, else the priority rank of the dataset whose copy was kept (the document of the
-    component first in dataset priority, then in corpus order: `fuzzy_dedup`'s rule). Written to `lsh_dir/fate.npy`
-    (int16, one per document), which the per-shard tasks read their slice of. Holds 12 bytes a document."""
-    lsh_dir = Path(lsh_dir)
-    done = lsh_dir / "fate.json"
+def _star_step(fn, srcs, p: int, partitions: int, dst) -> int:
+    "One task of a round: `fn` over partition p's distinct edges, its edges written for the next step; returns changes."
+    done = Path(dst).with_suffix(".json")
     if done.is_file():
         return json.loads(done.read_text())
-    n, rank_of = int(offsets[-1]), {d: r for r, d in enumerate(priority)}
-    parent = np.arange(n, dtype=np.int64)
-    for p in range(partitions):
-        _union_edges(parent, np.load(lsh_dir / "edges" / f"part-{p:05d}.npy"))
-    rank = np.empty(n, np.int16)
-    for f, off in zip(signature_files, offsets):
-        with np.load(f, allow_pickle=True) as z:
-            names = z["datasets"].tolist()
-        if unknown := sorted(set(names) - set(rank_of)):
-            raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
-        rank[off : off + len(names)] = [rank_of[d] for d in names]
-    fate = _fates(parent, rank)
-    del parent
-    np.save(lsh_dir / "fate.npy", fate)
-    info = {"documents": n, "kept": int((fate < 0).sum())}
-    done.write_text(json.dumps(info))
-    return info
+    edges, changed = fn(unique_pairs(gather_pairs(srcs, p)))
+    scatter_pairs(edges, partitions, dst)
+    done.write_text(json.dumps(changed))
+    return changed
 
 
-def shard_drops(signature_file, offset: int, priority, fate_path, dst) -> dict:
-    """Stage C, one shard: {document id: drop reason} of its own documents, read from its slice of the fates (a memory
-    map) and its signature file's ids, written to `dst` (JSON)."""
+def large_star(r: np.ndarray) -> tuple[np.ndarray, int]:
+    "Rows (u, v), both ways, sorted: each v > u linked to min(u, N(u)) as (v, m); and the nodes with v < u < v'."
+    u, v = r[:, 0], r[:, 1]
+    start, g = _groups(u)
+    lo, hi = v[start], v[np.append(start[1:], len(v))[: len(start)] - 1]
+    m = np.minimum(u[start], lo)[g]
+    up = v > u
+    return np.stack([v[up], m[up]], 1), int(((lo < u[start]) & (hi > u[start])).sum())
+
+
+def small_star(r: np.ndarray) -> tuple[np.ndarray, int]:
+    "Rows (u, v < u), sorted: u and each v linked to the smallest v, both ways; and the nodes with two smaller ones."
+    u, v = r[:, 0], r[:, 1]
+    start, g = _groups(u)
+    m = v[start][g]
+    e = np.concatenate([np.stack([u[start], v[start]], 1), np.stack([v, m], 1)[v != m]])
+    return np.concatenate([e, e[:, ::-1]]), int((np.diff(np.append(start, len(u))) > 1).sum())
+
+
+def large_star_task(srcs, p: int, partitions: int, dst) -> int:
+    "Large-star at the nodes of partition p; its edges (v, m) go to v's partition, for small-star."
+    return _star_step(large_star, srcs, p, partitions, dst)
+
+
+def small_star_task(srcs, p: int, partitions: int, dst) -> int:
+    "Small-star at the nodes of partition p; its edges go both ways, for the next large-star or stage B'."
+    return _star_step(small_star, srcs, p, partitions, dst)
+
+# %% ../nbs/32_dedup.ipynb
+def _gather_ranks(rank_files, offsets, docs: np.ndarray) -> np.ndarray:
+    "Dataset ranks of the global document numbers `docs`, each shard's read by one memory map."
+    shard = np.searchsorted(offsets, docs, side="right") - 1
+    out = np.empty(len(docs), np.int16)
+    for s in np.unique(shard):
+        sel = shard == s
+        m = np.load(rank_files[s], mmap_mode="r")
+        out[sel] = m[docs[sel] - offsets[s]]
+        del m
+    return out
+
+
+def fate_task(srcs, p: int, rank_files, offsets, dst) -> int:
+    """Stage B', partition p: the stars centred in p (a component, around its smallest document). Each keeps its first
+    document in (dataset priority, corpus order); the others are saved to `dst` as (document, rank of the kept copy's
+    dataset), sorted by document. Returns how many were dropped."""
+    done = Path(dst).with_suffix(".json")
+    if done.is_file():
+        return json.loads(done.read_text())
+    r = gather_pairs(srcs, p)
+    r = unique_pairs(r[r[:, 0] < r[:, 1]])  # (centre, leaf)
+    centres = np.unique(r[:, 0])
+    comp, doc = np.concatenate([centres, r[:, 0]]), np.concatenate([centres, r[:, 1]])
+    rank = _gather_ranks(rank_files, offsets, doc)
+    order = np.lexsort((doc, rank, comp))
+    comp, doc, rank = comp[order], doc[order], rank[order]
+    start, g = _groups(comp)
+    lose = np.ones(len(doc), bool)
+    lose[start] = False
+    out = np.stack([doc[lose], rank[start][g][lose]], 1).astype(np.int64)
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    np.save(dst, out[np.argsort(out[:, 0])])
+    done.write_text(json.dumps(len(out)))
+    return len(out)
+
+
+def components_rounds(
+    rank_files, offsets, partitions: int, work, map=_inline, edge_files: int = 0, max_rounds: int = 100
+) -> dict:
+    """Stage B: large-star/small-star rounds over the `edge_files` (default: `partitions`) edge files of stage A' (each
+    step a task a partition) until no edge changes, then stage B' (`fate_task`, a task a partition) into
+    `work/fate/part-P.npy`."""
+    work, P = Path(work), partitions
+    srcs = [work / "edges" / f"part-{q:05d}.npy" for q in range(edge_files or P)]
+    for r in range(max_rounds):
+        changed = 0
+        for step, fn in (("large", large_star_task), ("small", small_star_task)):
+            dst = [work / "components" / f"{r:03d}-{step}" / f"part-{q:05d}.npy" for q in range(P)]
+            changed += sum(map(fn, [(srcs, q, P, d) for q, d in enumerate(dst)], f"dedup: components ({step}-star)"))
+            srcs = dst
+        if changed == 0:
+            break
+    else:
+        raise RuntimeError(f"connected components: edges still changing after {max_rounds} rounds")
+    fates = [(srcs, q, rank_files, offsets, work / "fate" / f"part-{q:05d}.npy") for q in range(P)]
+    dropped = sum(map(fate_task, fates, "dedup: fates"))
+    n = int(offsets[-1] - offsets[0])
+    return {"documents": n, "kept": n - dropped}
+
+# %% ../nbs/32_dedup.ipynb
+def fate_rows(fate_dir, partitions: int, lo: int, hi: int) -> np.ndarray:
+    "The (document, rank) rows of documents lo <= d < hi of every partition's fate file (binary searches, memory maps)."
+    mine = [np.zeros((0, 2), np.int64)]
+    for p in range(partitions if hi > lo else 0):  # no documents: no file to open
+        m = np.load(Path(fate_dir) / f"part-{p:05d}.npy", mmap_mode="r")
+        a, b = np.searchsorted(m[:, 0], [lo, hi])
+        mine.append(np.array(m[a:b]))
+        del m
+    mine = np.concatenate(mine)
+    return mine[np.argsort(mine[:, 0])]
+
+
+def shard_drops(signature_file, offset: int, priority, fate_dir, dst, partitions: int = 1, rows=None) -> dict:
+    """Stage C, one shard: {document id: drop reason} of its own documents, from `rows` (default: its rows of every
+    partition's fate file), written to `dst` (JSON)."""
     dst = Path(dst)
     if dst.is_file():
         return json.loads(dst.read_text())
     with np.load(signature_file, allow_pickle=True) as z:
         ids = z["ids"]
-    fate = np.load(fate_path, mmap_mode="r")
-    mine = np.array(fate[offset : offset + len(ids)])
-    del fate
-    drops = {ids[k]: f"near-duplicate of a {priority[mine[k]]} document" for k in np.flatnonzero(mine >= 0)}
+    if rows is None:
+        rows = fate_rows(fate_dir, partitions, offset, offset + len(ids))
+    drops = {ids[d - offset]: f"near-duplicate of a {priority[r]} document" for d, r in rows.tolist()}
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".tmp")
     tmp.write_text(json.dumps(drops))
     os.replace(tmp, dst)
     return drops
+
+
+def group_drops_task(signature_files, offsets, priority, fate_dir, dsts, partitions: int = 1) -> int:
+    """Stage C for consecutive shards (`offsets`: theirs and the next's): one read of every fate file for all of them,
+    then each shard's drops (`shard_drops`): a task of 16 shards opens each fate file once, not 16 times."""
+    rows = fate_rows(fate_dir, partitions, int(offsets[0]), int(offsets[-1]))
+    cut = np.searchsorted(rows[:, 0], offsets)
+    for k, (f, d) in enumerate(zip(signature_files, dsts)):
+        shard_drops(f, int(offsets[k]), priority, fate_dir, d, partitions, rows[cut[k] : cut[k + 1]])
+    return len(rows)
+
+
+def drops_groups(signature_files, offsets, priority, fate_dir, dsts, partitions: int, group: int = 16) -> list:
+    "`group_drops_task`'s arguments for every `group` consecutive shards."
+    return [
+        (
+            signature_files[s : s + group],
+            offsets[s : s + group + 1],
+            list(priority),
+            fate_dir,
+            dsts[s : s + group],
+            partitions,
+        )
+        for s in range(0, len(signature_files), group)
+    ]
 
 
 def plan_partitions(n_shards: int, partitions: int = 0) -> int:
@@ -895,8 +1028,10 @@ def plan_partitions(n_shards: int, partitions: int = 0) -> int:
     return partitions if partitions > 0 else max(1, min(4096, -(-n_shards // 16)))
 
 
-def _inline(fn, args_list, what=""):
-    return [fn(*a) for a in args_list]
+def component_partitions(partitions: int, most: int = 64) -> int:
+    """Partitions of stage B, B' and C: the edge partitions, at most `most`. Each task of a round reads a section of
+    every file of the step before, and each shard's drops a section of every fate file: fewer partitions, fewer opens."""
+    return max(1, min(partitions, most))
 
 
 def partitioned_plan(
@@ -909,18 +1044,22 @@ def partitioned_plan(
     partitions: int = 0,
     map=_inline,
     band_splits: int = 1,
+    first: int = 0,
 ) -> tuple[dict, np.ndarray]:
-    """Stages A0 (one task per shard), A (one per band and key split), A' (one per edge partition) and B (one task: ids
-    and labels), each run as `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor).
+    """Stages A0 (one task per shard), A (one per band and key split), A' and B (rounds of tasks, one per edge
+    partition), each run as `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor).
     Returns the summary numbers `plan_dedup` gives and each shard's first global document number (the shard-C tasks'
-    offsets)."""
+    offsets), counted from `first` (nonzero: as if `first` documents came before)."""
     work, files = Path(work_dir), [str(f) for f in signature_files]
     key_files = [str(work / "keys" / f"{k:06d}.npy") for k in range(len(files))]
-    counts = map(band_keys_task, [(f, k, bands, rows) for f, k in zip(files, key_files)], "dedup: band keys")
-    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-    if offsets[-1] == 0:
+    counts = map(
+        band_keys_task, [(f, k, bands, rows, list(priority)) for f, k in zip(files, key_files)], "dedup: band keys"
+    )
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]) + np.int64(first)
+    if offsets[-1] == offsets[0]:
         return {"documents": 0}, offsets
     P, S = plan_partitions(len(files), partitions), max(1, band_splits)
+    Q = component_partitions(P)
     map(
         lsh_band_task,
         [(key_files, offsets, b, P, work, s, S) for b in range(bands) for s in range(S)],
@@ -928,10 +1067,11 @@ def partitioned_plan(
     )
     found = map(
         verify_partition_task,
-        [(files, offsets, p, bands, threshold, work, 65536, S) for p in range(P)],
+        [(files, offsets, p, bands, threshold, work, 65536, S, Q) for p in range(P)],
         "dedup: verify pairs",
     )
-    info = map(components_task, [(files, offsets, list(priority), P, work)], "dedup: components")[0]
+    rank_files = [str(Path(k).with_suffix(".rank.npy")) for k in key_files]
+    info = components_rounds(rank_files, offsets, Q, work, map, P)
     return {**info, "candidate_pairs": sum(c for c, _ in found), "edges": sum(e for _, e in found)}, offsets
 
 
@@ -945,6 +1085,7 @@ def plan_dedup_partitioned(
     partitions: int = 0,
     map=_inline,
     band_splits: int = 1,
+    first: int = 0,
 ) -> tuple[dict, dict]:
     """`plan_dedup`'s result computed in partitions (stages A, A', B, then C for every shard), the drops of all shards
     gathered here to compare; the curation leaves each shard's in its own file for its dedup worker."""
@@ -952,18 +1093,14 @@ def plan_dedup_partitioned(
 
     work = Path(work_dir or tempfile.mkdtemp())
     info, offsets = partitioned_plan(
-        signature_files, priority, threshold, bands, rows, work, partitions, map, band_splits
+        signature_files, priority, threshold, bands, rows, work, partitions, map, band_splits, first
     )
-    if offsets[-1] == 0:
+    if offsets[-1] == offsets[0]:
         return {}, info
+    Q = component_partitions(plan_partitions(len(signature_files), partitions))
+    dsts = [work / "drops" / f"{k:06d}.json" for k in range(len(signature_files))]
+    map(group_drops_task, drops_groups(signature_files, offsets, priority, work / "fate", dsts, Q), "dedup: drops")
     drops = {}
-    for d in map(
-        shard_drops,
-        [
-            (f, int(o), list(priority), work / "fate.npy", work / "drops" / f"{k:06d}.json")
-            for k, (f, o) in enumerate(zip(signature_files, offsets))
-        ],
-        "dedup: drops",
-    ):
-        drops.update(d)
+    for f, o, d in zip(signature_files, offsets, dsts):
+        drops.update(shard_drops(f, int(o), list(priority), work / "fate", d, Q))  # the files the tasks wrote
     return drops, info

@@ -24,8 +24,7 @@ MTNLG = str(Path(sys.executable).parent / "mtnlg")
 
 def test_plan_arithmetic_on_the_fixture_rates_by_hand():
     """1,000 GB of .warc.gz holding 40M pages, on nodes of 4 cores and 6 GB (the fixture: 2,000 CPU-s/GB, 2 GB a worker;
-    partitioned dedup: 1e-4 s a document for an LSH band, 1e-5 for verification and for the components, 1 driver s a
-    shard)."""
+    partitioned dedup: 1e-4 s a document for an LSH band, 1e-5 for verification and for the components' rounds, both in partitions, 1 driver s a shard)."""
     rates = load_plan_rates(RATES_FIXTURE)
     assert rates["fixture"] and rates["source"].endswith("curate-rates.json")
     plan = curation_plan(
@@ -40,18 +39,18 @@ def test_plan_arithmetic_on_the_fixture_rates_by_hand():
     assert c["warc_gb"] == 1000 and c["shards"] == pytest.approx(1e12 / WARC_FILE_BYTES)  # 972.4 WARC files
     assert c["core_hours"]["extract"] == pytest.approx(1000 * 1000 / 3600)  # 277.8
     assert c["core_hours"]["dedup"] == pytest.approx(
-        (200 * 1000 + 20e6 * 1e-5) / 3600
-    )  # signatures + stage A' (verify)
-    assert c["parallel_core_hours"] == pytest.approx((2000 * 1000 + 200) / 3600)  # 555.61
+        (200 * 1000 + 20e6 * 1e-5 + 20e6 * 1e-5) / 3600
+    )  # signatures + stage A' (verify) + stage B's rounds (components), in partitions on every worker
+    assert c["parallel_core_hours"] == pytest.approx((2000 * 1000 + 400) / 3600)  # 555.67
     assert c["serial_hours"] == pytest.approx(
-        {"driver": 972.3966 / 3600, "dedup LSH band": 20e6 * 1e-4 / 3600, "dedup components": 20e6 * 1e-5 / 3600},
+        {"driver": 972.3966 / 3600, "dedup LSH band": 20e6 * 1e-4 / 3600},
         rel=1e-6,
     )
-    assert c["driver_hours"] == pytest.approx(0.27011 + 0.55556 + 0.05556, rel=1e-4)  # 0.881
+    assert c["driver_hours"] == pytest.approx(0.27011 + 0.55556, rel=1e-4)  # 0.826
     assert c["wall_hours"][1] == pytest.approx(
-        555.6111 / 3 + 0.88122 + 5 * 0.55556, rel=1e-4
+        555.6667 / 3 + 0.82567 + 5 * 0.55556, rel=1e-4
     )  # 16 bands on 3 workers: 5 more waves
-    assert c["wall_hours"][2] == pytest.approx(555.6111 / 6 + 0.88122 + 2 * 0.55556, rel=1e-4)  # on 6: 2 more
+    assert c["wall_hours"][2] == pytest.approx(555.6667 / 6 + 0.82567 + 2 * 0.55556, rel=1e-4)  # on 6: 2 more
     assert c["kept_docs"] == 20_000_000  # 0.5 a page
     assert c["dedup_index_bytes"] == 20_000_000 * 1000  # the single-process plan: 1,000 bytes a document
     assert c["dedup_task_bytes"] == {"LSH band": 20_000_000 * 50, "components": 20_000_000 * 12}
@@ -108,9 +107,9 @@ def test_mtnlg_curate_plan_prints_both_snapshots():
     wall = next(
         l for l in r.stdout.splitlines() if l.startswith("CC-2021-04") and len(l.split()) == 4
     )  # hours on 1, 8, 64 nodes
-    # 2,000 CPU-s/GB x 82,271 GB + 1.70B documents x 1e-5 s = 45,712 core-hours over 64 workers a node, plus 74.2 serial
-    # hours: 80,000 WARC files x 1 driver s (22.2 h), one LSH band (1.70B x 1e-4 s: 47.2 h), the components (4.7 h)
-    assert [float(x.replace(",", "")) for x in wall.split()[1:]] == pytest.approx([788.4, 163.5, 85.3], abs=0.05)
+    # 2,000 CPU-s/GB x 82,271 GB + 1.70B documents x (1e-5 s verify + 1e-5 s components) = 45,716 core-hours over 64
+    # workers a node, plus 69.5 serial hours: 80,000 WARC files x 1 driver s (22.2 h), one LSH band (1.70B x 1e-4 s: 47.2 h)
+    assert [float(x.replace(",", "")) for x in wall.split()[1:]] == pytest.approx([783.8, 158.8, 80.6], abs=0.05)
 
 
 @pytest.mark.parametrize(

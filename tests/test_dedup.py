@@ -99,12 +99,9 @@ def test_curate_config_names_the_engine():
         load_curate_config(cfg, {"dedup.engine": "rust"})
 
 
-@pytest.mark.parametrize("threshold,partitions,splits", [(0.5, 1, 1), (0.8, 3, 4)])
-def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, threshold, partitions, splits):
-    """Chapter 32's partitioned plan (LSH bands, edge partitions, a union-find of ids and labels, per-shard drops) drops
-    the same documents for the same reasons as `plan_dedup` on the same signature files: shards of three datasets in an
-    order that is not their priority, documents without shingles, exact copies and a bucket of 70 (a star: over 64)."""
-    from mtnlg.dedup import plan_dedup, plan_dedup_partitioned, signature_shard
+def _seven_shards(corpus, tmp_path) -> list:
+    "Signature files of seven shards of three datasets in an order that is not their priority, with a bucket of 70."
+    from mtnlg.dedup import signature_shard
     from mtnlg.extract import write_jsonl
 
     docs = [t for t in corpus if "\ud800" not in t] + [
@@ -118,6 +115,17 @@ def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, t
         )
         signature_shard(tmp_path / f"{s}.jsonl", tmp_path / f"{s}.npz")
         files.append(tmp_path / f"{s}.npz")
+    return files
+
+
+@pytest.mark.parametrize("threshold,partitions,splits", [(0.5, 1, 1), (0.8, 3, 4), (0.8, 70, 1)])
+def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, threshold, partitions, splits):
+    """Chapter 32's partitioned plan (LSH bands, edge partitions, large-star/small-star rounds, per-shard drops) drops
+    the same documents for the same reasons as `plan_dedup` on the same signature files: shards of three datasets in an
+    order that is not their priority, documents without shingles, exact copies and a bucket of 70 (a star: over 64)."""
+    from mtnlg.dedup import component_partitions, plan_dedup, plan_dedup_partitioned
+
+    files = _seven_shards(corpus, tmp_path)
     drops, info = plan_dedup(files, ["web", "wiki", "crawl"], threshold)
     got = plan_dedup_partitioned(
         files,
@@ -133,6 +141,30 @@ def test_partitioned_plan_decides_as_the_single_process_plan(corpus, tmp_path, t
     } == {"web document", "wiki document"}
     assert (
         len(list((tmp_path / "work/drops").glob("*.json"))) == 7
-        and len(list((tmp_path / "work/edges").glob("*.npy"))) == partitions
+        and len(list((tmp_path / "work/edges").glob("part-?????.npy"))) == partitions
+        and len(list((tmp_path / "work/fate").glob("part-?????.npy")))
+        == component_partitions(partitions)
+        == min(partitions, 64)  # 70 edge partitions: 64 for the components
     )
     assert len(list((tmp_path / "work").glob("band-*"))) == 16 * splits
+    rounds = {p.name.split("-")[0] for p in (tmp_path / "work/components").iterdir()}
+    assert 1 <= len(rounds) <= 8, rounds  # large-star/small-star rounds until no edge changes
+
+
+def test_partitioned_plan_past_2_to_the_33(corpus, tmp_path):
+    """Document numbers counted from 2**33 + 5 (as if 8.6 billion documents came before): the same drops and counts.
+    A pair code i * n + j would wrap int64 here (n > 2**33, i * n > 2**66), and any array of one entry a document of
+    the corpus would need 8.6 billion entries: the plan holds pairs as two columns and sizes nothing by the corpus."""
+    from mtnlg.dedup import plan_dedup, plan_dedup_partitioned
+
+    files = _seven_shards(corpus, tmp_path)
+    drops, info = plan_dedup(files, ["web", "wiki", "crawl"], 0.5)
+    first = 2**33 + 5
+    got = plan_dedup_partitioned(
+        files, ["web", "wiki", "crawl"], 0.5, work_dir=tmp_path / "far", partitions=3, band_splits=2, first=first
+    )
+    assert got == (drops, info) and len(drops) >= 109
+    edges = np.concatenate([np.load(f) for f in sorted((tmp_path / "far/edges").glob("part-?????.npy"))])
+    fates = np.concatenate([np.load(f) for f in sorted((tmp_path / "far/fate").glob("part-?????.npy"))])
+    assert edges.min() >= first and fates[:, 0].min() >= first and len(fates) == len(drops)
+    assert int(edges.max()) * int(edges.max()) > 2**63  # i * n would have overflowed
