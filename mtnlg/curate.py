@@ -1351,9 +1351,9 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
 
 
 def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
-    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count shortens
-    (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates measured it), kept
-    documents, dedup memory."""
+    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count
+    shortens (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates
+    measured it), kept documents, dedup memory."""
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
     kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
     core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
@@ -1392,9 +1392,9 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
 
 
 def wall_hours(cost: dict, workers: int) -> float:
-    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node count
-    shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers than
-    tasks)."""
+    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node
+    count shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers
+    than tasks)."""
     extra_waves = -(-cost["bands"] // workers) - 1
     return (
         cost["parallel_core_hours"] / workers
@@ -1497,7 +1497,8 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     nodes, w = plan["nodes"], plan["workers_per_node"]
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
     out = [
-        f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, {plan['node_memory_bytes'] / 1e9:g} GB; "
+        f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, "
+        f"{plan['node_memory_bytes'] / 1e9:g} GB; "
         f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band) do not shrink with N",
         f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes),
     ]

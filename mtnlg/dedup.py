@@ -1030,7 +1030,8 @@ def plan_partitions(n_shards: int, partitions: int = 0) -> int:
 
 def component_partitions(partitions: int, most: int = 64) -> int:
     """Partitions of stage B, B' and C: the edge partitions, at most `most`. Each task of a round reads a section of
-    every file of the step before, and each shard's drops a section of every fate file: fewer partitions, fewer opens."""
+    every file of the step before, and each shard's drops a section of every fate file: fewer partitions, fewer
+    opens."""
     return max(1, min(partitions, most))
 
 

@@ -24,7 +24,8 @@ MTNLG = str(Path(sys.executable).parent / "mtnlg")
 
 def test_plan_arithmetic_on_the_fixture_rates_by_hand():
     """1,000 GB of .warc.gz holding 40M pages, on nodes of 4 cores and 6 GB (the fixture: 2,000 CPU-s/GB, 2 GB a worker;
-    partitioned dedup: 1e-4 s a document for an LSH band, 1e-5 for verification and for the components' rounds, both in partitions, 1 driver s a shard)."""
+    partitioned dedup: 1e-4 s a document for an LSH band, 1e-5 for verification and for the components' rounds, both in
+    partitions, 1 driver s a shard)."""
     rates = load_plan_rates(RATES_FIXTURE)
     assert rates["fixture"] and rates["source"].endswith("curate-rates.json")
     plan = curation_plan(
@@ -108,7 +109,8 @@ def test_mtnlg_curate_plan_prints_both_snapshots():
         l for l in r.stdout.splitlines() if l.startswith("CC-2021-04") and len(l.split()) == 4
     )  # hours on 1, 8, 64 nodes
     # 2,000 CPU-s/GB x 82,271 GB + 1.70B documents x (1e-5 s verify + 1e-5 s components) = 45,716 core-hours over 64
-    # workers a node, plus 69.5 serial hours: 80,000 WARC files x 1 driver s (22.2 h), one LSH band (1.70B x 1e-4 s: 47.2 h)
+    # workers a node, plus 69.5 serial hours: 80,000 WARC files x 1 driver s (22.2 h), one LSH band (1.70B x 1e-4 s:
+    # 47.2 h)
     assert [float(x.replace(",", "")) for x in wall.split()[1:]] == pytest.approx([783.8, 158.8, 80.6], abs=0.05)
 
 

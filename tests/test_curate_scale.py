@@ -26,7 +26,8 @@ def test_gpt_sample_check_counts_as_the_full_draw(tmp_path):
 
 
 def test_gpt_sample_check_is_bounded(tmp_path):
-    "A dataset of 200,000 documents: the check holds under 2 MB; the full draw holds over 6 (epochs of document indices)."
+    """A dataset of 200,000 documents: the check holds under 2 MB; the full draw holds over 6 (epochs of document
+    indices)."""
     big = _dataset(tmp_path / "big", 200_000, 1, longest=4)
     lengths = read_index(big)[1]
     assert isinstance(lengths, np.memmap)
