@@ -76,7 +76,9 @@ class InferenceStage(nn.Module):
             self.embedding.positions = None  # the output layer borrows the token matrix only
         self.blocks = nn.ModuleList(TransformerBlock(cfg, mp) for _ in range(bounds[stage + 1] - bounds[stage]))
         self.final_ln = (
-            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel) if self.last else None
+            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel, mp.params_dtype)
+            if self.last
+            else None
         )
         mark_slices(self)
 
