@@ -318,7 +318,7 @@ def load_model_parallel(
     layout = inference_layout(ckpt, env["world_size"], tp, pp)
     cfg = inference_config(ckpt, layout, sequence_parallel)
     init_distributed(layout)
-    ckpt.verify_all()  # every file checked once, the files dealt over the ranks
+    ckpt.verify_files(["config.yaml", "tokenizer.json", *ckpt.model_files()])  # what the job reads, each file once
     stage = load_stage(ckpt, cfg, layout, dist.get_rank(), dtype)
     model = ModelParallelGPT(stage, layout, trained_rows(ckpt)).to(device or "cpu")
     return model.eval(), Tokenizer.from_file(str(ckpt.tokenizer_file)), cfg
