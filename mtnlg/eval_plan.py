@@ -369,6 +369,7 @@ class EvalPlan:
     work: list  # TaskTokens of every setting
     rows: list  # per node count: nodes, dp, idle GPUs, hours of evaluation, of verifying, in all, GPU-hours
     load_s: float
+    verify: dict | None = None  # what the job verifies before reading: files, bytes (`verify_seconds`)
 
     @property
     def tokens(self) -> float:
@@ -423,7 +424,7 @@ def eval_plan(
                 "gpu_h": (s + load + check) / 3600 * n * gpus_per_node,
             }
         )
-    return EvalPlan(cfg.name, g.name, tp, pp, micro_batch, mem, work, rows, load)
+    return EvalPlan(cfg.name, g.name, tp, pp, micro_batch, mem, work, rows, load, verify_seconds(cfg, tp * pp))
 
 
 def format_eval_plan(p: EvalPlan) -> str:
@@ -437,9 +438,13 @@ def format_eval_plan(p: EvalPlan) -> str:
         f"work: the paper's {len(p.work)} settings of {len({TASKS[t.task].paper_name.split('-cloze')[0] for t in p.work})} tasks, "
         f"{sum(t.requests for t in p.work):,} requests, {sum(t.windows for t in p.work):,} forward windows, "
         f"{p.tokens / 1e6:.0f}M tokens",
-        f"start-up + loading the weights: {p.load_s / 60:.0f} min per replica (all replicas at once); first, the "
-        f"job verifies what it reads (the files that hold the weights, config, tokenizer; not Adam's other files)",
+        f"start-up + loading the weights: {p.load_s / 60:.0f} min per replica (all replicas at once)",
     ]
+    if p.verify:
+        out.append(
+            f"verified first, by every rank at once: the {p.verify['files']} files that hold the weights "
+            f"({p.verify['bytes'] / 1e12:.2f} TB), config and tokenizer"
+        )
     for r in p.rows:
         idle = f", {r['idle_gpus']} GPUs idle" if r["idle_gpus"] else ""
         out.append(

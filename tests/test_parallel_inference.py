@@ -3,7 +3,11 @@ every request's log-likelihood within 1e-5 (fp32) of chapter 60's single-process
 greedy and seeded-sampled generations, each rank holding exactly the bytes chapter 50 counts for its slice (and no
 other live tensor memory to speak of) — on every TP, PP, DP in {1, 2} and one sequence-parallel layout (`make test`:
 two of them; `make test-full`: the rest), from a checkpoint of another layout too; `mtnlg eval`, `generate` and `bias`
-with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line."""
+with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line.
+In bf16: chapter 50's bytes in bf16 on every rank, the load's peak within the weights plus one slice (a reader of
+whole tensors refused), scores bitwise equal to the single-process bf16 reader at TP 1 and within 2^-8 (relative) at
+TP 2 (`make test`: TP 2, PP 2, TP 2 x PP 2; `make test-full`: all of {1,2}^3); the reader verifies only the files
+it reads."""
 
 import json
 import os
