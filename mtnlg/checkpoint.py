@@ -793,6 +793,24 @@ class Checkpoint:
     def rng(self, rank: int) -> dict:
         return self.shard(shard_name(rank))["rng"]
 
+    def model_files(self, names: list[str] | None = None) -> list[str]:
+        """The files `model_slice` opens to read parameters `names` (default: every one): for each, the first file of
+        each TP rank that holds it. Files that hold only optimizer states (data-parallel replicas) are not among them."""
+        return sorted({files[0] for n in names or self.names() for files in self._holders(n, "model").values()})
+
+    def verify_files(self, names: list[str]):
+        """Collective: files `names` (the same list on every rank) checked against their checksums, dealt round-robin
+        over the job's ranks; a mismatch raises the same error on every rank. Then no read hashes them again."""
+        names = sorted(set(names))
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        problems = [self._first_corrupt(names, list(range(len(names)))[rank::world])]
+        if world > 1:
+            mine, problems = problems[0], [None] * world
+            dist.all_gather_object(problems, mine)
+        if bad := sorted(p for p in problems if p):
+            raise _corrupt(Path(bad[0][1]), bad[0][2])
+        self.verified.update(names)
+
 # %% ../nbs/43_checkpoint.ipynb
 def resume_order(root) -> list[Path]:
     "The complete steps `--resume auto` tries, in its order: the one `latest` names, then the older ones, newest first."

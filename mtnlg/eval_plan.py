@@ -6,8 +6,8 @@
 __all__ = ['PUBLISHED_ITEMS', 'CHARS_PER_TOKEN', 'inference_model', 'kv_cache_bytes', 'rank_memory', 'even_splits',
            'peak_rank_memory', 'min_nodes', 'forward_parts', 'eval_layouts', 'eval_layout', 'paper_settings',
            'task_items', 'text_tokens', 'spread', 'zero_shot_requests', 'TaskTokens', 'task_tokens', 'micro_shape',
-           'setting_seconds', 'load_seconds', 'EvalPlan', 'eval_plan', 'format_eval_plan', 'plot_eval_plan', 'eval_job',
-           'format_eval_job']
+           'setting_seconds', 'load_seconds', 'verify_seconds', 'EvalPlan', 'eval_plan', 'format_eval_plan',
+           'plot_eval_plan', 'eval_job', 'format_eval_job']
 
 # %% ../nbs/66_eval_plan.ipynb
 import math
@@ -347,6 +347,21 @@ def load_seconds(
     "Start-up plus reading one replica's weights (every replica at once, each at its GPUs' share of the file system)."
     return startup_s + transfer_seconds(checkpoint_size(cfg).weights, gbps_per_gpu * tp * pp)
 
+
+def verify_seconds(cfg: Config, ranks: int, every_file: bool = False, gbps_per_gpu: float = FS_GBPS_PER_GPU) -> dict:
+    """Files, bytes and seconds of the checksums an evaluation job of `ranks` ranks checks before it reads `cfg`'s
+    checkpoint: the files that hold the weights (`every_file`: all of them, as `verify_all` would), dealt round-robin
+    over the ranks, each rank reading its share of the bytes (at least the fullest file) at its share of the file
+    system."""
+    p, ck = cfg.parallel, checkpoint_size(cfg)
+    files = p.tensor_parallel * p.pipeline_parallel * (p.data_parallel if every_file else 1)
+    nbytes = ck.weights + ck.optimizer * (1 if every_file else 1 / p.data_parallel)
+    return {
+        "files": files,
+        "bytes": nbytes,
+        "seconds": transfer_seconds(max(nbytes / min(files, ranks), ck.largest_rank), gbps_per_gpu),
+    }
+
 # %% ../nbs/66_eval_plan.ipynb
 @dataclass
 class EvalPlan:
@@ -359,8 +374,9 @@ class EvalPlan:
     micro_batch: int
     memory: dict  # bytes of the fullest rank, by term (and its `stage`, `total`)
     work: list  # TaskTokens of every setting
-    rows: list  # per node count: nodes, dp, idle GPUs, hours of evaluation, hours in all, GPU-hours
+    rows: list  # per node count: nodes, dp, idle GPUs, hours of evaluation, of verifying, in all, GPU-hours
     load_s: float
+    verify: dict | None = None  # what the job verifies before reading: files, bytes (`verify_seconds`)
 
     @property
     def tokens(self) -> float:
@@ -403,17 +419,19 @@ def eval_plan(
             setting_seconds(cfg.model, t, tp, pp, dp, g, micro_batch * cfg.model.seq_length, asm, gpus_per_node)
             for t in work
         )
+        check = verify_seconds(cfg, dp * tp * pp)["seconds"]  # the checksums of what the job reads
         rows.append(
             {
                 "nodes": n,
                 "dp": dp,
                 "idle_gpus": n * gpus_per_node - dp * tp * pp,
                 "eval_h": s / 3600,
-                "total_h": (s + load) / 3600,
-                "gpu_h": (s + load) / 3600 * n * gpus_per_node,
+                "verify_h": check / 3600,
+                "total_h": (s + load + check) / 3600,
+                "gpu_h": (s + load + check) / 3600 * n * gpus_per_node,
             }
         )
-    return EvalPlan(cfg.name, g.name, tp, pp, micro_batch, mem, work, rows, load)
+    return EvalPlan(cfg.name, g.name, tp, pp, micro_batch, mem, work, rows, load, verify_seconds(cfg, tp * pp))
 
 
 def format_eval_plan(p: EvalPlan) -> str:
@@ -431,12 +449,16 @@ def format_eval_plan(p: EvalPlan) -> str:
         f"{p.tokens / 1e6:.0f}M tokens",
         f"start-up + loading the weights: {p.load_s / 60:.0f} min per replica (all replicas at once)",
     ]
+    if p.verify:
+        out.append(
+            f"verified first, by every rank at once: the {p.verify['files']} files that hold the weights "
+            f"({p.verify['bytes'] / 1e12:.2f} TB), config and tokenizer"
+        )
     for r in p.rows:
         idle = f", {r['idle_gpus']} GPUs idle" if r["idle_gpus"] else ""
         out.append(
             f"  {r['nodes']:>4} nodes: DP {r['dp']:>3}{idle}: {r['eval_h']:.2f} h of evaluation, "
-            f"{r['total_h']:.2f} h in all, "
-            f"{r['gpu_h']:,.0f} GPU-hours"
+            f"{r['verify_h'] * 60:.0f} min verifying, {r['total_h']:.2f} h in all, {r['gpu_h']:,.0f} GPU-hours"
         )
     return "\n".join(out)
 

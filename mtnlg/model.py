@@ -254,10 +254,18 @@ def add_bias(y, bias=None):
 
 # %% ../nbs/01_model.ipynb
 class LayerNorm(nn.LayerNorm):
-    "`nn.LayerNorm` (same parameters), computed by chapter 20's kernel when `kernels` is not `reference`."
+    """`nn.LayerNorm` (same parameters, in `dtype`: the layer config's `params_dtype`, as megatron-core's layers), computed
+    by chapter 20's kernel when `kernels` is not `reference`."""
 
-    def __init__(self, hidden: int, eps: float, kernels_choice: str = "reference", sequence_parallel: bool = False):
-        super().__init__(hidden, eps=eps)
+    def __init__(
+        self,
+        hidden: int,
+        eps: float,
+        kernels_choice: str = "reference",
+        sequence_parallel: bool = False,
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__(hidden, eps=eps, dtype=dtype)
         self.fused = None if kernels_choice == "reference" else kernels.model_ops(kernels_choice).layer_norm
         scratch_tp.mark_sequence_parallel(self, sequence_parallel)  # on a slice of the sequence: grads summed over TP
 
@@ -269,7 +277,8 @@ class TransformerBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, mp: ModelParallelConfig):
         super().__init__()
         self.ln1, self.ln2 = (
-            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel) for _ in range(2)
+            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel, mp.params_dtype)
+            for _ in range(2)
         )
         self.attn, self.mlp = ParallelAttention(cfg, mp), ParallelMLP(cfg, mp)
         self.drop = nn.Dropout(cfg.hidden_dropout)
@@ -317,7 +326,7 @@ class Embedding(nn.Module):
         self.tokens = tp_layers(self.kind).VocabParallelEmbedding(
             vocab, cfg.hidden_size, init_method=init_normal(cfg.init_method_std), config=mp
         )
-        self.positions = nn.Embedding(cfg.seq_length, cfg.hidden_size)
+        self.positions = nn.Embedding(cfg.seq_length, cfg.hidden_size, dtype=mp.params_dtype)
         init_normal(cfg.init_method_std)(self.positions.weight)
         self.drop = nn.Dropout(cfg.hidden_dropout)
 
@@ -397,7 +406,9 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(
             seeded_build(seed(1 + i), lambda: TransformerBlock(cfg, mp)) for i in range(cfg.num_layers)
         )
-        self.final_ln = LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel)
+        self.final_ln = LayerNorm(
+            cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel, mp.params_dtype
+        )
 
     def forward(self, tokens, labels=None):
         if tokens.shape[1] > self.cfg.seq_length:

@@ -4,16 +4,19 @@
 
 # %% auto 0
 __all__ = ['inference_layout', 'inference_config', 'trained_rows', 'InferenceStage', 'mark_slices', 'held_bytes',
-           'predicted_bytes', 'load_stage', 'sequence_parallel_off', 'ModelParallelGPT', 'load_model_parallel']
+           'predicted_bytes', 'AllocatedBytes', 'load_stage', 'sequence_parallel_off', 'ModelParallelGPT',
+           'load_model_parallel']
 
 # %% ../nbs/65_parallel_inference.ipynb
 import contextlib
+import weakref
 from dataclasses import replace
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.distributed as dist
 from megatron.core import parallel_state
+from torch.utils._python_dispatch import TorchDispatchMode
 from tokenizers import Tokenizer
 from .config import Config, ConfigError, ModelConfig, stage_params_per_rank
 from .topology import Layout, error_record, init_distributed, launcher_env, layout_problems, raise_first_error
@@ -76,7 +79,9 @@ class InferenceStage(nn.Module):
             self.embedding.positions = None  # the output layer borrows the token matrix only
         self.blocks = nn.ModuleList(TransformerBlock(cfg, mp) for _ in range(bounds[stage + 1] - bounds[stage]))
         self.final_ln = (
-            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel) if self.last else None
+            LayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, cfg.kernels, mp.sequence_parallel, mp.params_dtype)
+            if self.last
+            else None
         )
         mark_slices(self)
 
@@ -108,7 +113,7 @@ def mark_slices(module: nn.Module):
                 if (p := getattr(m, name, None)) is not None and not getattr(p, "tensor_model_parallel", False):
                     mc.set_tensor_model_parallel_attributes(p, True, dim, 1)
 
-
+# %% ../nbs/65_parallel_inference.ipynb
 def held_bytes(module: nn.Module) -> int:
     "Bytes of every parameter and buffer `module` holds."
     return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
@@ -123,18 +128,59 @@ def predicted_bytes(cfg: Config, stage: int, dtype=torch.float32) -> int:
     )
 
 
+class AllocatedBytes(TorchDispatchMode):
+    """While active: bytes of the storages that torch ops make and that are still alive (`live`), and the most at any
+    moment (`peak`). Views and in-place results make no storage; storages made before, or mapped from files, are not
+    counted."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        made = [r.alias_info is None for r in func._schema.returns]  # a fresh tensor, not a view of an argument
+        outs = out if isinstance(out, (tuple, list)) and len(made) > 1 else [out]
+        for new, ts in zip(made, outs):
+            for t in ts if isinstance(ts, (tuple, list)) else [ts]:
+                if new and isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    self._made(t.untyped_storage())
+        return out
+
+    def _made(self, storage):
+        n = storage.nbytes()
+        self.live += n
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self._freed, n)
+
+    def _freed(self, n: int):
+        self.live -= n
+
+# %% ../nbs/65_parallel_inference.ipynb
 def load_stage(ckpt: Checkpoint, cfg: Config, layout: Layout, rank: int, dtype=torch.float32) -> InferenceStage:
-    "Rank `rank`'s stage of `layout`, every parameter read from only the parts of the shards that overlap its slice."
-    c = layout.coord(rank)
-    stage = InferenceStage(cfg.model, c.pipe, layout.pp, cfg.parallel.sequence_parallel, dtype)
-    with torch.no_grad():
+    """Rank `rank`'s stage of `layout`, every parameter read from only the parts of the shards that overlap its slice;
+    refused if it holds other bytes than chapter 50 counts, or if loading it ever took more than those bytes plus one
+    slice in flight (`load_peak`, `load_slack`: what it took, what it was allowed beyond its weights)."""
+    c, slack = layout.coord(rank), 0
+    where = f"rank {rank} (stage {c.pipe}, TP rank {c.model})"
+    with AllocatedBytes() as mem, torch.no_grad():
+        stage = InferenceStage(cfg.model, c.pipe, layout.pp, cfg.parallel.sequence_parallel, dtype)
         for name, p in stage.named_parameters():
-            p.copy_(ckpt.model_slice(stage.gpt_name(name), p.shape, tp_dim(p), c.model, layout.tp))
+            part = ckpt.model_slice(stage.gpt_name(name), p.shape, tp_dim(p), c.model, layout.tp)
+            slack = max(slack, part.numel() * part.element_size())  # this slice, as the checkpoint holds it
+            p.copy_(part)
+            del part
     if (held := held_bytes(stage)) != (want := predicted_bytes(cfg, c.pipe, dtype)):
         raise RuntimeError(
-            f"rank {rank} (stage {c.pipe}, TP rank {c.model}) holds {held:,} bytes of weights; chapter 50's "
+            f"{where} holds {held:,} bytes of weights; chapter 50's "
             f"count for its slice is {want:,}: the stage holds more (or less) than its slices"
         )
+    if mem.peak > held + slack:
+        raise RuntimeError(
+            f"{where} took {mem.peak:,} bytes while loading: more than its weights ({held:,}) and one slice in "
+            f"flight ({slack:,}): the reader held more than its slices"
+        )
+    stage.load_peak, stage.load_slack = mem.peak, slack
     return stage.eval()
 
 # %% ../nbs/65_parallel_inference.ipynb
@@ -282,7 +328,7 @@ def load_model_parallel(
     layout = inference_layout(ckpt, env["world_size"], tp, pp)
     cfg = inference_config(ckpt, layout, sequence_parallel)
     init_distributed(layout)
-    ckpt.verify_all()  # every file checked once, the files dealt over the ranks
+    ckpt.verify_files(["config.yaml", "tokenizer.json", *ckpt.model_files()])  # what the job reads, each file once
     stage = load_stage(ckpt, cfg, layout, dist.get_rank(), dtype)
     model = ModelParallelGPT(stage, layout, trained_rows(ckpt)).to(device or "cpu")
     return model.eval(), Tokenizer.from_file(str(ckpt.tokenizer_file)), cfg

@@ -9,7 +9,7 @@ __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_O
            'generate_tp_worker', 'gpt_tp_worker', 'pipeline_worker', 'training_batches', 'max_param_difference',
            'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker', 'MemoryTracker',
            'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
-           'measure_stage_memory', 'reader_requests', 'parallel_reader_worker']
+           'measure_stage_memory', 'reader_requests', 'parallel_reader_worker', 'stage_load_worker']
 
 # %% ../nbs/98_testing.ipynb
 import contextlib
@@ -1024,8 +1024,10 @@ def parallel_reader_worker(
     requests: list,
     prompts: list,
     max_new: int = 8,
+    dtype: str = "auto",
 ) -> dict:
-    "Chapter 65 in this job: scores, generations, weight bytes and live tensor bytes of this rank (see above)."
+    """Chapter 65 in this job: scores, generations, weight bytes, live tensor bytes and (model-parallel) the peak while
+    loading of this rank (see above), read in `dtype`."""
     import gc
     from mtnlg.evaluate import MtnlgLM
     from mtnlg.generate import generate
@@ -1033,7 +1035,12 @@ def parallel_reader_worker(
 
     quiet_libraries()
     lm = MtnlgLM(
-        checkpoint, batch_size=8, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sequence_parallel
+        checkpoint,
+        batch_size=8,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        sequence_parallel=sequence_parallel,
+        dtype=dtype,
     )
     gc.collect()
     live = sum(live_storages().values())
@@ -1045,9 +1052,11 @@ def parallel_reader_worker(
     out = {
         "held": held_bytes(lm.model),
         "live": live,
-        "predicted": predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe)
+        "predicted": predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe, lm.dtype)
         if stage
         else held_bytes(lm.model),
+        "load_peak": getattr(stage, "load_peak", None),
+        "load_slack": getattr(stage, "load_slack", None),
         "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in scored], disable_tqdm=True),
         "greedy": greedy,
         "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3),
@@ -1055,3 +1064,27 @@ def parallel_reader_worker(
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
     return out
+
+
+def stage_load_worker(checkpoint: str, tp: int, pp: int, dtype: str = "float32", whole: bool = False) -> dict:
+    """Chapter 65's `load_stage` of this rank: its weights' bytes, the peak while loading and the slack allowed, or the
+    guard's message (`error`). `whole`: with a reader that reads every tensor whole into memory, then cuts the slice."""
+    from mtnlg.checkpoint import Checkpoint
+    from mtnlg.parallel_inference import held_bytes, inference_config, inference_layout, load_stage
+
+    quiet_libraries()
+    ckpt = Checkpoint(checkpoint)
+    layout = inference_layout(ckpt, dist.get_world_size(), tp, pp)
+    init_distributed(layout)
+    if whole:
+
+        def whole_then_cut(name, shape, dim=-1, tp_rank=0, tp=1):
+            t = ckpt.full(name).clone()  # every row of the tensor in memory, as a reader without memory maps has it
+            return t.narrow(dim, tp_rank * shape[dim], shape[dim]).clone() if dim >= 0 else t
+
+        ckpt.model_slice = whole_then_cut
+    try:
+        stage = load_stage(ckpt, inference_config(ckpt, layout), layout, dist.get_rank(), getattr(torch, dtype))
+    except RuntimeError as e:
+        return {"error": str(e)}
+    return {"held": held_bytes(stage), "peak": stage.load_peak, "slack": stage.load_slack}

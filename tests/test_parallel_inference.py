@@ -3,7 +3,11 @@ every request's log-likelihood within 1e-5 (fp32) of chapter 60's single-process
 greedy and seeded-sampled generations, each rank holding exactly the bytes chapter 50 counts for its slice (and no
 other live tensor memory to speak of) — on every TP, PP, DP in {1, 2} and one sequence-parallel layout (`make test`:
 two of them; `make test-full`: the rest), from a checkpoint of another layout too; `mtnlg eval`, `generate` and `bias`
-with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line."""
+with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line.
+In bf16: chapter 50's bytes in bf16 on every rank, the load's peak within the weights plus one slice (a reader of
+whole tensors refused), scores bitwise equal to the single-process bf16 reader at TP 1 x DP 1 and within 2^-8 (relative)
+on the others (`make test`: TP 2, PP 2, TP 2 x PP 2; `make test-full`: all of {1,2}^3); the reader verifies only the files
+it reads."""
 
 import json
 import os
@@ -63,6 +67,60 @@ def test_every_layout_reads_like_one_process(checkpoint, reference, tp, pp, dp, 
     assert_reads_like_one_process(ranks, reference)
     if tp * pp > 1:
         assert max(r["held"] for r in ranks) < reference[2]["held"]  # no rank holds the whole model
+
+
+BF16_FAST = {(2, 1, 1), (1, 2, 1), (2, 2, 1)}
+BF16_CASES = [
+    pytest.param(tp, pp, dp, marks=() if (tp, pp, dp) in BF16_FAST else pytest.mark.slow, id=f"tp{tp}-pp{pp}-dp{dp}")
+    for tp in (1, 2)
+    for pp in (1, 2)
+    for dp in (1, 2)
+]
+BF16_TOL = 2**-8  # bf16's rounding step, relative: |Δ log P| <= BF16_TOL x max(1, |log P|) (measured: 8.6e-4 at TP 2)
+
+
+@pytest.fixture(scope="module")
+def reference_bf16(checkpoint, reference):
+    "Chapter 60's single-process reader in bf16 (the whole GPT read in fp32, then cast), on the same requests."
+    return launch(testing.parallel_reader_worker, 1, str(checkpoint), None, None, False, *reference[:2], 8, "bfloat16")[
+        0
+    ]
+
+
+@pytest.mark.parametrize("tp,pp,dp", BF16_CASES)
+def test_bf16_reads_like_one_bf16_process(checkpoint, reference, reference_bf16, tp, pp, dp):
+    """Read in bf16 (what a GPU run selects): every rank holds chapter 50's bytes in bf16, took at most its weights plus
+    one slice in flight while loading, and scores like the single-process bf16 reader: bitwise at TP 1 with one replica
+    (the same products in the same order, on the same batches), within bf16's rounding step otherwise (TP 2 adds
+    partial sums across ranks; DP 2 splits the requests, so each replica's batches are other shapes)."""
+    ranks = launch(
+        testing.parallel_reader_worker, tp * pp * dp, str(checkpoint), tp, pp, False, *reference[:2], 8, "bfloat16"
+    )
+    ref = reference_bf16["scores"]
+    assert max(abs(a[0] - b[0]) for a, b in zip(ref, reference[2]["scores"])) > 1e-3  # bf16 is not fp32
+    for r in ranks:
+        assert r["held"] == r["predicted"], (r["held"], r["predicted"])  # chapter 50's count in bf16, to the byte
+        assert r["held"] <= r["load_peak"] <= r["held"] + r["load_slack"], r
+        assert len(r["scores"]) == len(ref)
+        if tp == dp == 1:
+            assert r["scores"] == ref and r["greedy"] == reference_bf16["greedy"]
+            assert r["sampled"] == reference_bf16["sampled"]
+        worst = max(abs(a[0] - b[0]) / max(1.0, abs(b[0])) for a, b in zip(r["scores"], ref))
+        assert worst <= BF16_TOL, worst
+    if tp * pp == 1:
+        assert ranks[0]["held"] == reference_bf16["held"]
+
+
+def test_a_reader_that_holds_whole_tensors_fails_the_load_guard(checkpoint):
+    "TP 2: reading each tensor whole, then cutting the slice, ends with the same bytes but fails the peak guard."
+    fine = launch(testing.stage_load_worker, 2, str(checkpoint), 2, 1, "bfloat16")
+    whole = launch(testing.stage_load_worker, 2, str(checkpoint), 2, 1, "bfloat16", True)
+    for r, w in zip(fine, whole):
+        assert r["peak"] == r["held"] + r["slack"], r  # the weights and exactly one slice in flight
+        assert (
+            f"while loading: more than its weights ({r['held']:,}) and one slice in flight ({r['slack']:,})"
+            in w["error"]
+        ), w
 
 
 @pytest.mark.slow
@@ -353,3 +411,40 @@ def test_mtnlg_eval_started_as_srun_starts_it(checkpoint, one_process_results, t
         0,
     ]  # rank 0 alone
     same_table({**json.loads((tmp_path / "results.json").read_text()), "out": str(tmp_path)}, one_process_results)
+
+
+def test_evaluation_verifies_what_it_reads_not_adams_states(checkpoint, tmp_path):
+    """A DP 2 checkpoint (the fixture's step with a data-parallel replica's file added: Adam's states only, the model
+    left out as a replica leaves it): the reader verifies the weights' file, config and tokenizer; a corrupt replica
+    file is none of its business (`verify_all`, which a resume runs, refuses it), a corrupt weights file stops it."""
+    import shutil
+    from mtnlg.checkpoint import Checkpoint, CheckpointCorruptError, file_digest, seal_meta
+
+    src = Checkpoint(checkpoint).dir
+    step = tmp_path / src.name
+    shutil.copytree(src, step)
+    meta = json.loads((step / "meta.json").read_text())
+    (first,) = meta["shards"]
+    shutil.copy(step / first, step / "rank-00001.pt")  # its bytes do not matter here: only their checksum
+    meta["shards"]["rank-00001.pt"] = {**meta["shards"][first], "coord": [0, 1, 0], "model": []}
+    meta["layout"]["dp"] = 2
+    meta.pop("meta_checksum", None)
+    meta["checksums"]["files"] = {n: file_digest(step / n) for n in [*meta["shards"], "config.yaml", "tokenizer.json"]}
+    (step / "meta.json").write_text(seal_meta(meta))
+
+    def flip(name: str):
+        data = bytearray((step / name).read_bytes())
+        data[len(data) // 2] ^= 1
+        (step / name).write_bytes(bytes(data))
+
+    flip("rank-00001.pt")
+    ckpt = Checkpoint(step)
+    assert ckpt.model_files() == [first]
+    ckpt.verify_files(["config.yaml", "tokenizer.json", *ckpt.model_files()])
+    assert ckpt.verified == {"config.yaml", "tokenizer.json", first}
+    with pytest.raises(CheckpointCorruptError, match="rank-00001.pt is corrupt"):
+        Checkpoint(step).verify_all()
+    flip(first)
+    ckpt = Checkpoint(step)
+    with pytest.raises(CheckpointCorruptError, match=f"{first} is corrupt"):
+        ckpt.verify_files(ckpt.model_files())
