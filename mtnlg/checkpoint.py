@@ -605,6 +605,13 @@ class Checkpoint:
             problem = problem or (-1, str(found.path), found.why)
         else:
             error = error or found
+        self._one_verdict(problem, error, world)
+        self.verified.update(names)
+
+    @staticmethod
+    def _one_verdict(problem, error, world: int):
+        """Every rank's (first checksum mismatch, other error) gathered; the same verdict raised on every rank: a
+        mismatch anywhere as `CheckpointCorruptError`, else the first rank's other error as chapter 10's `RankError`."""
         verdicts = [(problem, error_record(error))]
         if world > 1:
             verdicts = [None] * world
@@ -614,7 +621,6 @@ class Checkpoint:
         if world == 1 and error is not None:
             raise error
         raise_first_error([e for _, e in verdicts], error)
-        self.verified.update(names)
 
     @property
     def config(self) -> Config:
@@ -795,20 +801,20 @@ class Checkpoint:
 
     def model_files(self, names: list[str] | None = None) -> list[str]:
         """The files `model_slice` opens to read parameters `names` (default: every one): for each, the first file of
-        each TP rank that holds it. Files that hold only optimizer states (data-parallel replicas) are not among them."""
+        each TP rank that holds it. Files that hold only optimizer states (data-parallel replicas) are not among
+        them."""
         return sorted({files[0] for n in names or self.names() for files in self._holders(n, "model").values()})
 
     def verify_files(self, names: list[str]):
         """Collective: files `names` (the same list on every rank) checked against their checksums, dealt round-robin
-        over the job's ranks; a mismatch raises the same error on every rank. Then no read hashes them again."""
+        over the job's ranks; one verdict on every rank, as `verify_all`'s. Then no read hashes them again."""
         names = sorted(set(names))
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        problems = [self._first_corrupt(names, list(range(len(names)))[rank::world])]
-        if world > 1:
-            mine, problems = problems[0], [None] * world
-            dist.all_gather_object(problems, mine)
-        if bad := sorted(p for p in problems if p):
-            raise _corrupt(Path(bad[0][1]), bad[0][2])
+        try:
+            problem, error = self._first_corrupt(names, list(range(len(names)))[rank::world]), None
+        except Exception as e:  # an unreadable file joins the verdict below, never raised before it
+            problem, error = None, e
+        self._one_verdict(problem, error, world)
         self.verified.update(names)
 
 # %% ../nbs/43_checkpoint.ipynb

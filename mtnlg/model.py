@@ -254,8 +254,8 @@ def add_bias(y, bias=None):
 
 # %% ../nbs/01_model.ipynb
 class LayerNorm(nn.LayerNorm):
-    """`nn.LayerNorm` (same parameters, in `dtype`: the layer config's `params_dtype`, as megatron-core's layers), computed
-    by chapter 20's kernel when `kernels` is not `reference`."""
+    """`nn.LayerNorm` (same parameters, in `dtype`: the layer config's `params_dtype`, as megatron-core's layers),
+    computed by chapter 20's kernel when `kernels` is not `reference`."""
 
     def __init__(
         self,

@@ -6,8 +6,8 @@ two of them; `make test-full`: the rest), from a checkpoint of another layout to
 with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line.
 In bf16: chapter 50's bytes in bf16 on every rank, the load's peak within the weights plus one slice (a reader of
 whole tensors refused), scores bitwise equal to the single-process bf16 reader at TP 1 x DP 1 and within 2^-8 (relative)
-on the others (`make test`: TP 2, PP 2, TP 2 x PP 2; `make test-full`: all of {1,2}^3); the reader verifies only the files
-it reads."""
+on the others (`make test`: TP 2, PP 2, TP 2 x PP 2; `make test-full`: all of {1,2}^3); the reader verifies only the
+files it reads."""
 
 import json
 import os
