@@ -1,7 +1,11 @@
 """Chapter 56's rehearsal: one rank of a job under fake tensors, against a real step on this CPU and chapter 50's
 count."""
 
+import functools
+import multiprocessing
+import sys
 import pytest
+import torch.distributed as dist
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +18,21 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "scaled_configs" / "tiny.yaml")
 
 
+def own_process(test):
+    """A rehearsal needs a process without a process group (it makes a fake one); an earlier test on this pytest
+    worker may have left one: then the test runs in a spawned process, its assertion errors raised here."""
+
+    @functools.wraps(test)
+    def run():
+        if not dist.is_initialized():
+            return test()
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(getattr(sys.modules[test.__module__], test.__name__))
+
+    return run
+
+
+@own_process
 def test_rehearsal_matches_a_real_cpu_step():
     "The rehearsal's peak against the real engine's measured step-2 peak, same config, this CPU's kernels: within 2%."
     overrides = {**CPU_CHECK, "model.recompute": "none"}
@@ -22,6 +41,7 @@ def test_rehearsal_matches_a_real_cpu_step():
     assert abs(fake["peak"] / real - 1) < 0.02, (fake["peak"], real)  # seen: 1.0045 (none), 1.0060 (full)
 
 
+@own_process
 def test_every_stage_of_a_deep_pipeline_builds():
     "A middle stage has no embedding: the trainer's gpt_pipeline builds it (it once froze a position table there)."
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -35,6 +55,7 @@ def test_every_stage_of_a_deep_pipeline_builds():
     assert frozen == {0: [], 1: [], 2: ["tied_modules.embed.positions.weight"]}
 
 
+@own_process
 def test_a_small_3d_layout_agrees_with_chapter_50():
     "TP 2 x PP 4 x DP 2, every stage, GPU kernels: the rehearsed peak within 5% of chapter 50's count less its reserve."
     cfg = load_config(
@@ -60,6 +81,7 @@ def test_a_small_3d_layout_agrees_with_chapter_50():
         assert abs(row["peak"] / row["predicted"] - 1) < 0.05, (stage, row["peak"] / GiB, row["predicted"] / GiB)
 
 
+@own_process
 def test_a_stage_outside_the_layout_is_refused():
     cfg = load_config(TINY)
     with pytest.raises(ValueError, match="stage 1 is outside the 1 stages of TP 1 x PP 1 x DP 1"):
