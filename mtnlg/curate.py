@@ -37,6 +37,7 @@ from mtnlg.extract import (
     iter_documents,
     shard_stem,
     READERS,
+    not_parquet,
 )
 from .data import ReadReport
 from .catalog import data_path
@@ -600,8 +601,10 @@ def _shard_files(folder: Path, d: DatasetSpec) -> list[Path]:
         for p in pqs:
             try:
                 names = pq.read_schema(p).names
-            except Exception:
-                continue  # unreadable: the extract stage counts it
+            except Exception as e:
+                if not not_parquet(e):
+                    raise  # the disk or memory, not the file: stop with the cause
+                continue  # not parquet: the extract stage counts it as unreadable
             if col not in names:
                 raise ValueError(
                     f"{p}: no column {col!r} (columns: {', '.join(names)}); set `text_column` of dataset {d.name!r}"
