@@ -42,7 +42,7 @@ def _powers(n: int, base: int) -> np.ndarray:
         p = _POWERS[base] = np.concatenate([np.ones(1, np.uint64), np.cumprod(np.full(m - 1, base, np.uint64))])
     return p[:n]
 
-
+# %% ../nbs/32_dedup_method.ipynb
 def word_hashes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "Byte offsets where each word of a byte array starts and ends, and each word's 64-bit hash."
     isw = _WORD_BYTE[arr]
@@ -162,7 +162,7 @@ def edit_words(words: list, kind: str, amount, rng: np.random.Generator, donor: 
         raise ValueError(f"unknown edit {kind!r}")
     return w
 
-
+# %% ../nbs/32_dedup_method.ipynb
 def exact_jaccard(a: str, b: str, ngram: int = 5) -> float:
     "Exact Jaccard similarity of the word `ngram`-gram sets of two texts (lowercased words)."
 
@@ -203,7 +203,7 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
         keys[:, b] = mix64(acc + _U(1))
     return keys
 
-
+# %% ../nbs/32_dedup_method.ipynb
 def candidate_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """Unique pairs (i < j) of documents that agree on all rows of at least one band (documents without shingles
     skipped)."""
@@ -242,6 +242,7 @@ def s_curve(j, bands: int, rows: int):
     return 1 - (1 - np.asarray(j, float) ** rows) ** bands
 
 # %% ../nbs/32_dedup_method.ipynb
+# one function: either engine's components, then one rule picks each group's kept document
 @dataclass
 class DedupResult:
     keep: np.ndarray  # bool per document
@@ -332,7 +333,7 @@ def _mix64_jit(x):
     x = x * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
 
-
+# %% ../nbs/32_dedup_method.ipynb
 @njit(cache=True)
 def _insert(raw, acc, shift, mask):
     "One shingle into its bin: top bits pick the bin, the bin keeps the minimum of the low bits."
@@ -355,7 +356,8 @@ def _changes_under_lower(buf, i, e, cased):
         cp = (cp << 6) | (np.int64(buf[i + k]) & 0x3F)
     return cp < cased.shape[0] and cased[cp] == 1
 
-
+# %% ../nbs/32_dedup_method.ipynb
+# one pass over each text's bytes: its loops share the ring and the bins
 @njit(cache=True, nogil=True)
 def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, lower, cased, check):
     """Signatures of the texts buf[offsets[d]:offsets[d+1]]: the numbers `shingle_hashes` + `one_permutation_minhash`
@@ -413,7 +415,7 @@ def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, low
                 )
     return sig, flagged
 
-
+# %% ../nbs/32_dedup_method.ipynb
 def _utf8_concat(texts) -> tuple[np.ndarray, np.ndarray]:
     "All texts as one UTF-8 byte array, and each text's byte offsets."
     blobs = [t.encode() if t.isascii() else t.encode("utf-8", "replace") for t in texts]
@@ -485,15 +487,6 @@ def _star_centers(keys, b, order, center, max_bucket):
 
 
 @njit(cache=True)
-def _first_band(keys, center, i, j, b):
-    "Whether band b is the first band that makes the pair i < j a candidate."
-    for c in range(b):
-        if keys[i, c] == keys[j, c] and (center[i, c] < 0 or center[i, c] == i):
-            return False
-    return True
-
-
-@njit(cache=True)
 def _push(out, m, a, b):
     if m == out.shape[0]:
         bigger = np.empty((2 * m, 2), np.int64)
@@ -502,6 +495,15 @@ def _push(out, m, a, b):
     out[m, 0] = a
     out[m, 1] = b
     return out, m + 1
+
+# %% ../nbs/32_dedup_method.ipynb
+@njit(cache=True)
+def _first_band(keys, center, i, j, b):
+    "Whether band b is the first band that makes the pair i < j a candidate."
+    for c in range(b):
+        if keys[i, c] == keys[j, c] and (center[i, c] < 0 or center[i, c] == i):
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -527,7 +529,7 @@ def _band_pairs(keys, b, order, center, ids):
         s = t
     return out[:m].copy()
 
-
+# %% ../nbs/32_dedup_method.ipynb
 def compiled_candidate_pairs(
     sig: np.ndarray, bands: int, rows: int, max_bucket: int = 64, threads: int = 1, sort: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -551,7 +553,7 @@ def compiled_candidate_pairs(
         p = p[np.lexsort((p[:, 1], p[:, 0]))]
     return np.ascontiguousarray(p[:, 0]), np.ascontiguousarray(p[:, 1])
 
-
+# %% ../nbs/32_dedup_method.ipynb
 @njit(cache=True, nogil=True)
 def _similar_kernel(sig, i, j, threshold):
     "Whether each pair's estimated Jaccard reaches `threshold`, computed as `estimate_jaccard` computes it."
@@ -566,7 +568,7 @@ def _similar_kernel(sig, i, j, threshold):
         out[p] = same / k >= threshold
     return out
 
-
+# %% ../nbs/32_dedup_method.ipynb
 @njit(cache=True, nogil=True)
 def _union_find(n, i, j):
     """Component labels of the graph with edges (i, j): union-find, then labels by smallest document, as scipy numbers
