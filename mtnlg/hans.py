@@ -506,7 +506,7 @@ def _subcase_pairs(
         out.append((premise, hypothesis, tag))
     return out
 
-
+# %% ../nbs/64_hans.ipynb
 def generate_hans(split: str = "validation", per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0) -> list[dict]:
     """HANS rows (Hugging Face `hans` fields; label 0 = entailment, 1 = non-entailment): `per_subcase` pairs for each of
     the 30 sub-cases."""
@@ -555,7 +555,7 @@ def is_subsequence(premise: str, hypothesis: str) -> bool:
     "The hypothesis without its full stop is a contiguous run of the premise's words."
     return bool(_spans(premise, hypothesis))
 
-
+# %% ../nbs/64_hans.ipynb
 # words after which a clause begins in these templates: punctuation, coordinators, complementiser `that`,
 # subordinators and sentence adverbs (with the last words of `whether or not`, `in case`, `of course`, `without a
 # doubt`)
@@ -616,7 +616,7 @@ sub-cases in its order, 1000 pairs each, distinct (premise, hypothesis) pairs, p
   `template`, `pairID` — the Hugging Face names; the parse fields (`*_parse`, `*_binary_parse`) are not made.
 """
 
-
+# %% ../nbs/64_hans.ipynb
 def write_hans(
     root, per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0, train_per_subcase: int | None = None
 ) -> Path:
