@@ -20,7 +20,7 @@ from .minhash import *  # noqa: F403 (the method's names, also importable from h
 from .minhash import EMPTY, ENGINES, band_keys, compiled_signatures, estimate_jaccard, fuzzy_dedup
 from .minhash import minhash_signatures, unique_pairs
 
-# the method's kernels and constants that other modules import from here
+# the method's kernels and constants, also importable from here
 from .minhash import _LOWER, _P, _Q, _U, _WB, _cased_table, _changes_under_lower, _mix64_jit, _utf8_concat
 
 # %% ../nbs/32_dedup_scale.ipynb
