@@ -653,11 +653,12 @@ def _column_values(array) -> list:
     return out
 
 
-def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 64):
+def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 64, max_bytes: int = 4_000_000):
     """Yield `(row, {column: value, "url": ...})` for each row of a parquet file, one row-group batch at a time.
-    A missing column is a ValueError naming the columns there are; a null or non-string value, or one that is not
-    UTF-8, is counted. A file that is not parquet is counted (`not_parquet`), and so is each row of a row group that
-    cannot be read; anything else (no memory, the disk failing) stops the task with it."""
+    A missing column is a ValueError naming the columns there are; a null or non-string value, one that is not
+    UTF-8, or one over `max_bytes` (in characters, a lower bound of its bytes) is counted. A file that is not parquet
+    is counted (`not_parquet`), and so is each row of a row group that cannot be read; anything else (no memory, the
+    disk failing) stops the task with it."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -688,6 +689,8 @@ def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int
                         report.drop(path, f"row{row}", "invalid UTF-8")
                     elif not isinstance(rec[column], str):
                         report.drop(path, f"row{row}", f"no string field {column!r}")
+                    elif len(rec[column]) > max_bytes:
+                        report.drop(path, f"row{row}", f"value over {max_bytes:,} bytes")
                     else:
                         yield f"row{row}", rec
         except (ValueError, NotImplementedError, OSError) as e:
@@ -712,7 +715,7 @@ def iter_documents(
     if r == "warc":
         yield from iter_warc(path, report, max_bytes, field, keep_truncated)
     elif r == "parquet":
-        yield from iter_parquet(path, report, field)
+        yield from iter_parquet(path, report, field, max_bytes=max_bytes)
     else:
         yield from ((str(n), obj) for n, obj in iter_records(path, report, max_bytes))
 
