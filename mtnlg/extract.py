@@ -5,11 +5,11 @@
 # %% auto 0
 __all__ = ['READERS', 'BATCH_DOCS', 'BATCH_BYTES', 'JUSTEXT_PARAMS', 'TUNING_PAGES_BEFORE', 'MAX_URL_CHARS', 'Manifest',
            'reader_of', 'shard_stem', 'open_stream', 'iter_records', 'write_jsonl', 'iter_docs', 'iter_batches',
-           'count_docs', 'clean_unicode', 'charset_label', 'meta_encoding', 'decode_html', 'GzipMember',
-           'starts_warc_record', 'next_warc_member', 'PayloadError', 'inflate', 'http_payload', 'read_response',
-           'PlainRun', 'read_record', 'run_pages', 'gzip_runs', 'iter_warc', 'not_parquet', 'iter_parquet',
-           'iter_documents', 'html_to_text', 'language_of', 'normalize_whitespace', 'justext_paragraphs', 'token_prf',
-           'load_benchmark_pages', 'clean_url', 'extract_shard']
+           'count_docs', 'charset_label', 'meta_encoding', 'decode_html', 'GzipMember', 'starts_warc_record',
+           'next_warc_member', 'PayloadError', 'inflate', 'http_payload', 'read_response', 'PlainRun', 'read_record',
+           'run_pages', 'gzip_runs', 'iter_warc', 'not_parquet', 'iter_parquet', 'iter_documents', 'html_to_text',
+           'language_of', 'normalize_whitespace', 'justext_paragraphs', 'token_prf', 'load_benchmark_pages',
+           'clean_url', 'extract_shard']
 
 # %% ../nbs/30_extract.ipynb
 import functools
@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
-from .data import ReadReport
+from .data import ReadReport, clean_unicode
 
 # %% ../nbs/30_extract.ipynb
 @dataclass
@@ -236,10 +236,6 @@ def count_docs(path) -> int:
     with open(path, "rb") as f:
         return sum(1 for _ in f)
 
-
-def clean_unicode(text: str) -> str:
-    "Replace what UTF-8 cannot encode (lone surrogates from `\\ud800` escapes) so later stages can hash bytes."
-    return text.encode("utf-8", "replace").decode("utf-8")
 
 # %% ../nbs/30_extract.ipynb
 import webencodings
@@ -562,7 +558,8 @@ def _next_record_line(s) -> tuple[bytes, int | None, int]:
 
 
 def run_pages(run, path, report: ReadReport, max_bytes: int, keep_truncated: bool = True):
-    """Yield `(id, url, html bytes, Content-Type)` for each page of one run of WARC records (a plain file, or one gzip
+    """Yield `(WARC-Record-ID, offset, url, html bytes, Content-Type)` for each page of one run of WARC records (a plain
+    file, or one gzip
     member: one record, or all of them in a WARC gzipped whole), counting everything else in `report` at its offset.
     Sets `run.cut` when the run ends inside a record (that record is counted under the run's `cut_reason`)."""
     s, lost = run.lines(), False
@@ -589,7 +586,7 @@ def run_pages(run, path, report: ReadReport, max_bytes: int, keep_truncated: boo
             rid, url, body, ctype, truncated = what
             if truncated:
                 report.note(f"WARC-Truncated ({truncated}) page kept")
-            yield rid or at, url, body, ctype
+            yield rid, at, url, body, ctype
 
 
 def gzip_runs(f, path, report: ReadReport):
@@ -610,18 +607,29 @@ def gzip_runs(f, path, report: ReadReport):
         start = nxt
 
 
+_RECORD_ID = re.compile(r"[^\s\x00-\x1f\x7f\ud800-\udfff]{1,512}")
+
+
 def iter_warc(path, report: ReadReport, max_bytes: int = 4_000_000, field: str = "html", keep_truncated: bool = True):
     """Yield `(WARC-Record-ID, {field: html, "url": WARC-Target-URI})` for each HTML page of a WARC file (plain or
     gzipped, a member per record or as a whole; WARC/1.0 or 1.1), decoded as a browser decodes it. Every other response
     is dropped with its reason and byte offset in `report`; other records (requests, metadata, warcinfo), bytes skipped
-    and pages kept though marked `WARC-Truncated` are noted beside them. A bad record costs that record only."""
+    and pages kept though marked `WARC-Truncated` are noted beside them. A bad record costs that record only. A page
+    whose WARC-Record-ID is missing, malformed (whitespace, control characters, over 512 characters) or that of an
+    earlier record of the file is named by its offset instead (`@offset`), noted when it had one."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"shard {str(path)!r} not found")
+    seen = set()  # the shard's record ids: a document's id must name one record
     with open(path, "rb", buffering=0) as f:
         runs = gzip_runs(f, path, report) if f.read(2) == _GZIP_MAGIC else [PlainRun(f)]
         for run in runs:
-            for rid, url, body, ctype in run_pages(run, path, report, max_bytes, keep_truncated):
+            for rid, at, url, body, ctype in run_pages(run, path, report, max_bytes, keep_truncated):
+                if not (isinstance(rid, str) and _RECORD_ID.fullmatch(rid)) or rid in seen:
+                    if rid:
+                        report.note("WARC-Record-ID replaced by its offset (malformed or repeated)")
+                    rid = at
+                seen.add(rid)
                 yield rid, {field: decode_html(body, ctype)[0], "url": url}
 
 # %% ../nbs/30_extract.ipynb

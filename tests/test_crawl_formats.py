@@ -12,6 +12,7 @@ quality model, the task n-grams, the tokenizer, the per-shard and merged `.bin/.
 compared byte for byte."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 import numpy as np
@@ -437,6 +438,20 @@ RECORD_FAULTS = {
         "warc": make_faulty.page_record(5).replace(make_faulty.url(5).encode(), b"mailto:" + b"x" * 9000),
         "expect": {k: ({}, {"url removed (malformed)": 1}) for k in ("jsonl", "parquet", "warc")},
     },  # the document is kept, without its URL
+    "malformed-id": {
+        "jsonl": json.dumps({"html": make_faulty.page_html(5), "url": make_faulty.url(5), "id": {"no": 1}}).encode(),
+        "parquet": {"id": 5},
+        "warc": re.sub(  # page 4's WARC-Record-ID again
+            rb"WARC-Record-ID: \S+",
+            re.search(rb"WARC-Record-ID: \S+", make_faulty.page_record(4))[0],
+            make_faulty.page_record(5),
+        ),
+        "expect": {
+            "jsonl": ({}, {}),
+            "parquet": ({}, {}),
+            "warc": ({}, {"WARC-Record-ID replaced by its offset (malformed or repeated)": 1}),
+        },
+    },  # a record's own id field is never read; a WARC page's repeated id is replaced by its offset
     "empty-document": {
         "jsonl": b'{"html": ""}',
         "parquet": {"html": ""},
@@ -475,9 +490,14 @@ def write_shard(path: Path, fault: dict):
         rows = [
             {**good(i), **(fault["parquet"] if i == 5 and fault["parquet"] != "corrupt" else {})} for i in range(1, 11)
         ]
-        cols = {c: [r[c].encode() if isinstance(r[c], str) else r[c] for r in rows] for c in ("html", "url")}
+        text = lambda v: v.encode() if isinstance(v, str) else v  # bytes that are no UTF-8 go in as they are
+        table = {
+            c: pa.array([text(r[c]) for r in rows], pa.binary()).cast(pa.string(), safe=False) for c in ("html", "url")
+        }
+        if any("id" in r for r in rows):
+            table["id"] = [r.get("id") for r in rows]
         pq.write_table(
-            pa.table({c: pa.array(v, pa.binary()).cast(pa.string(), safe=False) for c, v in cols.items()}),
+            pa.table(table),
             path,
             row_group_size=1,
             compression="snappy",
@@ -506,3 +526,4 @@ def test_a_bad_record_costs_only_itself_in_every_reader(tmp_path, fault, ext):
     pages = [int(d["text"].split(":")[0].split()[-1]) for d in docs]
     assert pages == [i for i in range(1, 11) if i != 5 or not dropped], pages
     assert all(d["url"] == make_faulty.url(i) for d, i in zip(docs, pages) if i != 5)
+    assert len({d["id"] for d in docs}) == len(docs)  # every document's id names one record
