@@ -236,7 +236,6 @@ def count_docs(path) -> int:
     with open(path, "rb") as f:
         return sum(1 for _ in f)
 
-
 # %% ../nbs/30_extract.ipynb
 import webencodings
 
