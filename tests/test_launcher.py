@@ -166,7 +166,7 @@ def test_a_rank_that_raises_while_the_others_wait_is_named(tmp_path):
     [
         (signal.SIGINT, 130),
         pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow),  # as SIGINT
-        (signal.SIGKILL, -9),
+        pytest.param(signal.SIGKILL, -9, marks=pytest.mark.slow),  # make test: SIGINT, and kill -9 of a rank above
     ],
     ids=["SIGINT", "SIGTERM", "SIGKILL"],
 )
