@@ -6,13 +6,16 @@
 __all__ = ['PUBLISHED_ITEMS', 'CHARS_PER_TOKEN', 'inference_model', 'kv_cache_bytes', 'rank_memory', 'even_splits',
            'peak_rank_memory', 'min_nodes', 'forward_parts', 'eval_layouts', 'eval_layout', 'paper_settings',
            'task_items', 'text_tokens', 'spread', 'zero_shot_requests', 'TaskTokens', 'task_tokens', 'micro_shape',
-           'setting_seconds', 'load_seconds', 'verify_seconds', 'EvalPlan', 'eval_plan', 'format_eval_plan',
-           'plot_eval_plan', 'eval_job', 'format_eval_job']
+           'setting_seconds', 'load_seconds', 'verify_seconds', 'CheckpointIndex', 'checkpoint_index', 'read_plan',
+           'EvalPlan', 'eval_plan', 'format_eval_plan', 'plot_eval_plan', 'eval_job', 'format_eval_job']
 
 # %% ../nbs/66_eval_plan.ipynb
+import copy
 import math
 from dataclasses import dataclass, replace
+import torch
 from .config import Config, ModelConfig
+from .checkpoint import ShardIndex
 from .topology import Layout
 from .catalog import FIXTURES, is_full
 from mtnlg.counting import (
@@ -38,7 +41,15 @@ from mtnlg.iteration_time import (
     pipeline_time,
     reduce_scatter_time,
 )
-from .run_plan import FS_GBPS_PER_GPU, checkpoint_size, transfer_seconds, JobPlan, format_job_plan
+from mtnlg.run_plan import (
+    FS_GBPS_PER_GPU,
+    OPTIMIZER_BYTES,
+    checkpoint_size,
+    weight_bytes,
+    transfer_seconds,
+    JobPlan,
+    format_job_plan,
+)
 from .tasks import TASKS, SHOTS, eval_dir, local_task, num_fewshot, read_task_jsonl
 
 # %% ../nbs/66_eval_plan.ipynb
@@ -361,6 +372,108 @@ def verify_seconds(cfg: Config, ranks: int, every_file: bool = False, gbps_per_g
         "bytes": nbytes,
         "seconds": transfer_seconds(max(nbytes / min(files, ranks), ck.largest_rank), gbps_per_gpu),
     }
+
+# %% ../nbs/66_eval_plan.ipynb
+@dataclass
+class CheckpointIndex(ShardIndex):
+    """A checkpoint's index with no data: chapter 43's `meta.json` (which rank's file holds which parameter) and each
+    file's saved shapes, split dimensions and dtypes. `slice_reads` plans a reader's copies from it as from a real
+    `Checkpoint`."""
+
+    cfg: Config
+    layout: Layout
+    meta: dict
+    tensors: dict  # file -> {parameter: (shape, tp_dim, dtype name)}
+    optimizer_bytes: dict  # file -> bytes of its ZeRO-1 share of fp32 masters and Adam's moments (counted)
+
+    @property
+    def config(self) -> Config:
+        return copy.deepcopy(self.cfg)
+
+    def saved(self, file: str, name: str) -> tuple[list, int, torch.dtype]:
+        shape, d, dtype = self.tensors[file][name]
+        return list(shape), d, getattr(torch, dtype)
+
+    def file_bytes(self, file: str) -> int:
+        "Bytes of the tensors file `file` holds: its model slices and its share of the optimizer."
+        held = self.tensors.get(file, {}).values()
+        return sum(math.prod(s) * getattr(torch, t).itemsize for s, _, t in held) + self.optimizer_bytes[file]
+
+# %% ../nbs/66_eval_plan.ipynb
+def checkpoint_index(cfg: Config, step: int = 0) -> CheckpointIndex:
+    """A shape-only index of the checkpoint `mtnlg train` saves for `cfg`: one file per rank, the model's slices (in the
+    dtype the engine trains them in) in the data-parallel rank-0 files under their `GPT` names, no data. Each distinct
+    layer of `gpt_layer_specs` is built once, under fake tensors on a fake TP group."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from mtnlg.checkpoint import FORMAT, shard_name, tp_dim
+    from mtnlg.engine import gpt_layer_specs, stage_bounds
+    from mtnlg.pipeline_parallel import gpt_param_name
+    from mtnlg.rehearsal import fake_world
+
+    layout, L = Layout.of(cfg), cfg.model.num_layers
+    dtype = "bfloat16" if weight_bytes(cfg.precision, layout.world_size) == 2 else "float32"
+    built, layers = {}, []
+    with fake_world(Layout(layout.tp, 1, 1)), FakeTensorMode():
+        for spec in gpt_layer_specs(cfg)[
+            :-1
+        ]:  # the last is the tied output layer: the embedding again, not saved twice
+            key = (spec.typename, tuple(map(id, spec.module_args)))
+            if key not in built:
+                built[key] = [(n, list(p.shape), tp_dim(p)) for n, p in spec.build().named_parameters()]
+            layers.append(built[key])
+    bounds, stages = stage_bounds(cfg), []
+    for s in range(layout.pp):
+        stages.append(
+            {
+                gpt_param_name(i, n, L): (shape, dim, dtype)
+                for i in range(bounds[s], min(bounds[s + 1], L + 2))
+                for n, shape, dim in layers[i]
+            }
+        )
+    params = [sum(math.prod(shape) for shape, _, _ in held.values()) for held in stages]
+    shards, tensors, optimizer = {}, {}, {}
+    for r in range(layout.world_size):
+        c, f = layout.coord(r), shard_name(r)
+        shards[f] = {"coord": list(c), "model": sorted(stages[c.pipe]) if c.data == 0 else [], "fragments": []}
+        if c.data == 0:
+            tensors[f] = stages[c.pipe]
+        optimizer[f] = params[c.pipe] * OPTIMIZER_BYTES // layout.dp
+    layout_dict = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp}
+    meta = {"format": FORMAT, "step": step, "layout": layout_dict, "shards": shards}
+    return CheckpointIndex(cfg, layout, meta, tensors, optimizer)
+
+# %% ../nbs/66_eval_plan.ipynb
+def read_plan(index: ShardIndex, tp: int, pp: int, dtype=torch.bfloat16) -> list[dict]:
+    """Every rank of one TP x PP replica reading `index`'s checkpoint, planned by the reader's own code (chapter 65's
+    `stage_reads`) on its stage built under fake tensors: files opened, bytes read, and the stage's bytes in `dtype`,
+    refused unless they are chapter 50's count."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from mtnlg.parallel_inference import InferenceStage, held_bytes, inference_config, predicted_bytes, stage_reads
+    from mtnlg.rehearsal import fake_world
+
+    layout = Layout(tp, pp, 1)
+    cfg, rows = inference_config(index, layout), []
+    for s in range(pp):
+        with fake_world(layout, s), FakeTensorMode():
+            stage = InferenceStage(cfg.model, s, pp, False, dtype)
+            held, want = held_bytes(stage), predicted_bytes(cfg, s, dtype)
+            if held != want:
+                raise RuntimeError(f"stage {s} holds {held:,} bytes; chapter 50's count for its slice is {want:,}")
+            for t in range(tp):
+                reads = stage_reads(index, stage, t, tp)
+                rows.append(
+                    {
+                        "rank": layout.rank(s, 0, t),
+                        "stage": s,
+                        "tp_rank": t,
+                        "files": sorted({r.file for r in reads}),
+                        "copies": len(reads),
+                        "bytes_read": sum(r.nbytes for r in reads),
+                        "stage_bytes": held,
+                        "chapter_50": want,
+                    }
+                )
+    return rows
 
 # %% ../nbs/66_eval_plan.ipynb
 @dataclass

@@ -4,11 +4,12 @@
 
 # %% auto 0
 __all__ = ['inference_layout', 'inference_config', 'trained_rows', 'InferenceStage', 'mark_slices', 'held_bytes',
-           'predicted_bytes', 'AllocatedBytes', 'load_stage', 'sequence_parallel_off', 'ModelParallelGPT',
-           'load_model_parallel']
+           'predicted_bytes', 'AllocatedBytes', 'stage_slices', 'stage_reads', 'load_stage', 'sequence_parallel_off',
+           'ModelParallelGPT', 'load_model_parallel']
 
 # %% ../nbs/65_parallel_inference.ipynb
 import contextlib
+import math
 import weakref
 from dataclasses import replace
 import torch
@@ -44,8 +45,11 @@ def inference_layout(ckpt: Checkpoint, world_size: int, tp: int | None = None, p
 
 
 def inference_config(ckpt: Checkpoint, layout: Layout, sequence_parallel: bool = False) -> Config:
-    "The checkpoint's config on `layout`, its vocabulary padded for this TP from the multiple the run used."
-    cfg = ckpt.single_device_config
+    """The checkpoint's config on `layout`, its vocabulary padded to the smallest size that holds every row the run
+    trained (a multiple of its multiple x its TP) and splits over this TP."""
+    cfg = ckpt.config
+    k, t = cfg.model.make_vocab_size_divisible_by, ckpt.layout.tp
+    cfg.model = replace(cfg.model, make_vocab_size_divisible_by=math.lcm(k * t, k * layout.tp) // layout.tp)
     cfg.parallel = replace(
         cfg.parallel,
         tensor_parallel=layout.tp,
@@ -157,6 +161,17 @@ class AllocatedBytes(TorchDispatchMode):
         self.live -= n
 
 # %% ../nbs/65_parallel_inference.ipynb
+def stage_slices(stage: InferenceStage) -> list[tuple[str, nn.Parameter]]:
+    "(the checkpoint's name, parameter) of every parameter of `stage`: what a rank reads, in the order it reads it."
+    return [(stage.gpt_name(name), p) for name, p in stage.named_parameters()]
+
+
+def stage_reads(index, stage: InferenceStage, tp_rank: int, tp: int) -> list:
+    """Every copy (chapter 43's `SliceRead`) `load_stage` makes to fill TP rank `tp_rank`'s `stage` from `index` (a
+    `Checkpoint`, or a shape-only index with no data): the files it opens and the bytes it reads."""
+    return [r for name, p in stage_slices(stage) for r in index.slice_reads(name, p.shape, tp_dim(p), tp_rank, tp)]
+
+
 def load_stage(ckpt: Checkpoint, cfg: Config, layout: Layout, rank: int, dtype=torch.float32) -> InferenceStage:
     """Rank `rank`'s stage of `layout`, every parameter read from only the parts of the shards that overlap its slice;
     refused if it holds other bytes than chapter 50 counts, or if loading it ever took more than those bytes plus one
@@ -165,8 +180,8 @@ def load_stage(ckpt: Checkpoint, cfg: Config, layout: Layout, rank: int, dtype=t
     where = f"rank {rank} (stage {c.pipe}, TP rank {c.model})"
     with AllocatedBytes() as mem, torch.no_grad():
         stage = InferenceStage(cfg.model, c.pipe, layout.pp, cfg.parallel.sequence_parallel, dtype)
-        for name, p in stage.named_parameters():
-            part = ckpt.model_slice(stage.gpt_name(name), p.shape, tp_dim(p), c.model, layout.tp)
+        for name, p in stage_slices(stage):
+            part = ckpt.model_slice(name, p.shape, tp_dim(p), c.model, layout.tp)
             slack = max(slack, part.numel() * part.element_size())  # this slice, as the checkpoint holds it
             p.copy_(part)
             del part
