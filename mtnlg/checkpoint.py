@@ -582,7 +582,7 @@ class ShardIndex:
         files = [fs[0] for fs in self._holders(name, "model").values()]  # one per TP rank of the checkpoint
         first, d, dtype = self.saved(files[0], name)
         if d < 0:
-            d, files = max(dim, 0), files[:1]  # every TP rank saved it whole: one copy
+            d, files = max(dim, 0), [files[tp_rank % len(files)]]  # saved whole by every TP rank: the nearest copy
         if dim >= 0 and dim != d:
             raise ValueError(
                 f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
