@@ -74,3 +74,33 @@ def test_every_rank_of_the_530b_evaluation_reads_chapter_50s_bytes():
     assert {f for r in rows for f in r["files"]} == set(files)
     assert [r["stage_bytes"] for r in rows[::8]] == [44_396_078_080, 44_050_048_000, 44_312_273_920]
     assert sum(r["bytes_read"] for r in rows) == 1_062_067_200_000
+
+
+@own_process
+def test_the_scoring_batch_rehearsed_is_chapter_66s_count():
+    """A call of `cluster/eval.sbatch`'s batch (3 micro-batches of 4 full-length windows) on each TP 8 x PP 3 stage of
+    the 530B, run by chapter 65's `token_scores` under fake tensors: its peak beyond the weights within 1% of chapter
+    66's activations + logits, for a rolling log-likelihood batch (every position scored) and, on stages 0 and 1, a
+    multiple-choice one; the last stage's logits in chunks hold a fraction of what they hold at once."""
+    from dataclasses import replace
+    from mtnlg import parallel_inference
+    from mtnlg.eval_plan import rank_memory, rehearse_scoring
+
+    cfg = load_config(MTNLG_530B)
+    one_layer = replace(cfg, model=replace(cfg.model, num_layers=3))  # a stage's working set is one layer's
+    L = Setup(Layout(8, 3, 1), 4, "none")
+    for stage in range(3):
+        counted = rank_memory(cfg.model, L, stage)
+        counted = counted["activations"] + counted["logits"]
+        rolling = rehearse_scoring(one_layer, 8, 3, stage, 12, 12 * 2048)["working"]
+        assert abs(rolling / counted - 1) < 0.01, (stage, rolling, counted)
+        choices = rehearse_scoring(one_layer, 8, 3, stage, 12)["working"]
+        assert choices <= rolling and (stage == 2 or choices == rolling), (stage, choices, rolling)
+    chunked = rehearse_scoring(one_layer, 8, 3, 2, 32, 32 * 2048)["working"]
+    chunk = parallel_inference.SCORE_CHUNK
+    parallel_inference.SCORE_CHUNK = 32 * 2048  # every position's logits at once
+    try:
+        whole = rehearse_scoring(one_layer, 8, 3, 2, 32, 32 * 2048)["working"]
+    finally:
+        parallel_inference.SCORE_CHUNK = chunk
+    assert whole > 4 * chunked and 27 * 2**30 < whole < 28 * 2**30, (chunked, whole)  # rehearsed: 27.50 GiB
