@@ -222,7 +222,8 @@ def test_engine_on_scratch_tp_layers_trains_like_one_process(single, tmp_path):
     assert max((p_ref[k] - p_got[k]).abs().max().item() for k in p_ref) <= 1e-5
 
 
-@pytest.mark.parametrize("sequence_parallel", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow  # make test: bf16 reads (test_parallel_inference), bf16 kernels (test_kernels), the bf16 rehearsal
+@pytest.mark.parametrize("sequence_parallel", [False, True])
 def test_bf16_2x2_trains_close_to_fp32(single, tmp_path, sequence_parallel):
     """bf16 weights and activations (fp32 masters and Adam), with and without sequence parallelism: the fp32 run's
     losses within 0.05 nats."""

@@ -246,6 +246,7 @@ if rank == "1": os.abort()
 """
 
 
+@pytest.mark.slow  # make test: a crash on one rank names the rank and its first line (above)
 def test_a_failed_script_shows_the_failing_ranks_own_lines(tmp_path):
     from mtnlg.testing import torchrun_script
 
