@@ -10,7 +10,7 @@ __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_O
            'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker', 'MemoryTracker',
            'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
            'measure_stage_memory', 'measure_stage_memories', 'reader_requests', 'parallel_reader_worker',
-           'stage_load_worker']
+           'stage_load_worker', 'parallel_reader_jobs']
 
 # %% ../nbs/98_testing.ipynb
 import contextlib
@@ -1107,3 +1107,12 @@ def stage_load_worker(checkpoint: str, tp: int, pp: int, dtype: str = "float32",
     except RuntimeError as e:
         return {"error": str(e)}
     return {"held": held_bytes(stage), "peak": stage.load_peak, "slack": stage.load_slack}
+
+# %% ../nbs/98_testing.ipynb
+def parallel_reader_jobs(checkpoint: str, jobs: list, requests: list, prompts: list, max_new: int = 8) -> list[dict]:
+    """`parallel_reader_worker` once per job `(tp, pp, sequence_parallel, dtype)`, in order, in this one job: every
+    layout whose TP x PP divides the world (the rest its replicas) read by one launch; each model freed before the
+    next is loaded, so each job's live bytes are its own."""
+    return [
+        parallel_reader_worker(checkpoint, tp, pp, sp, requests, prompts, max_new, dtype) for tp, pp, sp, dtype in jobs
+    ]
