@@ -1000,7 +1000,6 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         "rss_peak": rss_peak if rss_reset else None,
     }
 
-
 # %% ../nbs/98_testing.ipynb
 # chapter 65's reader workers: the requests, the parallel read, one stage's load; run in spawned processes
 def reader_requests(checkpoint: str, n: int = 24, seed: int = 0) -> tuple[list, list]:
