@@ -20,27 +20,32 @@ MEASURE = textwrap.dedent("""
     from mtnlg.model import TransformerBlock, megatron_config, saved_tensor_bytes
     from mtnlg.topology import Layout, init_distributed, quiet_libraries
     quiet_libraries()
-    tp, shapes, out = int(sys.argv[2]), json.loads(sys.argv[3]), {}
-    init_distributed(Layout(tp, 1, 1))
-    for name, path in shapes.items():
-        for recompute in ("none", "selective", "full"):
-            cfg = load_config(path, {"model.recompute": recompute, "parallel.tensor_parallel": tp,
-                                     "parallel.data_parallel": 1, "parallel.world_size": None})
-            m = cfg.model
-            for sp in (False, True) if tp > 1 else (False,):    # sequence parallelism: the block sees [s/t, b, h]
-                block = TransformerBlock(m, megatron_config(m, sequence_parallel=sp)).train()
-                for b in (1, 2):
-                    shape = (m.seq_length // tp, b, m.hidden_size) if sp else (b, m.seq_length, m.hidden_size)
-                    x = torch.randn(*shape, requires_grad=True)
-                    key = f"{name}/{recompute}/{b}" + ("/sp" if sp else "")
-                    _, out[key] = saved_tensor_bytes(block, x, exclude=list(block.parameters()))
-    if not dist.is_initialized() or dist.get_rank() == 0: json.dump(out, open(sys.argv[1], "w"))
+    shapes, out = json.loads(sys.argv[2]), {}
+    for tp in (1, 2):                       # two processes: TP 1 (rank 0 measures, rank 1 a replica), then TP 2
+        init_distributed(Layout(tp, 1, 2 // tp))
+        out[tp] = {}
+        if tp == 1 and dist.get_rank() == 1:
+            continue                            # a TP 1 layer involves no other rank: rank 0's measure is the measure
+        for name, path in shapes.items():
+            for recompute in ("none", "selective", "full"):
+                cfg = load_config(path, {"model.recompute": recompute, "parallel.tensor_parallel": tp,
+                                         "parallel.data_parallel": 1, "parallel.world_size": None})
+                m = cfg.model
+                for sp in (False, True) if tp > 1 else (False,):    # sequence parallelism: the block sees [s/t, b, h]
+                    block = TransformerBlock(m, megatron_config(m, sequence_parallel=sp)).train()
+                    for b in (1, 2):
+                        shape = (m.seq_length // tp, b, m.hidden_size) if sp else (b, m.seq_length, m.hidden_size)
+                        x = torch.randn(*shape, requires_grad=True)
+                        key = f"{name}/{recompute}/{b}" + ("/sp" if sp else "")
+                        _, out[tp][key] = saved_tensor_bytes(block, x, exclude=list(block.parameters()))
+    if dist.get_rank() == 0: json.dump(out, open(sys.argv[1], "w"))
 """)
 
 
 @pytest.fixture(scope="module")
 def measure(tmp_path_factory):
-    "shape -> {tp: measured bytes}: each shape's two launches (TP 1, TP 2) run the first time a test asks for it."
+    """shape -> {tp: measured bytes}: each shape's launch of 2 ranks (TP 1, then TP 2 in the same processes) runs the
+    first time a test asks for it."""
     from mtnlg.testing import torchrun_script
 
     done = {}
@@ -50,10 +55,8 @@ def measure(tmp_path_factory):
             d = tmp_path_factory.mktemp(f"saved-{shape}")
             script = d / "measure.py"
             script.write_text(MEASURE)
-            done[shape] = {}
-            for tp in (1, 2):
-                torchrun_script(script, tp, d / f"tp{tp}.json", tp, json.dumps({shape: SHAPES[shape]}), cwd=ROOT)
-                done[shape][tp] = json.loads((d / f"tp{tp}.json").read_text())
+            torchrun_script(script, 2, d / "saved.json", json.dumps({shape: SHAPES[shape]}), cwd=ROOT)
+            done[shape] = {int(tp): v for tp, v in json.loads((d / "saved.json").read_text()).items()}
         return done[shape]
 
     return of

@@ -3,11 +3,11 @@ relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 
 losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
 bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
 and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
-`make test` runs 1 process through the engine, PP 2 as srun starts it (with balanced stages) and TP 2 x PP 2 x DP 2 at
-eps 1e-6 (its loss through chapter 20's chunked linear cross-entropy: the single run's keeps its logits; and with
-sequence parallelism: LayerNorms and dropout on each TP rank's half of the sequence), and DP 2 at
-eps 1e-8; `make test-full` adds TP 2 and DP 2 alone, the other two-axis layouts, the other seven at eps 1e-8 and the
-engine on chapter 11's from-scratch layers."""
+`make test` runs TP 2 x PP 2 x DP 2 at eps 1e-6 (its loss through chapter 20's chunked linear cross-entropy: the
+single run's keeps its logits; and with sequence parallelism: LayerNorms and dropout on each TP rank's half of the
+sequence, so a missing LayerNorm gradient sum over TP fails it); `make test-full` adds the other seven layouts (PP 2 as
+srun starts it, with balanced stages), all eight at eps 1e-8, the pipelined gradients with and without sequence
+parallelism and the engine on chapter 11's from-scratch layers."""
 
 import json
 import os
@@ -286,7 +286,12 @@ GRADS = textwrap.dedent("""
 
 GRAD_CASES = [
     pytest.param({}, False, marks=pytest.mark.slow, id="tp2-pp2"),  # make test: the 3D runs above and test_checkpoint's
-    pytest.param({"parallel.sequence_parallel": "true"}, False, id="tp2-pp2-sequence-parallel"),
+    pytest.param(  # make test: TP 2 x PP 2 x DP 2 with sequence parallelism trains like one process (above; without
+        {"parallel.sequence_parallel": "true"},  # the LayerNorms' gradient sum over TP its weights are 2.3e-3 off)
+        False,
+        marks=pytest.mark.slow,
+        id="tp2-pp2-sequence-parallel",
+    ),
     pytest.param(
         {"parallel.sequence_parallel": "true"},
         True,

@@ -2,8 +2,10 @@
 every request's log-likelihood within 1e-5 (fp32) of chapter 60's single-process reader, the same greedy flags, the same
 greedy and seeded-sampled generations, each rank holding exactly the bytes chapter 50 counts for its slice (and no
 other live tensor memory to speak of) — on every TP, PP, DP in {1, 2} and one sequence-parallel layout (`make test`:
-two of them; `make test-full`: the rest), from a checkpoint of another layout too; `mtnlg eval`, `generate` and `bias`
-with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line.
+TP 2 x PP 2; `make test-full`: the rest), from a checkpoint of another layout too; `mtnlg eval`, `generate` and `bias`
+with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line
+(`make test`: `mtnlg eval --nproc 2`, two replicas; `make test-full`: PP 2 x DP 2, TP 2 x PP 2 x DP 2, `generate`
+and `bias`).
 In bf16: chapter 50's bytes in bf16 on every rank, the load's peak within the weights plus one slice (a reader of
 whole tensors refused), scores bitwise equal to the single-process bf16 reader at TP 1 x DP 1 and within 2^-8 (relative)
 on the others (`make test`: TP 2, PP 2, TP 2 x PP 2; `make test-full`: all of {1,2}^3); the reader verifies only the
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 import pytest
 from mtnlg import testing
-from mtnlg.topology import launch
+from mtnlg.topology import launch, launch_each
 
 ROOT = Path(__file__).resolve().parent.parent
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
@@ -35,19 +37,58 @@ CASES = [
 ]
 
 
+def read_call(checkpoint, reference, tp, pp, sp=False, dtype="auto") -> tuple:
+    "Chapter 65's reader on this layout (None, None: chapter 60's single-process reader), as a `launch_each` call."
+    return testing.parallel_reader_worker, (str(checkpoint), tp, pp, sp, *reference[:2], 8, dtype)
+
+
+def load_call(checkpoint, whole: bool) -> tuple:
+    "TP 2's `load_stage` in bf16; `whole`: with a reader that reads each tensor whole, then cuts its slice."
+    return testing.stage_load_worker, (str(checkpoint), 2, 1, "bfloat16", whole)
+
+
 @pytest.fixture(scope="module")
 def reference(checkpoint):
-    "The requests, the prompts, and what chapter 60's single-process reader makes of them."
+    """The requests, the prompts, what chapter 60's single-process reader makes of them, and the same reader in bf16
+    (the whole GPT read in fp32, then cast): one process, both reads in turn."""
     requests, prompts = testing.reader_requests(str(checkpoint))
-    return (
-        requests,
-        prompts,
-        launch(testing.parallel_reader_worker, 1, str(checkpoint), None, None, False, requests, prompts)[0],
-    )
+    calls = [read_call(checkpoint, (requests, prompts), None, None, dtype=d) for d in ("auto", "bfloat16")]
+    fp32, bf16 = launch_each(calls, 1)
+    return requests, prompts, fp32[0], bf16[0]
+
+
+@pytest.fixture(scope="module")
+def reads(checkpoint, reference):
+    """`reads(key)`: every rank's result of one job of this file, keyed ("fp32" | "bf16", tp, pp, dp, sp) or ("load",
+    whole). `make test`'s jobs of one world size share one launch (`launch_each`: a spawn costs each process seconds of
+    imports, a call in running processes none), made the first time a test asks for one of them; any other job (the
+    slow cases) is a launch of its own."""
+    calls = {
+        ("fp32", 2, 2, 1, False): read_call(checkpoint, reference, 2, 2),
+        ("bf16", 1, 2, 1, False): read_call(checkpoint, reference, 1, 2, dtype="bfloat16"),
+        ("bf16", 2, 1, 1, False): read_call(checkpoint, reference, 2, 1, dtype="bfloat16"),
+        ("bf16", 2, 2, 1, False): read_call(checkpoint, reference, 2, 2, dtype="bfloat16"),
+        ("load", False): load_call(checkpoint, False),
+        ("load", True): load_call(checkpoint, True),
+    }
+    world = lambda key: 2 if key[0] == "load" else key[1] * key[2] * key[3]
+    done = {}
+
+    def of(key):
+        if key not in calls:  # a slow case: a launch of its own
+            kind, tp, pp, dp, sp = key
+            fn, args = read_call(checkpoint, reference, tp, pp, sp, "bfloat16" if kind == "bf16" else "auto")
+            return launch(fn, tp * pp * dp, *args)
+        if key not in done:
+            batch = [k for k in calls if world(k) == world(key)]
+            done.update(zip(batch, launch_each([calls[k] for k in batch], world(key))))
+        return done[key]
+
+    return of
 
 
 def assert_reads_like_one_process(ranks: list, reference: tuple):
-    requests, _, ref = reference
+    requests, _, ref = reference[:3]
     flags = [g for _, g in ref["scores"]]
     assert (
         any(flags) and not all(flags) and len(set(map(tuple, ref["sampled"]))) == len(ref["sampled"])
@@ -62,8 +103,8 @@ def assert_reads_like_one_process(ranks: list, reference: tuple):
 
 
 @pytest.mark.parametrize("tp,pp,dp,sp", CASES)
-def test_every_layout_reads_like_one_process(checkpoint, reference, tp, pp, dp, sp):
-    ranks = launch(testing.parallel_reader_worker, tp * pp * dp, str(checkpoint), tp, pp, sp, *reference[:2])
+def test_every_layout_reads_like_one_process(reads, reference, tp, pp, dp, sp):
+    ranks = reads(("fp32", tp, pp, dp, sp))
     assert_reads_like_one_process(ranks, reference)
     if tp * pp > 1:
         assert max(r["held"] for r in ranks) < reference[2]["held"]  # no rank holds the whole model
@@ -79,23 +120,13 @@ BF16_CASES = [
 BF16_TOL = 2**-8  # bf16's rounding step, relative: |Δ log P| <= BF16_TOL x max(1, |log P|) (measured: 8.6e-4 at TP 2)
 
 
-@pytest.fixture(scope="module")
-def reference_bf16(checkpoint, reference):
-    "Chapter 60's single-process reader in bf16 (the whole GPT read in fp32, then cast), on the same requests."
-    return launch(testing.parallel_reader_worker, 1, str(checkpoint), None, None, False, *reference[:2], 8, "bfloat16")[
-        0
-    ]
-
-
 @pytest.mark.parametrize("tp,pp,dp", BF16_CASES)
-def test_bf16_reads_like_one_bf16_process(checkpoint, reference, reference_bf16, tp, pp, dp):
+def test_bf16_reads_like_one_bf16_process(reads, reference, tp, pp, dp):
     """Read in bf16 (what a GPU run selects): every rank holds chapter 50's bytes in bf16, took at most its weights plus
     one slice in flight while loading, and scores like the single-process bf16 reader: bitwise at TP 1 with one replica
     (the same products in the same order, on the same batches), within bf16's rounding step otherwise (TP 2 adds
     partial sums across ranks; DP 2 splits the requests, so each replica's batches are other shapes)."""
-    ranks = launch(
-        testing.parallel_reader_worker, tp * pp * dp, str(checkpoint), tp, pp, False, *reference[:2], 8, "bfloat16"
-    )
+    ranks, reference_bf16 = reads(("bf16", tp, pp, dp, False)), reference[3]
     ref = reference_bf16["scores"]
     assert max(abs(a[0] - b[0]) for a, b in zip(ref, reference[2]["scores"])) > 1e-3  # bf16 is not fp32
     for r in ranks:
@@ -111,10 +142,9 @@ def test_bf16_reads_like_one_bf16_process(checkpoint, reference, reference_bf16,
         assert ranks[0]["held"] == reference_bf16["held"]
 
 
-def test_a_reader_that_holds_whole_tensors_fails_the_load_guard(checkpoint):
+def test_a_reader_that_holds_whole_tensors_fails_the_load_guard(reads):
     "TP 2: reading each tensor whole, then cutting the slice, ends with the same bytes but fails the peak guard."
-    fine = launch(testing.stage_load_worker, 2, str(checkpoint), 2, 1, "bfloat16")
-    whole = launch(testing.stage_load_worker, 2, str(checkpoint), 2, 1, "bfloat16", True)
+    fine, whole = reads(("load", False)), reads(("load", True))
     for r, w in zip(fine, whole):
         assert r["peak"] == r["held"] + r["slack"], r  # the weights and exactly one slice in flight
         assert (
@@ -192,11 +222,12 @@ def one_process_results(checkpoint, tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize(
     "nproc,sets",
-    [
-        (4, ["parallel.pipeline_parallel=2"]),
+    [  # make test: the CLI's replicas (the model-parallel reads are the launches above, on the same `MtnlgLM`)
+        (2, []),
+        pytest.param(4, ["parallel.pipeline_parallel=2"], marks=pytest.mark.slow),
         pytest.param(8, ["parallel.tensor_parallel=2", "parallel.pipeline_parallel=2"], marks=pytest.mark.slow),
     ],
-    ids=["pp2-dp2", "tp2-pp2-dp2"],
+    ids=["dp2", "pp2-dp2", "tp2-pp2-dp2"],
 )
 def test_mtnlg_eval_on_n_processes_prints_the_same_table(checkpoint, one_process_results, tmp_path, nproc, sets):
     "The nine tasks' metrics identical on the fixture sets; the replicas split the requests (DP 2) and change nothing."

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 import pytest
 import torch
-from mtnlg.topology import Layout, launch
+from mtnlg.topology import Layout, launch, launch_each
 from mtnlg import pipeline_parallel as pp, testing
 
 TINY = str(Path(__file__).resolve().parent.parent / "scaled_configs" / "tiny.yaml")
@@ -106,15 +106,34 @@ def test_schedules_rejected_and_bubbles():
             assert abs(pp.bubble_fraction(pp.simulate(sched(p_, m)), p_) - pp.bubble_formula(p_, m)) < 1e-12
 
 
-def test_zero1_equals_unsharded_adamw():
-    steps, clip = 3, 0.05
-    runs = launch(testing.data_parallel_worker, 2, TINY, steps, clip)
+STEPS, CLIP = 3, 0.05  # a clip below every step's gradient norm: clipping acts on each step
+
+
+@pytest.fixture(scope="module")
+def data_parallel_runs():
+    """DP 2: chapter 12's ZeRO-1 and plain AdamW, then DeepSpeed's ZeRO-1 in fp32, in one launch of 2 processes (a spawn
+    costs each process seconds of imports; a call in running processes none): every rank's result of each."""
+    calls = [
+        (testing.data_parallel_worker, (TINY, STEPS, CLIP)),
+        (testing.deepspeed_worker, (TINY, STEPS, CLIP, ("fp32",))),
+    ]
+    return dict(zip(("scratch", "deepspeed"), launch_each(calls, 2)))
+
+
+@pytest.fixture(scope="module")
+def reference_run():
+    "One process, the full batch: what both data-parallel runs must equal."
+    return testing.reference_run(TINY, STEPS, CLIP)
+
+
+def test_zero1_equals_unsharded_adamw(data_parallel_runs, reference_run):
+    runs = data_parallel_runs["scratch"]
     zero, plain = runs[0]["zero1"], runs[0]["adamw"]
     assert testing.max_param_difference(zero["params"], plain["params"]) == 0.0  # same gradients: bit for bit
     assert testing.max_param_difference(zero["params"], runs[1]["zero1"]["params"]) == 0.0
     assert runs[0]["zero1"]["state_numel"] + runs[1]["zero1"]["state_numel"] == plain["state_numel"]
-    ref = testing.reference_run(TINY, steps, clip)  # one process, full batch
-    assert min(ref["grad_norms"]) > clip
+    ref = reference_run
+    assert min(ref["grad_norms"]) > CLIP
     assert testing.max_param_difference(zero["params"], ref["params"]) < 1e-5
     for a, b in zip(zero["losses"], ref["losses"]):
         assert abs(a - b) <= 1e-5 * b
@@ -146,10 +165,8 @@ def test_reference_run_stays_one_process_under_a_launcher(monkeypatch):
     assert len(r["losses"]) == 2 and r["losses"][1] < r["losses"][0]
 
 
-def test_deepspeed_zero1_fp32_equals_torch_adamw():
-    steps, clip = 3, 0.05
-    ds = launch(testing.deepspeed_worker, 2, TINY, steps, clip, ("fp32",))
-    ref = testing.reference_run(TINY, steps, clip)
+def test_deepspeed_zero1_fp32_equals_torch_adamw(data_parallel_runs, reference_run):
+    ds, ref = data_parallel_runs["deepspeed"], reference_run
     r = ds[0]["fp32"]
     assert r["optimizer"] == "DeepSpeedZeroOptimizer"
     assert testing.max_param_difference(r["params"], ref["params"]) < 1e-5
