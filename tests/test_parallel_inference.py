@@ -268,26 +268,37 @@ def test_mtnlg_generate_on_two_processes_writes_the_same_text(checkpoint):
 
 
 @pytest.mark.parametrize(
-    "argv,message",
+    "argv,message,own_process",
     [
         (
             ["--nproc", "3", "--set", "parallel.pipeline_parallel=2"],
             "3 processes do not split into replicas of TP 1 x PP 2",
+            True,
         ),
-        (["--nproc", "3", "--set", "parallel.tensor_parallel=3"], "4 heads do not split over TP 3"),
-        (["--nproc", "2", "--set", "model.hidden_size=64"], "--set model.hidden_size: reading a checkpoint takes only"),
+        (["--nproc", "3", "--set", "parallel.tensor_parallel=3"], "4 heads do not split over TP 3", False),
+        (
+            ["--nproc", "2", "--set", "model.hidden_size=64"],
+            "--set model.hidden_size: reading a checkpoint takes only",
+            False,
+        ),
     ],
     ids=["world", "heads", "not-a-layout"],
 )
-def test_a_layout_that_cannot_read_the_checkpoint_is_one_line_before_any_rank(checkpoint, argv, message):
-    r = subprocess.run(
-        [MTNLG, "eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+def test_a_layout_that_cannot_read_the_checkpoint_is_one_line_before_any_rank(
+    checkpoint, capsys, argv, message, own_process
+):
+    """`mtnlg eval` refuses in one line, exit 2, before it starts a rank: the first case as a user runs it (a process of
+    its own, so nothing else reaches stderr: no warning, no launcher), the others through `mtnlg.cli.main` in this
+    process (the same check, without a second start-up's imports)."""
+    from mtnlg.cli import main
+
+    argv = ["eval", "--checkpoint", str(checkpoint), "--data-dir", str(DATA), *argv]
+    if own_process:
+        r = subprocess.run([MTNLG, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        code, err = r.returncode, r.stderr
+    else:
+        code, err = main(argv), capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err[-2000:]
 
 
 @pytest.mark.slow
