@@ -392,14 +392,24 @@ def test_bad_layouts_are_rejected_with_the_fix():
         load_config(CONFIG, layout(3, 1, 1))
 
 
-def test_cli_rejects_before_starting_processes(tmp_path):
+def test_cli_rejects_before_starting_processes(tmp_path, capfd):
+    """`mtnlg train --nproc N` with a layout N processes cannot hold: one line, exit 2, no torchrun (these two through
+    `mtnlg.cli.main` in this process, the same check without a start-up's imports: capfd sees a launcher's output too);
+    under a launcher that started the wrong number of processes, every rank stops before the first collective."""
+    from mtnlg.cli import main
+
+    def train(overrides: dict, nproc: int) -> tuple[int, str]:
+        argv = ["train", "--config", CONFIG, "--run-dir", str(run_dir), "--no-progress", "--nproc", str(nproc)]
+        code = main(argv + [a for k, v in overrides.items() for a in ("--set", f"{k}={v}")])
+        return code, capfd.readouterr().err
+
     run_dir = tmp_path / "run"
-    r = mtnlg_train(run_dir, layout(2, 2, 1), nproc=2)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "2 processes but TP*PP*DP = 2*2*1 = 4; launch 4 processes" in r.stderr
-    assert "torch.distributed" not in r.stderr and not run_dir.exists()  # torchrun never started
-    r = mtnlg_train(run_dir, {"parallel.tensor_parallel": 3}, nproc=3)
-    assert r.returncode == 2 and "choose tensor_parallel among: 1, 2, 4" in r.stderr
+    code, err = train(layout(2, 2, 1), 2)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "2 processes but TP*PP*DP = 2*2*1 = 4; launch 4 processes" in err
+    assert "torch.distributed" not in err and not run_dir.exists()  # torchrun never started
+    code, err = train({"parallel.tensor_parallel": 3}, 3)
+    assert code == 2 and "choose tensor_parallel among: 1, 2, 4" in err
     # under a launcher that started the wrong number of processes: every rank stops before the first collective
     r = mtnlg_train(run_dir, layout(2, 1, 1), env={"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0"})
     assert r.returncode == 2 and "3 processes but TP*PP*DP = 2*1*1 = 2" in r.stderr and not run_dir.exists()
