@@ -18,18 +18,31 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "scaled_configs" / "tiny.yaml")
 
 
+_SPAWNED = {}  # the one process this file's rehearsals share, started the first time one needs it
+
+
 def own_process(test):
-    """A rehearsal needs a process without a process group (it makes a fake one); an earlier test on this pytest
-    worker may have left one: then the test runs in a spawned process, its assertion errors raised here."""
+    """A rehearsal needs a process without a process group (it makes a fake one, and takes it down after); an earlier
+    test on this pytest worker may have left one: then the test runs in a spawned process, its assertion errors raised
+    here. The rehearsals share that process (a spawn costs seconds of imports), one after another as they would run
+    here."""
 
     @functools.wraps(test)
     def run():
         if not dist.is_initialized():
             return test()
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            return pool.apply(getattr(sys.modules[test.__module__], test.__name__))
+        if "pool" not in _SPAWNED:
+            _SPAWNED["pool"] = multiprocessing.get_context("spawn").Pool(1)
+        return _SPAWNED["pool"].apply(getattr(sys.modules[test.__module__], test.__name__))
 
     return run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _end_the_spawned_process():
+    yield
+    if "pool" in _SPAWNED:
+        _SPAWNED.pop("pool").terminate()
 
 
 @own_process
