@@ -284,7 +284,8 @@ def print_curation_plan(args) -> int:
 def add_curate_arguments(p: argparse.ArgumentParser):
     """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh]
     [--scheduler-file F]`; `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512]
-    [--fs-gbps-per-node 1.0] [--rates FILE]`: what curating the paper's two Common Crawl snapshots takes, nothing curated (chapter 36)."""
+    [--fs-gbps-per-node 1.0] [--rates FILE] [--config CURATE_CFG]`: what curating the paper's two Common Crawl
+    snapshots takes with the config's settings, nothing curated (chapter 36)."""
     add_config_arguments(p, required=False)
     p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
     p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")

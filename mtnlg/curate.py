@@ -1329,8 +1329,10 @@ def load_plan_rates(path, dedup_rates=None) -> dict:
             f"rates file {p}: `plan_rates` fitted over {len(set(r.get('fitted_from_gb') or []))} sizes; the plan takes "
             "rates fitted over >= 3 (python bench/curate_validate.py --save)"
         )
+    root = p.parent.parent.parent if p.parent.name == "results" else None
+    named = Path(root or REPO, r["dedup_rates"]) if r.get("dedup_rates") else None  # the file it was fitted with
     dedup = r.get("partitioned_dedup") or load_dedup_rates(
-        dedup_rates or newest_rates_file(p.parent.parent.parent if p.parent.name == "results" else None, "dedup-scale")
+        dedup_rates or named or newest_rates_file(root, "dedup-scale")
     )
     return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
 
