@@ -233,7 +233,6 @@ def main(argv=None) -> int:
         raise SystemExit(f"--predict {a.predict}: the predicted run must be larger than every fitted size {fit}")
     work.mkdir(parents=True, exist_ok=True)
     t0, load0 = time.time(), os.getloadavg()[0]
-    dedup = load_dedup_rates(a.dedup_rates or newest_rates_file(ROOT, "dedup-scale"))
     tok = tokenizer_files(work)
     info = build_input(work, a.predict, a.shard_mb, a.workers)
     inp = work / f"input-{a.predict}x{a.shard_mb:g}mb"
@@ -243,6 +242,7 @@ def main(argv=None) -> int:
         print(f"[fit] {n} shards, {size['warc_bytes'] / 1e6:.0f} MB of .warc.gz ...", flush=True)
         sizes.append({"input": size, "run": run_size(d, work / f"out-{n}", tok, a.workers)})
         print(f"  {sizes[-1]['run']['wall_seconds']:.1f} s, load {sizes[-1]['run']['load_average_1min']}", flush=True)
+    dedup = load_dedup_rates(a.dedup_rates or newest_rates_file(ROOT, "dedup-scale"))  # read now: it may be new
     rates = {**fit_plan_rates(sizes, dedup, a.workers), "partitioned_dedup": dedup}
     d, size = size_dir(work, info, inp, a.predict)
     pred = {**predict(rates, size, a.workers), "size": size}
