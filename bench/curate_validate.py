@@ -9,7 +9,7 @@ is written to disk before the larger run starts; then the run, and the two side 
 
 Every size holds the first N shards of one generated input (the same shard size; shards and gigabytes grow together),
 curated with scaled_configs/curate-cc.yaml and the settings bench/curate.py uses (a fixed GPT-2-sized tokenizer, Pareto
-alpha 0.001). Each map's tasks are timed on their workers (`task_seconds.json` of the run). The rates:
+alpha 0.001). Each map's tasks are timed on their workers (`manifests/task_seconds.json` of the run). The rates:
 - each stage's per-shard maps: their task seconds added up, against the gigabytes of .warc.gz (core-seconds a GB and a
   fixed part: the Wikipedia shard, loading models);
 - the maps of fewer tasks: the quality models (a task a fold, against the shards they sample) and the GPT-sample check
@@ -131,7 +131,7 @@ def run_size(inp: Path, out: Path, tok: dict, workers: int) -> dict:
         "wall_seconds": m["wall_seconds"],
         "driver_rss_bytes": m["rss"]["driver_bytes"],
         "worker_rss_bytes": m["rss"]["worker_max_bytes"],
-        "maps": json.loads((out / "task_seconds.json").read_text())["maps"],
+        "maps": json.loads((out / "manifests/task_seconds.json").read_text())["maps"],
         "io_bytes": {s: read[s] + written[s] for s in READS},
         "kept_cc_docs": summary["datasets"]["cc"]["extract"]["kept"] if "cc" in summary.get("datasets", {}) else None,
         "load_average_1min": load,
@@ -149,9 +149,9 @@ def fit_plan_rates(sizes: list[dict], dedup: dict, workers: int) -> dict:
         w, f = {}, {}
         for m in s["run"]["maps"]:
             if m["what"] in FEW:
-                f[FEW[m["what"]]] = max(m["task_seconds"], default=0.0)
+                f[FEW[m["what"]]] = max(m["seconds"], default=0.0)
             elif m["what"] in STAGE_OF:
-                w[STAGE_OF[m["what"]]] = w.get(STAGE_OF[m["what"]], 0.0) + sum(m["task_seconds"])
+                w[STAGE_OF[m["what"]]] = w.get(STAGE_OF[m["what"]], 0.0) + sum(m["seconds"])
             elif m["what"] not in DEDUP_SCALE:
                 raise KeyError(f"map {m['what']!r} is in no stage of bench/curate_validate.py's STAGE_OF: add it")
         work.append(w)

@@ -660,7 +660,7 @@ class Curation:
     ex: object  # the executor (local pool or Dask)
     progress: bool = True
     log: object = print
-    timings: list = field(default_factory=list)  # each map's tasks and their seconds: the plan's rates (chapter 36)
+    timings: list = field(default_factory=list)  # each map's tasks and their seconds: the plan's rates (below)
 
     @property
     def spec(self) -> dict:
@@ -680,7 +680,7 @@ class Curation:
         t = time.time()
         got = self.ex.map(functools.partial(_timed_call, task), args, what, self.progress)
         self.timings.append(
-            {"what": what, "tasks": len(args), "wall_seconds": time.time() - t, "task_seconds": [s for _, s in got]}
+            {"what": what, "tasks": len(args), "wall_seconds": time.time() - t, "seconds": [s for _, s in got]}
         )
         return [r for r, _ in got]
 
@@ -913,7 +913,8 @@ def curate(
     finally:
         ex.close()
     summary["seconds"] = time.time() - t_start
-    (out / "task_seconds.json").write_text(json.dumps({"maps": c.timings, "seconds": summary["seconds"]}))
+    (out / "manifests").mkdir(exist_ok=True)  # beside the shards' manifests: timings, not outputs
+    (out / "manifests/task_seconds.json").write_text(json.dumps({"maps": c.timings, "seconds": summary["seconds"]}))
     check_flow(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
