@@ -1285,7 +1285,10 @@ def fit_rate(sizes, ys, what: str, units=("GB",)) -> tuple[float, list[float]]:
     the sizes that produced it."""
     X, y = np.asarray(sizes, float), np.asarray(ys, float)
     X = X.reshape(len(X), -1)
-    shown = "; ".join(" x ".join(f"{v:g} {u}s" for v, u in zip(row, units)) + f" -> {yy:.4g}" for row, yy in zip(X, y))
+    shown = "; ".join(
+        " x ".join(f"{v:g} {u}" + "s" * (u != "GB") for v, u in zip(row, units)) + f" -> {yy:.4g}"
+        for row, yy in zip(X, y)
+    )
     if len(np.unique(X, axis=0)) < max(3, X.shape[1] + 1):
         raise ValueError(f"{what}: a rate needs >= 3 different sizes, not {len(np.unique(X, axis=0))} ({shown})")
     coef = np.linalg.lstsq(np.column_stack([np.ones(len(X)), X]), y, rcond=None)[0]
@@ -1297,7 +1300,7 @@ def fit_rate(sizes, ys, what: str, units=("GB",)) -> tuple[float, list[float]]:
         )
     return float(coef[0]), [float(c) for c in coef[1:]]
 
-
+# %% ../nbs/36_curate.ipynb
 def _bad_rates(r: dict) -> list[str]:
     "The keys of `plan_rates` that do not hold what the plan needs."
     positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
@@ -1443,7 +1446,7 @@ def few_worker_tasks(rates: dict, snap: Snapshot, shards: float, kept: float, cf
         rows.append((name, k, t["seconds"] + shards * t.get("seconds_per_shard", 0.0), t.get("how", ""), 0.0))
     return [{"task": n, "tasks": k, "hours": s / 3600, "how": h, "bytes": b} for n, k, s, h, b in rows]
 
-
+# %% ../nbs/36_curate.ipynb
 def snapshot_cost(rates: dict, snap: Snapshot, cfg=None) -> dict:
     """What curating `snap` takes at `rates`, whatever the machines: core-hours of the per-shard maps by stage, the maps
     of fewer tasks (`few_worker_tasks`), the bytes read and written, kept documents, dedup memory. `cfg`: the curation
@@ -1474,7 +1477,7 @@ def snapshot_cost(rates: dict, snap: Snapshot, cfg=None) -> dict:
         "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
     }
 
-
+# %% ../nbs/36_curate.ipynb
 def wall_parts(cost: dict, workers: int, nodes: int = 1, fs_gbps_per_node: float | None = FS_GBPS_PER_NODE) -> dict:
     """Hours end to end on `workers` workers over `nodes` nodes, in parts: the per-shard maps (their core-hours over the
     workers, in whole waves of shards), or the file system's time to move their bytes at `fs_gbps_per_node` if that is
@@ -1586,7 +1589,7 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
         )
     return out
 
-
+# %% ../nbs/36_curate.ipynb
 def _few_worker_lines(rows: list[dict], plan: dict) -> list[str]:
     c, n, w = rows[0], plan["nodes"][-1], plan["workers_per_node"]
     out = [

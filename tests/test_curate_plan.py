@@ -85,7 +85,7 @@ def test_a_negative_fitted_rate_is_refused_with_its_sizes(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"^extract: the fitted rate is negative \(-0\.5 a GB\) over the sizes "
-        r"1 GBs -> 10; 2 GBs -> 9\.5; 4 GBs -> 8\.5: measure again",
+        r"1 GB -> 10; 2 GB -> 9\.5; 4 GB -> 8\.5: measure again",
     ):
         fit_rate([1, 2, 4], [10.0, 9.5, 8.5], "extract")
     with pytest.raises(ValueError, match=r"a rate needs >= 3 different sizes, not 2"):
