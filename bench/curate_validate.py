@@ -9,7 +9,8 @@ is written to disk before the larger run starts; then the run, and the two side 
 
 Every size holds the first N shards of one generated input (the same shard size; shards and gigabytes grow together),
 curated with scaled_configs/curate-cc.yaml and the settings bench/curate.py uses (a fixed GPT-2-sized tokenizer, Pareto
-alpha 0.001). Each map's tasks are timed on their workers (`manifests/task_seconds.json` of the run). The rates:
+alpha 0.001), and quality.max_train_chunks = 100 so that the classifier's sample cap binds as it does at scale. Each
+map's tasks are timed on their workers (`manifests/task_seconds.json` of the run). The rates:
 - each stage's per-shard maps: their task seconds added up, against the gigabytes of .warc.gz (core-seconds a GB and a
   fixed part: the Wikipedia shard, loading models);
 - the maps of fewer tasks: the quality models (a task a fold, against the shards they sample) and the GPT-sample check
@@ -59,6 +60,9 @@ DEDUP_SCALE = (  # costed from bench/dedup_scale.py's rates (chapter 36's `few_w
     "dedup: components (large-star)",
     "dedup: components (small-star)",
     "dedup: fates",
+)
+TRAIN_CHUNKS = (
+    100  # quality.max_train_chunks: its cap binds at every size, so a model's task samples each shard as at scale
 )
 WIKI_LINES = 3000  # the Wikipedia shard's first articles: the classifier's positives, a fixed cost at every size
 READS = {
@@ -111,6 +115,7 @@ def run_size(inp: Path, out: Path, tok: dict, workers: int) -> dict:
     for s in (
         f"input_dir={inp}",
         "quality.alpha=0.001",
+        f"quality.max_train_chunks={TRAIN_CHUNKS}",
         "tokenize.tokenizer=gpt2",
         f"tokenize.vocab_file={tok['vocab']}",
         f"tokenize.merges_file={tok['merges']}",
@@ -224,6 +229,9 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default="/tmp/mtnlg-curate-validate")
     ap.add_argument("--dedup-rates", help="a bench/dedup_scale.py result (default: the newest)")
     ap.add_argument("--save", action="store_true")
+    ap.add_argument(
+        "--reuse", action="store_true", help="take the fitted sizes' runs saved under --work by a run before"
+    )
     a = ap.parse_args(argv)
     from mtnlg.catalog import shown_path
     from mtnlg.curate import load_dedup_rates, newest_rates_file
@@ -240,7 +248,14 @@ def main(argv=None) -> int:
     for n in fit:
         d, size = size_dir(work, info, inp, n)
         print(f"[fit] {n} shards, {size['warc_bytes'] / 1e6:.0f} MB of .warc.gz ...", flush=True)
-        sizes.append({"input": size, "run": run_size(d, work / f"out-{n}", tok, a.workers)})
+        saved = work / f"run-{n}.json"  # --reuse: a size measured before (a refit after a refused rate)
+        run = (
+            json.loads(saved.read_text())
+            if a.reuse and saved.is_file()
+            else run_size(d, work / f"out-{n}", tok, a.workers)
+        )
+        saved.write_text(json.dumps(run))
+        sizes.append({"input": size, "run": run})
         print(f"  {sizes[-1]['run']['wall_seconds']:.1f} s, load {sizes[-1]['run']['load_average_1min']}", flush=True)
     dedup = load_dedup_rates(a.dedup_rates or newest_rates_file(ROOT, "dedup-scale"))  # read now: it may be new
     rates = {**fit_plan_rates(sizes, dedup, a.workers), "partitioned_dedup": dedup}
