@@ -14,8 +14,9 @@ map's tasks are timed on their workers (`manifests/task_seconds.json` of the run
 - each stage's per-shard maps: their task seconds added up, against the gigabytes of .warc.gz (core-seconds a GB and a
   fixed part: the Wikipedia shard, loading models);
 - the maps of fewer tasks: the quality models (a task a fold, against the shards they sample) and the GPT-sample check
-  (fixed); the dedup maps set by bands and partitions take bench/dedup_scale.py's rates, as the plan does;
-- the driver's own seconds (the run's wall time less its maps'), less bench/dedup_scale.py's seconds a shard;
+  (fixed); the dedup maps set by bands and partitions take bench/dedup_scale.py's rates in the plan, and their work a
+  GB fitted here in this machine's prediction;
+- the driver's own seconds (the run's wall time less its maps'; at scale, plus bench/dedup_scale.py's seconds a shard);
 - bytes read and written by each stage a GB (the I/O term); a worker's and the driver's peak RSS (the largest task is
   one shard, the same at every size; plus the LSH band task's bytes a document).
 The result (bench/results/curate_validate-DATE-cpu.json) holds `plan_rates`, which `mtnlg curate --plan` reads. The
@@ -143,8 +144,10 @@ def run_size(inp: Path, out: Path, tok: dict, workers: int) -> dict:
     }
 
 
-def fit_plan_rates(sizes: list[dict], dedup: dict, workers: int) -> dict:
-    "The plan's rates (chapter 36's `plan_rates` schema) fitted over the measured sizes."
+def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
+    """The plan's rates (chapter 36's `plan_rates` schema) fitted over the measured sizes, and (`local_dedup`) the
+    dedup maps that the plan costs from bench/dedup_scale.py's rates, fitted here as work a GB for this machine's
+    prediction."""
     from mtnlg.curate import fit_rate
 
     gb = [s["input"]["warc_bytes"] / 1e9 for s in sizes]
@@ -157,19 +160,20 @@ def fit_plan_rates(sizes: list[dict], dedup: dict, workers: int) -> dict:
                 f[FEW[m["what"]]] = max(m["seconds"], default=0.0)
             elif m["what"] in STAGE_OF:
                 w[STAGE_OF[m["what"]]] = w.get(STAGE_OF[m["what"]], 0.0) + sum(m["seconds"])
-            elif m["what"] not in DEDUP_SCALE:
+            elif m["what"] in DEDUP_SCALE:
+                w["local dedup"] = w.get("local dedup", 0.0) + sum(m["seconds"])
+            else:
                 raise KeyError(f"map {m['what']!r} is in no stage of bench/curate_validate.py's STAGE_OF: add it")
         work.append(w)
         few.append(f)
         maps_wall = sum(m["wall_seconds"] for m in s["run"]["maps"])
-        driver.append(
-            s["run"]["wall_seconds"] - maps_wall - s["input"]["shards"] * dedup["driver_cpu_seconds_per_shard"]
-        )
+        driver.append(s["run"]["wall_seconds"] - maps_wall)  # at scale, plus bench/dedup_scale.py's seconds a shard
     cpu, fixed, io = {}, {}, {}
     for stage in ("extract", "quality", "dedup", "decontaminate", "tokenize", "blend"):
         fixed[stage], (cpu[stage],) = fit_rate(gb, [w.get(stage, 0.0) for w in work], f"{stage}: task seconds")
     for stage in READS:
         _, (io[stage],) = fit_rate(gb, [s["run"]["io_bytes"][stage] for s in sizes], f"{stage}: bytes read + written")
+    local = fit_rate(gb, [w.get("local dedup", 0.0) for w in work], "dedup (partitioned maps): task seconds")
     a, (b,) = fit_rate(shards, [f["quality: train models"] for f in few], "quality: a model's task seconds", ("shard",))
     largest = sizes[-1]
     return {
@@ -198,24 +202,31 @@ def fit_plan_rates(sizes: list[dict], dedup: dict, workers: int) -> dict:
         "driver_rss_bytes": max(s["run"]["driver_rss_bytes"] for s in sizes),
         "dedup_index_bytes_per_doc": None,
         "workers": workers,
+        "local_dedup": {"fixed_core_seconds": local[0], "cpu_seconds_per_gb": local[1][0]},
         "device": "cpu",
         "date": datetime.date.today().isoformat(),
     }
 
 
 def predict(rates: dict, size: dict, workers: int) -> dict:
-    "The plan's wall time (`curation_plan` on one node of `workers` workers, no I/O bound) and peak memory of a size."
-    from mtnlg.curate import Snapshot, curation_plan, load_curate_config, wall_parts
+    """The plan's wall time (`curation_plan` on one node of `workers` workers, no I/O bound) and peak memory of a size,
+    at the rates fitted here alone: the partitioned dedup's maps as work a GB (`local_dedup`)."""
+    from mtnlg.curate import DEDUP_STAGES, Snapshot, curation_plan, load_curate_config, wall_parts
 
+    ld, cpu, fixed = rates["local_dedup"], dict(rates["cpu_seconds_per_gb"]), dict(rates["fixed_core_seconds"])
+    cpu["dedup"] += ld["cpu_seconds_per_gb"]
+    fixed["dedup"] += ld["fixed_core_seconds"]
+    zero = {f"{s}_seconds_per_{u}": 0.0 for s in DEDUP_STAGES for u in ("doc", "shard")}
+    zero |= {"band_bytes_per_doc": 0.0, "components_bytes_per_doc": 0.0, "driver_cpu_seconds_per_shard": 0.0}
+    rates = {**rates, "partitioned_dedup": zero, "cpu_seconds_per_gb": cpu, "fixed_core_seconds": fixed}
     cfg = load_curate_config(ROOT / "scaled_configs/curate-cc.yaml")
     snap = Snapshot("validate", "", size["html_pages"], size["warc_bytes"], "generated", size["shards"])
     plan = curation_plan(rates, [snap], (1,), workers, 1e15, None, cfg)
     c = plan["snapshots"][0]
-    band = next(t for t in c["few_worker"] if t["task"].startswith("dedup: LSH"))
     return {
         "wall_seconds": c["wall_hours"][1] * 3600,
         "parts_seconds": {k: v * 3600 for k, v in wall_parts(c, workers, 1, None).items()},
-        "worker_rss_bytes": rates["peak_rss_per_worker_bytes"] + band["bytes"],
+        "worker_rss_bytes": rates["peak_rss_per_worker_bytes"],  # the largest task: one shard, at every size
         "driver_rss_bytes": rates["driver_rss_bytes"],
     }
 
@@ -227,14 +238,14 @@ def main(argv=None) -> int:
     ap.add_argument("--shard-mb", type=float, default=8.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", default="/tmp/mtnlg-curate-validate")
-    ap.add_argument("--dedup-rates", help="a bench/dedup_scale.py result (default: the newest)")
+    ap.add_argument("--dedup-rates", help="the bench/dedup_scale.py result the plan reads beside (default: the newest)")
     ap.add_argument("--save", action="store_true")
     ap.add_argument(
         "--reuse", action="store_true", help="take the fitted sizes' runs saved under --work by a run before"
     )
     a = ap.parse_args(argv)
     from mtnlg.catalog import shown_path
-    from mtnlg.curate import load_dedup_rates, newest_rates_file
+    from mtnlg.curate import newest_rates_file
 
     work, fit = Path(a.work), [int(x) for x in a.fit.split(",")]
     if a.predict <= max(fit):
@@ -257,8 +268,7 @@ def main(argv=None) -> int:
         saved.write_text(json.dumps(run))
         sizes.append({"input": size, "run": run})
         print(f"  {sizes[-1]['run']['wall_seconds']:.1f} s, load {sizes[-1]['run']['load_average_1min']}", flush=True)
-    dedup = load_dedup_rates(a.dedup_rates or newest_rates_file(ROOT, "dedup-scale"))  # read now: it may be new
-    rates = {**fit_plan_rates(sizes, dedup, a.workers), "partitioned_dedup": dedup}
+    rates = fit_plan_rates(sizes, a.workers)
     d, size = size_dir(work, info, inp, a.predict)
     pred = {**predict(rates, size, a.workers), "size": size}
     pred["written_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -290,8 +300,7 @@ def main(argv=None) -> int:
         "load_average_1min": {"start": load0, "end": os.getloadavg()[0], "max": max(loads)},
         "seconds": time.time() - t0,
         "sizes": sizes,
-        "plan_rates": {k: v for k, v in rates.items() if k != "partitioned_dedup"}
-        | {"dedup_rates": shown_path(dedup["source"])},
+        "plan_rates": rates | {"dedup_rates": shown_path(a.dedup_rates or newest_rates_file(ROOT, "dedup-scale"))},
         "prediction": pred,
         "measured": {**measured, "size": size},
         "measured_over_predicted_minus_1": err,
