@@ -16,6 +16,7 @@ from mtnlg.curate import (
     fit_rate,
     format_curation_plan,
     load_curate_config,
+    load_dedup_rates,
     load_plan_rates,
     newest_rates_file,
     wall_parts,
@@ -92,6 +93,31 @@ def test_a_negative_fitted_rate_is_refused_with_its_sizes(tmp_path):
         fit_rate([1, 4, 4], [10.0, 12.0, 12.5], "extract")
     with pytest.raises(ValueError, match=r"a document\) over the sizes 100000 documents x 25 shards -> 1\.826"):
         fit_rate([(1e5, 25), (4e5, 25), (4e5, 100)], [1.826, 1.219, 1.499], "band keys", ("document", "shard"))
+    stage = lambda s, b: {"seconds": 9.0, "all_seconds": [s, 9.0, 9.0], "peak_traced_bytes": b}  # the fastest counts
+    size = lambda docs, shards: {
+        "documents": docs,
+        "shards": shards,
+        **{k: stage(1 + docs * 1e-5 + shards * 1e-2, docs * 40) for k in ("band_keys", "band", "verify", "components")},
+    }
+    scale = {
+        "sizes": {"1x": size(1e5, 25), "2x-docs": size(2e5, 25), "4x-docs": size(4e5, 25), "4x": size(4e5, 100)},
+        "curation_driver": {k: {"shards": n, "driver_cpu_seconds": 2 + n * 3e-3} for k, n in (("a", 300), ("b", 600))},
+    }
+    scale["curation_driver"]["c"] = {"shards": 1200, "driver_cpu_seconds": 2 + 1200 * 3e-3}
+    (tmp_path / "scale.json").write_text(json.dumps(scale))
+    d = load_dedup_rates(tmp_path / "scale.json")
+    assert (d["band_seconds_per_doc"], d["band_seconds_per_shard"], d["band_bytes_per_doc"]) == pytest.approx(
+        (1e-5, 1e-2, 40)
+    )
+    assert d["driver_cpu_seconds_per_shard"] == pytest.approx(3e-3) and d["sizes"] == 4
+    scale["sizes"]["4x"]["verify"]["all_seconds"][0] = 2.0  # 4x the shards, faster than 1x: a rate below zero
+    (tmp_path / "scale.json").write_text(json.dumps(scale))
+    with pytest.raises(
+        ValueError,
+        match=r"scale.json: dedup verify seconds: the fitted rate is negative \(-0\.0\d+ a "
+        r"shard\) over the sizes 100000 documents x 25 shards -> 2\.25; .*400000 documents x 100 shards -> 2:",
+    ):
+        load_dedup_rates(tmp_path / "scale.json")
     data = json.loads(RATES_FIXTURE.read_text())
     data["plan_rates"]["fitted_from_gb"] = [0.25, 1.0]  # bench/curate.py's two sizes: not enough
     (tmp_path / "r.json").write_text(json.dumps(data))
