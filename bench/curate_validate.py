@@ -157,7 +157,9 @@ def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
         w, f = {}, {}
         for m in s["run"]["maps"]:
             if m["what"] in FEW:
-                f[FEW[m["what"]]] = max(m["seconds"], default=0.0)
+                f[FEW[m["what"]]] = sum(m["seconds"]) / max(
+                    1, len(m["seconds"])
+                )  # a task's mean: the first pays imports
             elif m["what"] in STAGE_OF:
                 w[STAGE_OF[m["what"]]] = w.get(STAGE_OF[m["what"]], 0.0) + sum(m["seconds"])
             elif m["what"] in DEDUP_SCALE:
