@@ -1483,10 +1483,10 @@ def wall_parts(cost: dict, workers: int, nodes: int = 1, fs_gbps_per_node: float
     """Hours end to end on `workers` workers over `nodes` nodes, in parts: the per-shard maps (their core-hours over the
     workers, in whole waves of shards), or the file system's time to move their bytes at `fs_gbps_per_node` if that is
     longer (None: not counted); then each map of fewer tasks, a wave of its tasks at a time."""
-    waves = -(-cost["shards"] // workers) / (cost["shards"] / workers) if cost["shards"] > workers else 1.0
+    waves = -(-cost["shards"] // workers)  # of shards: the last one counted whole, and no more workers than shards
     io = cost["io_bytes"] / (nodes * fs_gbps_per_node * 1e9) / 3600 if fs_gbps_per_node else 0.0
     return {
-        "compute": cost["parallel_core_hours"] / workers * waves,
+        "compute": cost["parallel_core_hours"] / cost["shards"] * waves,
         "io": io,
         **{t["task"]: -(-t["tasks"] // workers) * t["hours"] for t in cost["few_worker"]},
     }

@@ -76,6 +76,8 @@ def test_plan_arithmetic_on_the_fixture_rates_by_hand():
     assert c["wall_hours"][1] == pytest.approx(555.5556 / 3 * waves(3) + serial(3), rel=1e-5)  # 16 bands: 6 waves
     assert c["wall_hours"][2] == pytest.approx(555.5556 / 6 * waves(6) + serial(6), rel=1e-5)
     assert c["io_hours"] == pytest.approx({1: 5000 / 3600, 2: 2500 / 3600})  # 1 GB/s a node: compute-bound here
+    ten = curation_plan(rates, [Snapshot("z", "", 40_000_000, 1e12, "by hand", 10)], (4,), 64, 512e9)["snapshots"][0]
+    assert wall_parts(ten, 256, 4)["compute"] == pytest.approx(555.5556 / 10, rel=1e-6)  # 10 shards: 10 workers busy
     assert c["kept_docs"] == 20_000_000  # 0.5 a page
     assert c["dedup_index_bytes"] == 20_000_000 * 1000  # the single-process plan: 1,000 bytes a document
 
