@@ -8,13 +8,15 @@ __all__ = ['FORMAT', 'FORMATS', 'OPTIMIZER_STATES', 'CHECKSUM', 'META_CHECKSUM',
            'set_rng_state', 'make_shard', 'complete_steps', 'latest_checkpoint', 'prune', 'digest_bytes',
            'HashingWriter', 'save_hashed', 'file_digest', 'seal_meta', 'save_checkpoint', 'CheckpointWriteError',
            'free_bytes', 'shard_bytes', 'human_bytes', 'reduce_over_job', 'OldFormatWarning', 'CheckpointCorruptError',
-           'read_meta', 'check_file', 'check_checkpoint', 'fit_rows', 'Checkpoint', 'resume_order', 'resume_step',
-           'what_is_wrong', 'newest_verified_checkpoint', 'newest_checkpoint_being_verified', 'StepCheck',
-           'verify_step', 'verify_checkpoints', 'verify_report', 'load_state_dict', 'load_checkpoint', 'StopRequest']
+           'read_meta', 'check_file', 'check_checkpoint', 'fit_rows', 'SliceRead', 'ShardIndex', 'Checkpoint',
+           'resume_order', 'resume_step', 'what_is_wrong', 'newest_verified_checkpoint',
+           'newest_checkpoint_being_verified', 'StepCheck', 'verify_step', 'verify_checkpoints', 'verify_report',
+           'load_state_dict', 'load_checkpoint', 'StopRequest']
 
 # %% ../nbs/43_checkpoint.ipynb
 import errno
 import json
+import math
 import mmap
 import os
 import random
@@ -521,6 +523,88 @@ def fit_rows(t: torch.Tensor, shape: list, name: str) -> torch.Tensor:
     )
 
 # %% ../nbs/43_checkpoint.ipynb
+class SliceRead(NamedTuple):
+    "One copy a reader makes: `length` entries along `dim` of file `file`'s tensor, from `src`, to `dst` of the slice."
+
+    file: str
+    dim: int
+    src: int
+    dst: int
+    length: int
+    nbytes: int  # bytes copied out of the file
+
+
+class ShardIndex:
+    """What a checkpoint's index tells a reader before it reads a weight: which files hold each parameter, how they
+    split it, its saved shape and dtype. `Checkpoint` below reads that from `meta.json` and the mapped shards; a
+    shape-only index (chapter 66) holds it with no data. Subclasses give `meta`, `layout`, `config` and `saved`."""
+
+    def saved(self, file: str, name: str) -> tuple[list, int, torch.dtype]:
+        "(shape, tp_dim, dtype) of parameter `name` as file `file` holds it."
+        raise NotImplementedError
+
+    @property
+    def single_device_config(self) -> Config:
+        """The config for this model on one device, keeping every vocabulary row the run trained: a TP-way run pads the
+        vocabulary to a multiple of 128 x TP, and those rows took part in its softmax."""
+        cfg = self.config
+        cfg.model = replace(
+            cfg.model, make_vocab_size_divisible_by=cfg.model.make_vocab_size_divisible_by * self.layout.tp
+        )
+        return cfg
+
+    def names(self) -> list[str]:
+        return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
+
+    def _holders(self, name: str, part: str) -> dict[int, list[str]]:
+        "TP rank -> the shard files holding `name` in `part` (model or fragments)."
+        out = {}
+        for f, e in self.meta["shards"].items():
+            if name in e[part]:
+                out.setdefault(e["coord"][2], []).append(f)
+        if not out:
+            raise KeyError(
+                f"checkpoint {str(self.dir)!r} has no "
+                f"{'parameter' if part == 'model' else 'optimizer state for'} {name!r}"
+            )
+        return dict(sorted(out.items()))
+
+    def model_files(self, names: list[str] | None = None) -> list[str]:
+        """The files `model_slice` opens to read parameters `names` (default: every one): for each, the first file of
+        each TP rank that holds it. Files that hold only optimizer states (data-parallel replicas) are not among
+        them."""
+        return sorted({files[0] for n in names or self.names() for files in self._holders(n, "model").values()})
+
+    def slice_reads(self, name: str, shape, dim: int = -1, tp_rank: int = 0, tp: int = 1) -> list[SliceRead]:
+        """The copies that give TP rank `tp_rank` of `tp` its slice of `name`, split along `dim` into pieces of `shape`
+        (-1: not split, the whole tensor): only the overlapping part of only the files that hold it. Vocabulary rows
+        that one layout pads and the other lacks are left zero or out, as `fit_rows` does."""
+        files = [fs[0] for fs in self._holders(name, "model").values()]  # one per TP rank of the checkpoint
+        first, d, dtype = self.saved(files[0], name)
+        if d < 0:
+            d, files = max(dim, 0), [files[tp_rank % len(files)]]  # saved whole by every TP rank: the nearest copy
+        if dim >= 0 and dim != d:
+            raise ValueError(
+                f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
+                f"the checkpoint's model config differs from this run's"
+            )
+        step, lo = first[d], tp_rank * shape[d] if dim >= 0 else 0
+        held, needs = [*first], [*shape]  # the whole tensor, as saved and as needed
+        held[d], needs[d] = step * len(files), shape[d] * (tp if dim >= 0 else 1)
+        if held != needs and not (name.endswith("tokens.weight") and d == 0 and held[1:] == needs[1:]):
+            raise ValueError(
+                f"{name}: the checkpoint holds {held} but this model needs {needs} — "
+                f"the checkpoint's model config differs from this run's"
+            )
+        row = dtype.itemsize * math.prod(first) // max(1, step)  # bytes of one index along d
+        reads = []
+        for s, f in enumerate(files):  # file s holds [s*step, (s+1)*step) along d
+            a, b = max(lo, s * step), min(lo + shape[d], (s + 1) * step)
+            if a < b:
+                reads.append(SliceRead(f, d, a - s * step, a - lo, b - a, (b - a) * row))
+        return reads
+
+# %% ../nbs/43_checkpoint.ipynb
 class _Background(threading.Thread):
     "`fn(*args)` in a thread; `result()` waits for it and returns what it returned, or raises what it raised."
 
@@ -542,7 +626,7 @@ class _Background(threading.Thread):
         return self.value
 
 
-class Checkpoint:
+class Checkpoint(ShardIndex):
     """A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's
     shards."""
 
@@ -627,25 +711,12 @@ class Checkpoint:
         return load_config(self.dir / "config.yaml")
 
     @property
-    def single_device_config(self) -> Config:
-        """The config for this model on one device, keeping every vocabulary row the run trained: a TP-way run pads the
-        vocabulary to a multiple of 128 x TP, and those rows took part in its softmax."""
-        cfg = self.config
-        cfg.model = replace(
-            cfg.model, make_vocab_size_divisible_by=cfg.model.make_vocab_size_divisible_by * self.layout.tp
-        )
-        return cfg
-
-    @property
     def tokenizer_file(self) -> Path:
         return self.dir / "tokenizer.json"
 
     @property
     def optimizer_step(self) -> int:
         return self.shard(next(iter(self.meta["shards"])))["optimizer_step"]
-
-    def names(self) -> list[str]:
-        return sorted({n for e in self.meta["shards"].values() for n in e["model"]})
 
     def shard(self, name: str) -> dict:
         """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code),
@@ -711,19 +782,6 @@ class Checkpoint:
             for check in pending:
                 check.result()
 
-    def _holders(self, name: str, part: str) -> dict[int, list[str]]:
-        "TP rank -> the shard files holding `name` in `part` (model or fragments)."
-        out = {}
-        for f, e in self.meta["shards"].items():
-            if name in e[part]:
-                out.setdefault(e["coord"][2], []).append(f)
-        if not out:
-            raise KeyError(
-                f"checkpoint {str(self.dir)!r} has no "
-                f"{'parameter' if part == 'model' else 'optimizer state for'} {name!r}"
-            )
-        return dict(sorted(out.items()))
-
     def full(self, name: str, what: str = "model") -> torch.Tensor:
         "Parameter `name` (`what`: model, or master/exp_avg/exp_avg_sq) whole, as a TP = 1 model holds it."
         holders = self._holders(name, "model" if what == "model" else "fragments")
@@ -762,34 +820,23 @@ class Checkpoint:
         t = fit_rows(self.full(name, what), whole, name)
         return t.chunk(tp, dim)[tp_rank].contiguous() if dim >= 0 else t
 
+    def saved(self, file: str, name: str) -> tuple[list, int, torch.dtype]:
+        "(shape, tp_dim, dtype) of parameter `name` as file `file` holds it (the file mapped, not read)."
+        s = self.shard(file)
+        return list(s["model"][name].shape), s["tp_dim"][name], s["model"][name].dtype
+
     def model_slice(self, name: str, shape, dim: int = -1, tp_rank: int = 0, tp: int = 1) -> torch.Tensor:
         """The weights of `name` that TP rank `tp_rank` of `tp` holds when split along `dim` into pieces of `shape`
         (-1: not split, the whole tensor), copied from only the overlapping part of only the shards that hold it
-        (memory-mapped): no process assembles a whole tensor it does not hold. Vocabulary rows that one layout pads
-        and the other lacks are zeros or left out, as `fit_rows` does."""
-        holders = self._holders(name, "model")
-        saved = [self.shard(files[0])["model"][name] for files in holders.values()]  # one per TP rank of the checkpoint
-        d = self.shard(next(iter(holders.values()))[0])["tp_dim"][name]
-        if d < 0:
-            d, saved = max(dim, 0), saved[:1]  # every TP rank saved it whole: one copy
-        if dim >= 0 and dim != d:
-            raise ValueError(
-                f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
-                f"the checkpoint's model config differs from this run's"
-            )
-        step, lo = saved[0].shape[d], tp_rank * shape[d] if dim >= 0 else 0
-        held, needs = [*saved[0].shape], [*shape]  # the whole tensor, as saved and as needed
-        held[d], needs[d] = step * len(saved), shape[d] * (tp if dim >= 0 else 1)
-        if held != needs and not (name.endswith("tokens.weight") and d == 0 and held[1:] == needs[1:]):
-            raise ValueError(
-                f"{name}: the checkpoint holds {held} but this model needs {needs} — "
-                f"the checkpoint's model config differs from this run's"
-            )
-        out = saved[0].new_zeros(shape)
-        for s, t in enumerate(saved):  # shard s holds [s*step, (s+1)*step) along d
-            a, b = max(lo, s * step), min(lo + shape[d], (s + 1) * step)
-            if a < b:
-                out.narrow(d, a - lo, b - a).copy_(t.narrow(d, a - s * step, b - a))
+        (memory-mapped, `slice_reads`): no process assembles a whole tensor it does not hold."""
+        return self.read(name, self.slice_reads(name, shape, dim, tp_rank, tp), shape)
+
+    def read(self, name: str, reads: list, shape) -> torch.Tensor:
+        "Parameter `name`'s slice of `shape` made by `reads` (`slice_reads`'s copies); rows no read fills are zeros."
+        out = torch.zeros(shape, dtype=self.saved(self.model_files([name])[0], name)[2])
+        for r in reads:
+            t = self.shard(r.file)["model"][name]
+            out.narrow(r.dim, r.dst, r.length).copy_(t.narrow(r.dim, r.src, r.length))
         return out
 
     def state_dict(self) -> dict:
@@ -798,12 +845,6 @@ class Checkpoint:
 
     def rng(self, rank: int) -> dict:
         return self.shard(shard_name(rank))["rng"]
-
-    def model_files(self, names: list[str] | None = None) -> list[str]:
-        """The files `model_slice` opens to read parameters `names` (default: every one): for each, the first file of
-        each TP rank that holds it. Files that hold only optimizer states (data-parallel replicas) are not among
-        them."""
-        return sorted({files[0] for n in names or self.names() for files in self._holders(n, "model").values()})
 
     def verify_files(self, names: list[str]):
         """Collective: files `names` (the same list on every rank) checked against their checksums, dealt round-robin

@@ -11,10 +11,10 @@ __all__ = ['SAMPLE_FACTOR', 'STAGES', 'MOST', 'CC_PAGES_SOURCE', 'WARC_FILE_SOUR
            'task_tokenize', 'task_train_quality', 'quality_model_paths', 'train_quality_models', 'train_tokenizer',
            'discover_shards', 'summarize', 'Curation', 'extract_stage', 'quality_stage', 'dedup_stage',
            'decontaminate_stage', 'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_blend_text',
-           'task_gpt_samples', 'blend_report', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary',
-           'Snapshot', 'newest_rates_file', 'fit_rate', 'load_plan_rates', 'load_dedup_rates', 'dedup_bytes_per_doc',
-           'workers_per_node', 'few_worker_tasks', 'snapshot_cost', 'wall_parts', 'wall_hours', 'curation_plan',
-           'format_curation_plan']
+           'task_gpt_samples', 'blend_report', 'too_small', 'blend_outputs', 'dataset_flow', 'flow_warnings',
+           'format_summary', 'Snapshot', 'newest_rates_file', 'fit_rate', 'load_plan_rates', 'load_dedup_rates',
+           'dedup_bytes_per_doc', 'workers_per_node', 'few_worker_tasks', 'snapshot_cost', 'wall_parts', 'wall_hours',
+           'curation_plan', 'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
 import functools
@@ -40,6 +40,7 @@ from mtnlg.extract import (
     shard_stem,
     READERS,
     not_parquet,
+    clean_url,
 )
 from .data import ReadReport
 from .catalog import data_path
@@ -484,7 +485,7 @@ def _raw_items(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: 
     from mtnlg.quality import raw_page_text, outside_fold, fold_key
 
     records = (
-        (fold_key({"id": f"{dataset}/{shard_stem(src)}:{loc}", "url": obj.get("url")}), obj.get(key))
+        (fold_key({"id": f"{dataset}/{shard_stem(src)}:{loc}", "url": clean_url(obj.get("url"))}), obj.get(key))
         for loc, obj in iter_documents(src, ReadReport(), reader, key, max_bytes, keep_truncated)
     )
     for i, raw in outside_fold(records, fold, folds):  # by id first: a page of the held-out fold is never parsed
@@ -530,9 +531,15 @@ def quality_model_paths(out: Path, folds: int) -> list[Path]:
 def train_quality_models(c) -> list[Path] | None:
     """The quality classifiers (chapter 31), one per fold, trained as tasks on the executor: extracted text of the
     positive datasets vs raw input of the negative ones, each without its fold's documents. None when no dataset is
-    filtered."""
+    filtered, or when extraction emptied every dataset that is (there is nothing to score)."""
     cfg, q = c.cfg, c.cfg.quality
-    if not any(d.quality_filter for d in cfg.datasets):
+    if not (filtered := [d.name for d in cfg.datasets if d.quality_filter]):
+        return None
+    if not sum(json.loads(c.manifest("extract", d, s).read_text())["kept"] for d in filtered for s in c.shards[d]):
+        c.log(
+            f"quality classifier: not trained: the datasets it would filter ({', '.join(filtered)}) hold no "
+            "documents after extraction"
+        )
         return None
     e, paths = cfg.extract, quality_model_paths(c.out, q.folds)
     paths[0].parent.mkdir(parents=True, exist_ok=True)
@@ -906,9 +913,10 @@ def curate(
             log(w)
         prefixes = {d: out / "indexed" / d for d in c.spec}
         summary["blend"] = _timed(ex, lambda: blend_outputs(cfg, out, c.spec, shards, prefixes, c.file, c.map))
-        if moved := summary["blend"].get("weights_moved"):
-            log(moved)
-            warnings.append(moved)
+        moved = summary["blend"].get("weights_moved")
+        for w in summary["blend"].get("left_out", []) + ([moved] if moved else []):
+            log(w)
+            warnings.append(w)
         summary["warnings"] = warnings
     finally:
         ex.close()
@@ -1075,6 +1083,21 @@ def blend_report(sizes: dict, weights: dict, total: float) -> dict:
     return report
 
 
+def too_small(spec, shards: dict, per_shard: dict, seq_length: int) -> dict:
+    """`{dataset: warning}` for each dataset with documents whose indexed tokens (a shard's counted tokens and an
+    end-of-text each, from `per_shard[d, k] = (documents, tokens)`) do not fill one sample of `seq_length + 1`."""
+    out = {}
+    for d in spec:
+        n = sum(per_shard[d, k][0] for k in range(len(shards[d])))
+        t = sum(per_shard[d, k][1] for k in range(len(shards[d])))
+        if n and n + t < seq_length + 1:
+            out[d] = (
+                f"WARNING: blend: dataset {d!r} holds {n + t:,} tokens in {n:,} documents, fewer than one sample "
+                f"(blend.seq_length + 1 = {seq_length + 1}): left out of the blend"
+            )
+    return out
+
+
 def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefixes: dict, stage_file, map=None) -> dict:
     """The blend from per-shard numbers that tasks count (`map(fn, args_list, what)`: the executor): the driver adds up
     a few numbers a shard and opens no shard. Writes `blend/megatron_data_path.txt` and, if `blend.write_text`, the text
@@ -1089,9 +1112,10 @@ def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefix
         zip(jobs, map(task_shard_tokens, [(files[d][k], toks[d][k], tok_path) for d, k in jobs], "blend: count tokens"))
     )
     n_docs = {d: sum(per_shard[d, k][0] for k in range(len(shards[d]))) for d in spec}
+    left_out = too_small(spec, shards, per_shard, cfg.blend.seq_length)
     train = {}  # dataset -> how many train documents: the first ones; the rest are valid
     for d in spec:
-        if n := n_docs[d]:
+        if (n := n_docs[d]) and d not in left_out:
             train[d] = n - (max(1, int(n * cfg.blend.valid_fraction)) if n > 1 else 0)
     weights, moved = blendable_weights(
         {d: spec[d].weight for d in spec}, train
@@ -1138,7 +1162,7 @@ def blend_outputs(cfg: CurateConfig, out: Path, spec: dict, shards: dict, prefix
         "gpt_samples": n_samples,
         "gpt_sample_shares": dict(zip(w, shares)),
         "weights_moved": moved,
-    }
+    } | ({"left_out": list(left_out.values())} if left_out else {})
 
 # %% ../nbs/36_curate.ipynb
 MOST = 0.9  # a stage that drops this share of a dataset's documents, or more, is reported

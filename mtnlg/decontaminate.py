@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 import numpy as np
 from .extract import Manifest, iter_docs, write_jsonl
-from .dedup import word_hashes, _U, _Q
+from .minhash import word_hashes, _U, _Q
 
 # %% ../nbs/33_decontaminate.ipynb
 EVAL_TASKS = {  # task: ([files under eval_dir], [fields; list-valued fields contribute each element])
@@ -127,7 +127,7 @@ def cut_spans(text: str, spans, remove_chars: int = 200, min_piece_chars: int = 
 # %% ../nbs/33_decontaminate.ipynb
 from numba import njit
 from .extract import iter_batches
-from .dedup import _P, _WB, _LOWER, _cased_table, _changes_under_lower, _mix64_jit, _utf8_concat
+from .minhash import _P, _WB, _LOWER, _cased_table, _changes_under_lower, _mix64_jit, _utf8_concat
 
 
 @njit(cache=True, nogil=True)
@@ -154,7 +154,8 @@ def _text_words(buf, i, e, word_byte, lower, cased, check, wh, first, end):
         nw += 1
     return nw, flag
 
-
+# %% ../nbs/33_decontaminate.ipynb
+# one compiled pass per batch: the words, their n-gram hashes and the table lookups share its loops
 @njit(cache=True, nogil=True)
 def _task_ngram_kernel(
     buf, offsets, ns, tables, table_offs, bitmaps, bitmap_offs, shifts, ignore, word_byte, lower, cased, check
@@ -215,7 +216,7 @@ def _task_ngram_kernel(
                 m += 1
     return rows[:m], hashes[:m], flagged
 
-
+# %% ../nbs/33_decontaminate.ipynb
 @njit(cache=True)
 def _set_bits(bitmap, values, shift):
     for v in values:
@@ -247,7 +248,7 @@ def _compiled_table(task_ngrams: dict) -> tuple:
         )
     return _COMPILED_TABLE[1]
 
-
+# %% ../nbs/33_decontaminate.ipynb
 def find_task_ngrams_batch(
     texts, task_ngrams: dict, ignore: np.ndarray | None = None
 ) -> list[list[tuple[int, int, int]]]:
@@ -280,7 +281,7 @@ def count_task_ngrams(texts, task_ngrams: dict) -> dict[int, int]:
     return counts
 
 
-from mtnlg.dedup import (
+from mtnlg.minhash import (
     ENGINES,
 )  # chapter 32's: the compiled batch kernel, and the reference a document at a time: the same results
 

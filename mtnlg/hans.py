@@ -81,6 +81,9 @@ NOUNS_PL = [
     "athletes",
 ]
 NOUNS = NOUNS_SG + NOUNS_PL
+
+# %% ../nbs/64_hans.ipynb
+# data, transcribed: one entry a line, as the formatter writes a long list
 TRANSITIVE_VERBS = [
     "recommended",
     "called",
@@ -123,6 +126,8 @@ NPZ_VERBS_PLURAL = ["fought"]
 UNDERSTOOD_ARGUMENT_VERBS = ["paid", "explored", "won", "wrote", "left", "read", "ate"]
 NONENTAILING_QUOT_VEBS = ["hoped", "claimed", "thought", "believed", "said", "assumed"]
 QUESTION_EMBEDDING_VERBS = ["wondered", "understood", "knew", "asked", "explained", "realized"]
+
+# %% ../nbs/64_hans.ipynb
 PREPS = ["near", "behind", "by", "in front of", "next to"]
 CONJS = ["while", "after", "before", "when", "although", "because", "since"]
 PAST_PARTICIPLES = ["studied", "paid", "helped", "investigated", "presented"]
@@ -161,6 +166,8 @@ ADVS_EMBED_NOT_ENTAILED = ["if", "unless"]
 ADVS_EMBED_ENTAILED = ["after", "before", "because", "although", "though", "since", "while"]
 ADVS_OUTSIDE_NOT_ENTAILED = ["if", "unless"]
 ADVS_OUTSIDE_ENTAILED = ["after", "before", "because", "although", "though", "since", "while"]
+
+# %% ../nbs/64_hans.ipynb
 OBJECT_DICT = {
     "called": CALLED_OBJECTS,
     "told": TOLD_OBJECTS,
@@ -180,6 +187,7 @@ OBJECT_DICT = {
 LEMMA = dict(zip(NOUNS_PL, NOUNS_SG))
 
 # %% ../nbs/64_hans.ipynb
+# data, transcribed: one entry a line, as the formatter writes a long list
 LEX_SIMPLE_TEMPLATES = [
     (1, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [3, 4, 2, 0, 1, 5], "temp1"),
 ]
@@ -275,6 +283,9 @@ LEX_CONJ_TEMPLATES = [
     (1 / 4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [3, 4, 2, 6, 7, 8], "temp24"),
     (1 / 4, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [6, 7, 2, 3, 4, 8], "temp25"),
 ]
+
+# %% ../nbs/64_hans.ipynb
+# data, transcribed: one entry a line, as the formatter writes a long list
 LEX_RC_ENT_TEMPLATES = [
     (
         1 / 4,
@@ -315,6 +326,9 @@ LEX_ENT_PASS_TEMPLATES = [
     (1 / 2, ["the", NOUNS_SG, "was", PASSIVE_VERBS, "by", "the", NOUNS, "."], [5, 6, 3, 0, 1, 7], "temp35"),
     (1 / 2, ["the", NOUNS_PL, "were", PASSIVE_VERBS, "by", "the", NOUNS, "."], [5, 6, 3, 0, 1, 7], "temp36"),
 ]
+
+# %% ../nbs/64_hans.ipynb
+# data, transcribed: one entry a line, as the formatter writes a long list
 SUBSEQ_NPS_TEMPLATES = [
     (1, ["the", NOUNS, NPS_VERBS, "the", NOUNS, "VP", "."], [0, 1, 2, 3, 4, 6], "temp37"),
 ]
@@ -358,6 +372,8 @@ SUBSEQ_REL_ON_OBJ_TEMPLATES = [
 SUBSEQ_PP_ON_OBJ_TEMPLATES = [
     (1, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [0, 1, 2, 3, 4, 8], "temp49"),
 ]
+
+# %% ../nbs/64_hans.ipynb
 CONST_UNDER_IF_TEMPLATES = [
     (1 / 2, [ADVS_EMBED_NOT_ENTAILED, "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
     (1 / 4, ["whether or not", "the", NOUNS, "VP", ",", "the", NOUNS, "VP", "."], [1, 2, 3, 8], "temp50"),
@@ -397,6 +413,7 @@ CONST_ADVS_ENT_TEMPLATES = [
     (1 / 7, ["of course", "the", NOUNS, "VP", "."], [1, 2, 3, 4], "temp68"),
 ]
 
+# %% ../nbs/64_hans.ipynb
 SUBCASES = [  # heuristic, sub-case, label, templates: corpus_generator.py's template_list, in its order
     ("lexical_overlap", "ln_subject/object_swap", "non-entailment", LEX_SIMPLE_TEMPLATES),
     ("lexical_overlap", "ln_preposition", "non-entailment", LEX_PREP_TEMPLATES),
@@ -489,7 +506,7 @@ def _subcase_pairs(
         out.append((premise, hypothesis, tag))
     return out
 
-
+# %% ../nbs/64_hans.ipynb
 def generate_hans(split: str = "validation", per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0) -> list[dict]:
     """HANS rows (Hugging Face `hans` fields; label 0 = entailment, 1 = non-entailment): `per_subcase` pairs for each of
     the 30 sub-cases."""
@@ -538,7 +555,7 @@ def is_subsequence(premise: str, hypothesis: str) -> bool:
     "The hypothesis without its full stop is a contiguous run of the premise's words."
     return bool(_spans(premise, hypothesis))
 
-
+# %% ../nbs/64_hans.ipynb
 # words after which a clause begins in these templates: punctuation, coordinators, complementiser `that`,
 # subordinators and sentence adverbs (with the last words of `whether or not`, `in case`, `of course`, `without a
 # doubt`)
@@ -599,7 +616,7 @@ sub-cases in its order, 1000 pairs each, distinct (premise, hypothesis) pairs, p
   `template`, `pairID` — the Hugging Face names; the parse fields (`*_parse`, `*_binary_parse`) are not made.
 """
 
-
+# %% ../nbs/64_hans.ipynb
 def write_hans(
     root, per_subcase: int = PUBLISHED_PER_SUBCASE, seed: int = 0, train_per_subcase: int | None = None
 ) -> Path:

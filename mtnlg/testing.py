@@ -4,12 +4,13 @@
 
 # %% auto 0
 __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_ORDER', 'whoami', 'init_distributed_worker',
-           'failed_ranks', 'rank_failure_report', 'torchrun_script', 'gather', 'full_tensor', 'toy_dense',
+           'failed_ranks', 'rank_failure_report', 'torchrun_script', 'toy_dense', 'gather', 'full_tensor',
            'toy_parallel', 'toy_parity_worker', 'max_differences', 'gpt_batch', 'gpt_loss_and_grads',
            'generate_tp_worker', 'gpt_tp_worker', 'pipeline_worker', 'training_batches', 'max_param_difference',
            'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker', 'MemoryTracker',
            'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
-           'measure_stage_memory', 'reader_requests', 'parallel_reader_worker', 'stage_load_worker']
+           'measure_stage_memory', 'measure_stage_memories', 'reader_requests', 'parallel_reader_worker',
+           'stage_load_worker']
 
 # %% ../nbs/98_testing.ipynb
 import contextlib
@@ -36,6 +37,7 @@ def init_distributed_worker(tensor_parallel: int, pipeline_parallel: int, data_p
     return layout.coord(dist.get_rank())
 
 # %% ../nbs/98_testing.ipynb
+# one way to run a script under torchrun: each rank's log, the failed ranks, their report, then the launch
 import os
 import re
 import signal
@@ -159,19 +161,6 @@ def _toy_forward(embed, fc1, fc2, logits_of, cross_entropy, tokens, labels):
     return cross_entropy(logits_of(x), labels).mean()
 
 
-def gather(t, dim, group=None):
-    "Concatenate every TP rank's slice of `t` along `dim`."
-    group = tp.tp_group(group)
-    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, t.contiguous(), group=group)
-    return torch.cat(parts, dim=dim)
-
-
-def full_tensor(t: torch.Tensor, param) -> torch.Tensor:
-    "`t` (a parameter or its gradient) gathered to full size if `param` is marked as split."
-    return gather(t, param.partition_dim) if getattr(param, "tensor_model_parallel", False) else t
-
-
 def toy_dense(weights, tokens, labels):
     "Loss and full gradients of the toy model in plain PyTorch."
     p = {k: v.clone().requires_grad_() for k, v in weights.items()}
@@ -186,6 +175,20 @@ def toy_dense(weights, tokens, labels):
     )
     loss.backward()
     return loss.detach(), {k: v.grad for k, v in p.items()}
+
+# %% ../nbs/98_testing.ipynb
+# runs inside a TP group: the three layers built from the dense weights, then one step
+def gather(t, dim, group=None):
+    "Concatenate every TP rank's slice of `t` along `dim`."
+    group = tp.tp_group(group)
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t.contiguous(), group=group)
+    return torch.cat(parts, dim=dim)
+
+
+def full_tensor(t: torch.Tensor, param) -> torch.Tensor:
+    "`t` (a parameter or its gradient) gathered to full size if `param` is marked as split."
+    return gather(t, param.partition_dim) if getattr(param, "tensor_model_parallel", False) else t
 
 
 def toy_parallel(weights, tokens, labels, impl: str):
@@ -236,7 +239,7 @@ def toy_parallel(weights, tokens, labels, impl: str):
     split = {"embedding": 0, "fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}  # megatron marks no bias of a row layer
     return loss.detach(), {k: gather(p.grad, split[k]) if k in split else p.grad for k, p in params.items()}
 
-
+# %% ../nbs/98_testing.ipynb
 def toy_parity_worker(seed: int = 0) -> dict:
     "In every rank of a TP group (= the whole world): loss and full gradients from dense, scratch and megatron-core."
     quiet_libraries()
@@ -262,6 +265,7 @@ def max_differences(result: dict, reference: str = "dense") -> dict:
     }
 
 # %% ../nbs/98_testing.ipynb
+# chapter 11's GPT workers: each runs in spawned processes, which the chapter and tests/ launch
 def gpt_batch(cfg, batch_size: int = 2, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, cfg.model.vocab_size, (batch_size, cfg.model.seq_length + 1), generator=g)
@@ -338,6 +342,7 @@ def gpt_tp_worker(
     return gpt_loss_and_grads(model, gpt_batch(cfg), sum_layernorm_grads)
 
 # %% ../nbs/98_testing.ipynb
+# one worker: a pipeline stage's run and the one-process reference it is compared with
 def pipeline_worker(
     config_path: str, schedule: str = "1f1b", num_micro: int = 4, micro_batch: int = 2, overrides: dict | None = None
 ) -> dict:
@@ -388,6 +393,7 @@ def pipeline_worker(
     }
 
 # %% ../nbs/98_testing.ipynb
+# chapter 13's three optimizers and their one-process reference, run in spawned processes by tests/
 def training_batches(cfg, steps: int, batch_size: int = 4, seed: int = 0) -> list[torch.Tensor]:
     "The same random batch `steps` times: one the model can memorise, so a working optimizer lowers the loss."
     g = torch.Generator().manual_seed(seed)
@@ -610,7 +616,8 @@ def _allocator_order(allocs: list) -> int:
         i += 1
     return moved
 
-
+# %% ../nbs/98_testing.ipynb
+# one class: the profiler's record, the tags and the replays that read them share its state
 class MemoryTracker:
     """Records every CPU tensor allocation and free while active (torch.profiler memory events), plus `tag`s naming
     what some storages are; `peak(window)` replays the record and returns the window's peak, by category."""
@@ -814,6 +821,7 @@ def memory_exactness_check(mib: int = 1) -> dict:
     return mt.peak("step")
 
 # %% ../nbs/98_testing.ipynb
+# DeepSpeed's storages named, then one rank's measured step: one experiment, run by bench/memory.py
 def deepspeed_storage_tags(engine) -> dict:
     "{storage address: category} of the parameters, gradients and optimizer state of a DeepSpeed (ZeRO-1) engine now."
     zero, tags = engine.optimizer, {}
@@ -947,6 +955,7 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
     layout = init_distributed(Layout.of(cfg))
     rank, batch = dist.get_rank(), cfg.schedule.global_batch_size
     c = layout.coord(rank)
+    before = live_storages()  # what an earlier run in this process left: older than the record, so not in it
     with MemoryTracker() as mt:
         backend = DeepSpeedBackend(cfg, layout, batch)
         engine, zero = backend.engine, backend.engine.optimizer
@@ -956,9 +965,8 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         for i in range(steps):
             if i == steps - 1:
                 grads = [p.grad for p in engine.module.parameters()]
-                mt.check_scan(
-                    "step start", live_storages(*grads, *(t.grad for t in zero.single_partition_of_fp32_groups))
-                )
+                scan = live_storages(*grads, *(t.grad for t in zero.single_partition_of_fp32_groups))
+                mt.check_scan("step start", {p: n for p, n in scan.items() if before.get(p) != n})
                 rss_reset, rss_start = _reset_rss_peak(), _rss("VmRSS")
             with mt.window(f"step {i + 1}"):
                 losses.append(backend.train_step(gpt_batch(cfg, batch, seed=i), cfg.optimizer.lr)[0])
@@ -993,7 +1001,18 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         "rss_peak": rss_peak if rss_reset else None,
     }
 
+
+def measure_stage_memories(config_path: str, runs: dict[str, dict], **kw) -> dict:
+    """`measure_stage_memory` for each named set of overrides, one after another in the same launch: one process
+    group and one start-up for all of them (the layout must be the same in every run)."""
+    out = {}
+    for name, overrides in runs.items():
+        gc.collect()  # the previous run's engine, held in reference cycles, is not a tensor of this one
+        out[name] = measure_stage_memory(config_path, overrides, **kw)
+    return out
+
 # %% ../nbs/98_testing.ipynb
+# chapter 65's reader workers: the requests, the parallel read, one stage's load; run in spawned processes
 def reader_requests(checkpoint: str, n: int = 24, seed: int = 0) -> tuple[list, list]:
     "Scoring requests [(context ids, continuation ids)] and generation prompts [ids] from the checkpoint's vocabulary."
     from mtnlg.checkpoint import Checkpoint

@@ -39,27 +39,36 @@ MEASURE = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
-    d = tmp_path_factory.mktemp("saved")
-    script = d / "measure.py"
-    script.write_text(MEASURE)
+def measure(tmp_path_factory):
+    "shape -> {tp: measured bytes}: each shape's two launches (TP 1, TP 2) run the first time a test asks for it."
     from mtnlg.testing import torchrun_script
 
-    result = {}
-    for tp in (1, 2):
-        torchrun_script(script, tp, d / f"tp{tp}.json", tp, json.dumps(SHAPES), cwd=ROOT)
-        result[tp] = json.loads((d / f"tp{tp}.json").read_text())
-    return result
+    done = {}
+
+    def of(shape):
+        if shape not in done:
+            d = tmp_path_factory.mktemp(f"saved-{shape}")
+            script = d / "measure.py"
+            script.write_text(MEASURE)
+            done[shape] = {}
+            for tp in (1, 2):
+                torchrun_script(script, tp, d / f"tp{tp}.json", tp, json.dumps({shape: SHAPES[shape]}), cwd=ROOT)
+                done[shape][tp] = json.loads((d / f"tp{tp}.json").read_text())
+        return done[shape]
+
+    return of
 
 
 @pytest.mark.parametrize("tp,sp", [(1, False), (2, False), (2, True)], ids=["tp1", "tp2", "tp2-sequence-parallel"])
-@pytest.mark.parametrize("shape", list(SHAPES))
-def test_saved_activation_bytes_equal_the_model(measured, shape, tp, sp):
+# make test: the tiny shape (flash attention); make test-full adds the 125M's (the math path, with its dropout mask)
+@pytest.mark.parametrize("shape", ["tiny", pytest.param("125m", marks=pytest.mark.slow)])
+def test_saved_activation_bytes_equal_the_model(measure, shape, tp, sp):
     """Exact, per layer, in every mode; with sequence parallelism the LayerNorm inputs and statistics, the QKV and fc1
     inputs and the dropout masks — what Korthikanti et al. put outside the tensor-parallel region — are 1/t of them."""
     from mtnlg.config import load_config
     from mtnlg.counting import stored_activation_bytes
 
+    measured = measure(shape)
     m = load_config(ROOT / SHAPES[shape]).model
     attention = "math" if m.attention_dropout > 0 else "flash"  # what PyTorch's CPU attention runs
     key = lambda recompute, b: f"{shape}/{recompute}/{b}" + ("/sp" if sp else "")

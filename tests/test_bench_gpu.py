@@ -46,6 +46,7 @@ def dry_run_determinism(tmp_path_factory):
     return bench_dry_run(tmp_path_factory, "determinism")
 
 
+@pytest.mark.slow  # ~1 min of CPU runs; make test: the comparison and the refusal below
 def test_dry_run_measures_every_row_it_was_asked_for(dry_run):
     d, stdout = dry_run
     rows = {r["name"]: r for r in d["rows"]}
@@ -153,6 +154,7 @@ def test_dry_run_refuses_to_save(tmp_path):
     assert r.returncode == 2 and "--save" in r.stderr
 
 
+@pytest.mark.slow  # needs the dry run above
 def test_report_writes_the_gpu_rows_from_a_gpu_result(dry_run, tmp_path, monkeypatch):
     """bench/report.py: a dry run's JSON never reaches the README; a GPU result (here the dry run's, relabelled) gives
     one row per part it has — recipe and baselines, memory against today's prediction (determinism: the slow case above)

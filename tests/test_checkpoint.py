@@ -188,7 +188,7 @@ def test_sigusr1_checkpoints_exits_0_and_resumes(straight_one, tmp_path):
     assert_identical(straight_one, tmp_path)
 
 
-@pytest.mark.slow  # the one-process kill, and the 3D reshard-and-continue below, run in `make test`
+@pytest.mark.slow  # make test: a one-process crash during a save resumes bitwise (test_crash_during_save_...)
 def test_kill9_then_resume_is_bitwise_3d(straight_3d, tmp_path):
     job = start(tmp_path, THREE_D, "--nproc", "8")
     wait_for(lambda: latest(tmp_path) is not None, job)
@@ -264,6 +264,7 @@ def logits(ckpt) -> torch.Tensor:
         return model(tokens)
 
 
+@pytest.mark.slow  # ~2 min (make test: `mtnlg reshard` into a full disk, below)
 def test_reshard_round_trip(straight_3d, tmp_path):
     """TP2xPP2xDP2 -> TP1xPP1xDP1 (`mtnlg reshard`) -> TP2xPP1xDP4 with sequence parallelism (resharded on load,
     training on) -> one process again without it (resharded on load): the same logits, the same model and optimizer
@@ -347,11 +348,9 @@ def digest(d: Path) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
 
 
-def test_bad_checkpoints_are_one_line_errors(straight_one, straight_3d, tmp_path):
-    """Wrong layout with resharding off, and a truncated shard: exit 2, one line naming the file and the fix, nothing
-    written."""
-    import shutil
-
+@pytest.mark.slow  # a TP 2 x PP 2 x DP 2 run to read; make test: the truncated shard below
+def test_a_wrong_layout_with_resharding_off_is_one_line(straight_3d, tmp_path):
+    "Wrong layout with resharding off: exit 2, one line naming the file and the fix, nothing written."
     src = straight_3d / "checkpoints/step-0000004"
     before = digest(src)
     same_model = {
@@ -369,6 +368,12 @@ def test_bad_checkpoints_are_one_line_errors(straight_one, straight_3d, tmp_path
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "TP 2 x PP 2 x DP 2" in r.stderr and "checkpoint.reshard" in r.stderr and str(src) in r.stderr
     assert digest(src) == before and not (tmp_path / "a").exists()
+
+
+def test_a_truncated_shard_is_one_line(straight_one, tmp_path):
+    "A truncated shard: exit 2, one line naming the file and what is wrong with it."
+    import shutil
+
     bad = tmp_path / "truncated"
     shutil.copytree(straight_one / "checkpoints/step-0000024", bad)
     (bad / "rank-00000.pt").write_bytes((bad / "rank-00000.pt").read_bytes()[:4096])
@@ -435,6 +440,7 @@ def du(d: Path) -> int:
     return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
 
 
+@pytest.mark.slow  # make test: the save's size check and the reshard into a full disk below
 def test_full_disk_stops_training_with_one_line_then_resume_finishes(tmp_path):
     """A 15 MB disk: step 4's checkpoint (11 MB) fits, step 8's is refused before writing. Then, with the check passing,
     files capped at 1 MB make step 8's `torch.save` fail midway (torch: "unexpected pos"). Both: exit 2, one line,
@@ -723,6 +729,7 @@ def test_nproc_8_missing_data_is_one_line_exit_2(tmp_path):
     assert r.stderr.startswith("mtnlg: data.curated:") and "not found" in r.stderr
 
 
+@pytest.mark.slow  # make test: test_rank_errors' 2-rank faults and the truncated shard above
 def test_nproc_8_corrupt_shard_is_one_line_exit_2(straight_3d, tmp_path):
     """Rank 5's shard of a TP 2 x PP 2 x DP 2 checkpoint has a flipped bit: the launcher's checks pass (they read no
     shard), the eight ranks share the hashing and all refuse; the job prints the error once and exits 2."""

@@ -12,6 +12,7 @@ quality model, the task n-grams, the tokenizer, the per-shard and merged `.bin/.
 compared byte for byte."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 import numpy as np
@@ -397,3 +398,132 @@ def test_docs_in_counts_pages_and_the_summary_says_what_else(faulty, tmp_path):
     ), text
     dropped = extract_shard(faulty["warc-truncated"], tmp_path / "c.jsonl", "cc", keep_truncated=False)
     assert (dropped.docs_in, dropped.kept, dict(dropped.dropped)) == (10, 9, {"WARC-Truncated (length)": 1})
+
+
+# --- every reader x every fault: ten pages, page 5 bad, extraction keeps the other nine and says what page 5 cost ---
+READER_EXTS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet", "warc", "warc.gz")
+HUGE = 200_000  # max_line_bytes of these runs: a document over it is "huge"
+BAD5 = make_faulty.page_html(5, " caf\u00e9 ").encode().replace(b"caf\xc3\xa9", b"caf\xff\xfe")  # not UTF-8
+# fault -> page 5 as a JSONL line / parquet value / WARC record, and what each family of readers must count
+RECORD_FAULTS = {
+    "bad-utf-8": {
+        "jsonl": b'{"html": "' + BAD5.replace(b'"', b'\\"') + b'"}',
+        "parquet": {"html": BAD5},  # bytes in a string column: pyarrow does not check them
+        "warc": make_faulty.record("response", 5, BAD5),
+        "expect": {"jsonl": ({"invalid UTF-8": 1}, {}), "parquet": ({"invalid UTF-8": 1}, {}), "warc": ({}, {})},
+    },  # a browser decodes the WARC page with U+FFFD: page 5 kept
+    "truncated-record": {
+        "jsonl": json.dumps({"html": make_faulty.page_html(5)}).encode()[:150],
+        "parquet": "corrupt",  # page 5's row group unreadable
+        "warc": make_faulty.page_record(5)[:-60],
+        "expect": {
+            "jsonl": ({"malformed JSON": 1}, {}),
+            "parquet": ({"unreadable parquet row group (OSError)": 1}, {}),
+            "warc": ({"truncated WARC record": 1}, {}),
+        },
+    },
+    "wrong-type": {
+        "jsonl": json.dumps({"html": 5, "url": make_faulty.url(5)}).encode(),
+        "parquet": {"html": None},
+        "warc": make_faulty.page_record(5).replace(b"Content-Length: ", b"Content-Length: x", 1),
+        "expect": {
+            "jsonl": ({"no string field 'html'": 1}, {}),
+            "parquet": ({"no string field 'html'": 1}, {}),
+            "warc": ({"malformed WARC record (Content-Length)": 1}, {"bytes skipped (not a WARC record)": 294}),
+        },  # a WARC's fields are text: its wrong type is a Content-Length that is no number (its block, skipped)
+    },
+    "malformed-url": {
+        "jsonl": json.dumps({"html": make_faulty.page_html(5), "url": "\ud800 not a url"}).encode(),
+        "parquet": {"url": "not a url"},
+        "warc": make_faulty.page_record(5).replace(make_faulty.url(5).encode(), b"mailto:" + b"x" * 9000),
+        "expect": {k: ({}, {"url removed (malformed)": 1}) for k in ("jsonl", "parquet", "warc")},
+    },  # the document is kept, without its URL
+    "malformed-id": {
+        "jsonl": json.dumps({"html": make_faulty.page_html(5), "url": make_faulty.url(5), "id": {"no": 1}}).encode(),
+        "parquet": {"id": 5},
+        "warc": re.sub(  # page 4's WARC-Record-ID again
+            rb"WARC-Record-ID: \S+",
+            re.search(rb"WARC-Record-ID: \S+", make_faulty.page_record(4))[0],
+            make_faulty.page_record(5),
+        ),
+        "expect": {
+            "jsonl": ({}, {}),
+            "parquet": ({}, {}),
+            "warc": ({}, {"WARC-Record-ID replaced by its offset (malformed or repeated)": 1}),
+        },
+    },  # a record's own id field is never read; a WARC page's repeated id is replaced by its offset
+    "empty-document": {
+        "jsonl": b'{"html": ""}',
+        "parquet": {"html": ""},
+        "warc": make_faulty.record("response", 5, b""),
+        "expect": {k: ({"no main text": 1}, {}) for k in ("jsonl", "parquet", "warc")},
+    },
+    "huge-document": {
+        "jsonl": json.dumps({"html": "<p>" + "word " * HUGE + "</p>"}).encode(),
+        "parquet": {"html": "<p>" + "word " * HUGE + "</p>"},
+        "warc": make_faulty.record("response", 5, b"<p>" + b"word " * HUGE + b"</p>"),
+        "expect": {
+            "jsonl": ({f"line over {HUGE:,} bytes": 1}, {}),
+            "parquet": ({f"value over {HUGE:,} bytes": 1}, {}),
+            "warc": ({f"WARC record over {HUGE:,} bytes": 1}, {}),
+        },
+    },
+}
+
+
+def write_shard(path: Path, fault: dict):
+    "Pages 1-10 with page 5 as `fault` has it, in the container `path`'s extension names."
+    import zstandard
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name, good = path.name, lambda i: {"html": make_faulty.page_html(i), "url": make_faulty.url(i)}
+    if ".jsonl" in name:
+        data = b"".join((fault["jsonl"] if i == 5 else json.dumps(good(i)).encode()) + b"\n" for i in range(1, 11))
+        path.write_bytes(
+            gzip.compress(data) if name.endswith(".gz") else zstandard.compress(data) if name.endswith(".zst") else data
+        )
+    elif name.endswith(".warc") or name.endswith(".warc.gz"):
+        recs = make_faulty.with_page5(fault["warc"])
+        path.write_bytes(make_faulty.members(recs) if name.endswith(".gz") else b"".join(recs))
+    else:
+        rows = [
+            {**good(i), **(fault["parquet"] if i == 5 and fault["parquet"] != "corrupt" else {})} for i in range(1, 11)
+        ]
+        text = lambda v: v.encode() if isinstance(v, str) else v  # bytes that are no UTF-8 go in as they are
+        table = {
+            c: pa.array([text(r[c]) for r in rows], pa.binary()).cast(pa.string(), safe=False) for c in ("html", "url")
+        }
+        if any("id" in r for r in rows):
+            table["id"] = [r.get("id") for r in rows]
+        pq.write_table(
+            pa.table(table),
+            path,
+            row_group_size=1,
+            compression="snappy",
+        )
+        if fault["parquet"] == "corrupt":  # overwrite the page header of page 5's text
+            at = pq.ParquetFile(path).metadata.row_group(4).column(0).data_page_offset
+            data = bytearray(path.read_bytes())
+            data[at : at + 12] = b"\xff" * 12
+            path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("ext", READER_EXTS)
+@pytest.mark.parametrize("fault", list(RECORD_FAULTS))
+def test_a_bad_record_costs_only_itself_in_every_reader(tmp_path, fault, ext):
+    """Each reader, each kind of bad record in page 5: extraction finishes, keeps the other nine pages, and counts page
+    5 under its reason (or keeps it cleaned, and notes what was removed)."""
+    from mtnlg.extract import extract_shard, iter_docs
+
+    f = RECORD_FAULTS[fault]
+    src = tmp_path / f"crawl-000.{ext}"
+    write_shard(src, f)
+    man = extract_shard(src, tmp_path / "out.jsonl", "crawl", "html", max_line_bytes=HUGE)
+    dropped, noted = f["expect"][ext.split(".")[0]]
+    assert (man.docs_in, dict(man.dropped), man.extra.get("noted", {})) == (10, dropped, noted), man
+    docs = list(iter_docs(tmp_path / "out.jsonl"))
+    pages = [int(d["text"].split(":")[0].split()[-1]) for d in docs]
+    assert pages == [i for i in range(1, 11) if i != 5 or not dropped], pages
+    assert all(d["url"] == make_faulty.url(i) for d, i in zip(docs, pages) if i != 5)
+    assert len({d["id"] for d in docs}) == len(docs)  # every document's id names one record

@@ -446,3 +446,45 @@ def test_a_dataset_that_ends_empty_is_said_loudly(tmp_path, capsys):
     assert all(w in printed for w in expected) and all(w in format_summary(s) for w in expected)
     line = (tmp_path / "out/blend/megatron_data_path.txt").read_text().split()
     assert [float(w) for w in line[0::2]] == pytest.approx([0.75, 0.25])
+
+
+def test_datasets_emptied_or_too_small_leave_the_others_to_finish(tmp_path, capsys):
+    """A crawl that extraction empties (no quality classifier to train: nothing it would filter is left) and a curated
+    set smaller than one sample each get a line, and the run finishes with the others blended (exit 0)."""
+    raw = tmp_path / "raw"
+    shutil.copytree(FIXTURE / "raw", raw)
+    for f in (raw / "crawl").iterdir():
+        f.unlink()
+    (raw / "crawl/crawl-000.jsonl").write_text(
+        "".join(json.dumps({"html": f"<html><script>a({i})</script><p>menu home</p></html>"}) + "\n" for i in range(6))
+    )
+    small = (
+        "Our small village bakery opens at dawn every morning and sells warm rye bread, honey cakes and strong coffee "
+        "to the fishermen before they sail out across the grey northern bay."
+    )
+    (raw / "webtext/webtext-000.jsonl").write_text(json.dumps({"text": small}) + "\n")
+    out = tmp_path / "out"
+    assert curate_cli("--set", f"input_dir={raw}", "--output-dir", str(out), "--workers", "1") == 0
+    s = json.loads((out / "summary.json").read_text())
+    from tokenizers import Tokenizer
+
+    tokens = len(Tokenizer.from_file(str(out / "tokenizer.json")).encode(small).ids) + 1  # and its end-of-text
+    expected = [
+        "WARNING: dataset 'crawl' ends empty: extract dropped 6 of 6 (6 no main text) [chapter 30: check "
+        "extract.languages and extract.min_words against the input]",
+        f"WARNING: blend: dataset 'webtext' holds {tokens} tokens in 1 documents, fewer than one sample "
+        "(blend.seq_length + 1 = 129): left out of the blend",
+        "WARNING: blend: webtext (weight 0.20), crawl (weight 0.20) has no documents; its weight went to the others "
+        "in proportion: wikipedia 0.60 -> 1.00",
+    ]
+    assert s["warnings"] == expected
+    printed = capsys.readouterr().out
+    assert (
+        "quality classifier: not trained: the datasets it would filter (crawl) hold no documents after extraction"
+        in (printed)
+    )
+    assert all(w in printed for w in expected)
+    assert not (out / "quality_models/fold0-of-5.bin").exists()
+    assert s["stages"]["quality"]["kept"] == s["stages"]["extract"]["kept"]  # nothing filtered: nothing to filter
+    line = (out / "blend/megatron_data_path.txt").read_text().split()
+    assert line == ["1", str(out / "indexed/wikipedia")] and s["blend"]["gpt_sample_shares"] == {"wikipedia": 1.0}

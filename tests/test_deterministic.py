@@ -6,6 +6,7 @@ one) — on the path a GPU user gets by default: the DeepSpeed engine in one pro
 import json
 from pathlib import Path
 import torch
+import pytest
 from test_checkpoint import CURATED, run, start, wait_for, kill9, latest, losses
 
 STEPS = {
@@ -56,6 +57,7 @@ def assert_same_bits(a: Path, b: Path):
     }
 
 
+@pytest.mark.slow  # make test: test_checkpoint's crash during a save resumes bitwise
 def test_two_runs_and_a_kill9_resume_are_bitwise_equal(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run(straight, STEPS, *ENGINE)

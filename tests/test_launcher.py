@@ -166,7 +166,7 @@ def test_a_rank_that_raises_while_the_others_wait_is_named(tmp_path):
     [
         (signal.SIGINT, 130),
         pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow),  # as SIGINT
-        (signal.SIGKILL, -9),
+        pytest.param(signal.SIGKILL, -9, marks=pytest.mark.slow),  # make test: SIGINT, and kill -9 of a rank above
     ],
     ids=["SIGINT", "SIGTERM", "SIGKILL"],
 )
@@ -246,6 +246,7 @@ if rank == "1": os.abort()
 """
 
 
+@pytest.mark.slow  # make test: a crash on one rank names the rank and its first line (above)
 def test_a_failed_script_shows_the_failing_ranks_own_lines(tmp_path):
     from mtnlg.testing import torchrun_script
 

@@ -251,6 +251,7 @@ def assert_sbatch_equals_torchrun(run_dir: Path, job_id: str, sets: dict, per_no
 TP2_PP2 = {**SETS, "parallel.data_parallel": 1}
 
 
+@pytest.mark.slow  # ~2 min of a real Slurm job; make test: the scripts' checks, dry runs and the cluster's ownership
 def test_sbatch_tp2_pp2_equals_torchrun(slurm, tmp_path):
     args = [a for k, v in TP2_PP2.items() for a in ("--set", f"{k}={v}")]
     rc, job_id = sbatch(
@@ -312,6 +313,7 @@ def _without(d, keys=("seconds", "wall_seconds", "cpu_seconds", "started", "outp
     return d
 
 
+@pytest.mark.slow  # make test: test_curation's dask run equals the local pool
 def test_curate_sbatch_on_dask_equals_local_pool(slurm, tmp_path):
     from mtnlg.curate import load_curate_config, curate
 
