@@ -1100,21 +1100,8 @@ def main(argv=None) -> int:
     `--nproc N` they are left for the launcher to print once (chapter 10's `run_ranks`), and so is a crash's first line;
     under srun the rank that failed first prints its error, the others nothing (`claim_first_error`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] not in (
-        "info",
-        "data",
-        "hans",
-    ):  # commands that import torch and friends: their CPU-irrelevant advice off
-        from mtnlg.topology import quiet_libraries
-
-        quiet_libraries()
-    args = _parser(argv[0] if argv else None).parse_args(argv)
-    args.argv = argv
-    try:
-        with use_data_dir(
-            getattr(args, "data_dir", None)
-        ):  # one data setting for the command and the processes it starts
-            code = args.func(args)
+    try:  # Ctrl-C at any moment, while the arguments are still being read included
+        code = _run_command(argv)
     except KeyboardInterrupt:
         from mtnlg.topology import RANK_ERRORS_ENV, launched
 
@@ -1122,24 +1109,43 @@ def main(argv=None) -> int:
             return leave(130)  # the launcher stops every rank and says so once
         raise
     except Exception as e:
-        from mtnlg.topology import report_rank_error, claim_first_error, launcher_env, RankError
-
-        message, rank = _user_error(e), launcher_env()["rank"]
-        # a RankError (every rank raises the one a rank met in a collective step) is that rank's, and as early as it
-        at, rank = (e.reported_at, e.rank) if isinstance(e, RankError) else (None, rank)
-        if message is None:  # a crash: its traceback, as always; its first line for the launcher
-            line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
-            if report_rank_error(1, line, at) or not launcher_env()["launched"]:
-                raise
-            if claim_first_error():  # srun: unless a peer failed first and says so
-                traceback.print_exc()
-                print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
-            return leave(1)
-        if not report_rank_error(2, message, at) and claim_first_error():
-            named = rank and not isinstance(e, RankError)  # a RankError's message names its rank
-            print(f"mtnlg: {f'rank {rank}: ' if named else ''}{message}", file=sys.stderr)
-        return leave(2)
+        code = _failed(e)
+        if code is None:
+            raise
     return leave(code)
+
+
+def _run_command(argv: list[str]) -> int:
+    if argv and argv[0] not in ("info", "data", "hans"):  # commands that import torch: its CPU-irrelevant advice off
+        from mtnlg.topology import quiet_libraries
+
+        quiet_libraries()
+    args = _parser(argv[0] if argv else None).parse_args(argv)
+    args.argv = argv
+    with use_data_dir(getattr(args, "data_dir", None)):  # one data setting for the command and the processes it starts
+        return args.func(args)
+
+
+def _failed(e: Exception) -> int | None:
+    """The exit code of a command that raised `e`, its one line printed where it belongs; None for a crash that keeps
+    its traceback (one process, or the rank the launcher names)."""
+    from mtnlg.topology import report_rank_error, claim_first_error, launcher_env, RankError
+
+    message, rank = _user_error(e), launcher_env()["rank"]
+    # a RankError (every rank raises the one a rank met in a collective step) is that rank's, and as early as it
+    at, rank = (e.reported_at, e.rank) if isinstance(e, RankError) else (None, rank)
+    if message is None:  # a crash: its traceback, as always; its first line for the launcher
+        line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+        if report_rank_error(1, line, at) or not launcher_env()["launched"]:
+            return None
+        if claim_first_error():  # srun: unless a peer failed first and says so
+            traceback.print_exception(e)
+            print(f"mtnlg: rank {rank} failed first: {line} (its traceback is above)", file=sys.stderr)
+        return 1
+    if not report_rank_error(2, message, at) and claim_first_error():
+        named = rank and not isinstance(e, RankError)  # a RankError's message names its rank
+        print(f"mtnlg: {f'rank {rank}: ' if named else ''}{message}", file=sys.stderr)
+    return 2
 
 
 def leave(code: int) -> int:

@@ -97,7 +97,7 @@ class InferenceStage(nn.Module):
         i, rest = name[len("blocks.") :].split(".", 1)
         return f"blocks.{self.offset + int(i)}.{rest}"
 
-
+# %% ../nbs/65_parallel_inference.ipynb
 def mark_slices(module: nn.Module):
     """Tag megatron-core's tensor-parallel parameters with the dimension they are split along, as its layers do only
     when they draw initial values (`perform_initialization`): with megatron-core's own
@@ -131,7 +131,7 @@ def predicted_bytes(cfg: Config, stage: int, dtype=torch.float32) -> int:
         * torch.empty(0, dtype=dtype).element_size()
     )
 
-
+# %% ../nbs/65_parallel_inference.ipynb
 class AllocatedBytes(TorchDispatchMode):
     """While active: bytes of the storages that torch ops make and that are still alive (`live`), and the most at any
     moment (`peak`). Views and in-place results make no storage; storages made before, or mapped from files, are not
@@ -214,7 +214,8 @@ def sequence_parallel_off(module: nn.Module):
 
 SCORE_CHUNK = 4096  # positions scored at once on the last stage: 4,096 x 51,200 fp32 logits are 0.8 GB
 
-
+# %% ../nbs/65_parallel_inference.ipynb
+# one class (one cell): its methods share the stage, its neighbours and the groups
 class ModelParallelGPT(nn.Module):
     """A GPT split TP x PP over a job's ranks, for reading: this rank's stage and the messages between stages.
     `token_scores` and `next_token_logits` (chapters 60 and 62) return the same numbers on every rank of a replica."""

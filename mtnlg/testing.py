@@ -9,8 +9,7 @@ __all__ = ['LAUNCHER_VARIABLES', 'LAUNCHER_PREFIXES', 'ACTIVATIONS', 'CATEGORY_O
            'generate_tp_worker', 'gpt_tp_worker', 'pipeline_worker', 'training_batches', 'max_param_difference',
            'single_process_env', 'reference_run', 'data_parallel_worker', 'deepspeed_worker', 'MemoryTracker',
            'memory_exactness_check', 'deepspeed_storage_tags', 'tag_deepspeed_step', 'live_storages',
-           'measure_stage_memory', 'measure_stage_memories', 'reader_requests', 'parallel_reader_worker',
-           'stage_load_worker']
+           'measure_stage_memory', 'reader_requests', 'parallel_reader_worker', 'stage_load_worker']
 
 # %% ../nbs/98_testing.ipynb
 import contextlib
@@ -1000,16 +999,6 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         "rss_start": rss_start,
         "rss_peak": rss_peak if rss_reset else None,
     }
-
-
-def measure_stage_memories(config_path: str, runs: dict[str, dict], **kw) -> dict:
-    """`measure_stage_memory` for each named set of overrides, one after another in the same launch: one process
-    group and one start-up for all of them (the layout must be the same in every run)."""
-    out = {}
-    for name, overrides in runs.items():
-        gc.collect()  # the previous run's engine, held in reference cycles, is not a tensor of this one
-        out[name] = measure_stage_memory(config_path, overrides, **kw)
-    return out
 
 # %% ../nbs/98_testing.ipynb
 # chapter 65's reader workers: the requests, the parallel read, one stage's load; run in spawned processes

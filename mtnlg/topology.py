@@ -6,11 +6,11 @@
 __all__ = ['Coord', 'AXES', 'model_parallel_rng', 'DETERMINISTIC_ENV', 'NOISY_WARNINGS', 'RANK_ERRORS_ENV', 'FIRST_ERROR_WAIT_S',
            'SIGNAL_SLACK_S', 'STOP_SIGNALS', 'FOLLOWER_LAG_S', 'Layout', 'deepspeed_topology', 'megatron_groups',
            'check_against_libraries', 'node_of', 'placement_report', 'plot_rank_grid', 'free_port', 'launch',
-           'first_host', 'launcher_env', 'launched', 'layout_problems', 'check_layout', 'init_distributed',
-           'check_groups', 'ParallelRNG', 'seed_everything', 'deterministic_mode', 'quiet_libraries',
-           'torchrun_command', 'report_rank_error', 'claim_first_error', 'rank_errors', 'job_failure', 'ranks_of',
-           'run_ranks', 'end_distributed', 'leave_job', 'leave_job_at_exit', 'RankError', 'RankUserError',
-           'error_record', 'raise_first_error']
+           'launch_each', 'first_host', 'launcher_env', 'launched', 'layout_problems', 'check_layout',
+           'init_distributed', 'check_groups', 'ParallelRNG', 'seed_everything', 'deterministic_mode',
+           'quiet_libraries', 'torchrun_command', 'report_rank_error', 'claim_first_error', 'rank_errors',
+           'job_failure', 'ranks_of', 'run_ranks', 'end_distributed', 'leave_job', 'leave_job_at_exit', 'RankError',
+           'RankUserError', 'error_record', 'raise_first_error']
 
 # %% ../nbs/10_topology.ipynb
 import atexit
@@ -226,6 +226,17 @@ def launch(fn, world_size: int, *args, timeout_s: float = 300) -> list:
         return [
             torch.load(Path(out) / f"rank{r}.pt", weights_only=True) for r in range(world_size)
         ]  # tensors, numbers, containers
+
+
+def _run_each(calls: list) -> list:
+    return [fn(*args) for fn, args in calls]
+
+
+def launch_each(calls: list, world_size: int, timeout_s: float = 300) -> list:
+    """`launch` once and run each `(fn, args)` of `calls` in turn in the same processes: a spawn costs seconds of
+    start-up and imports, a call in running processes none. [every rank's result of call 0, of call 1, ...]."""
+    per_rank = launch(_run_each, world_size, calls, timeout_s=timeout_s)
+    return [[r[i] for r in per_rank] for i in range(len(calls))]
 
 # %% ../nbs/10_topology.ipynb
 def _env_int(env, *names):

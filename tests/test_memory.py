@@ -71,11 +71,11 @@ MODES = {
 @pytest.fixture(scope="module")
 def measured():
     from mtnlg import testing
-    from mtnlg.topology import launch
+    from mtnlg.topology import launch_each
 
     # the four modes one after another in one launch of 4 ranks (one start-up, not four)
-    ranks = launch(testing.measure_stage_memories, 4, CONFIG, {name: {**RUN, **over} for name, over in MODES.items()})
-    return {name: [r[name] for r in ranks] for name in MODES}
+    calls = [(testing.measure_stage_memory, (CONFIG, {**RUN, **over})) for over in MODES.values()]
+    return dict(zip(MODES, launch_each(calls, 4)))
 
 
 def test_parameter_and_optimizer_bytes(measured):
