@@ -144,30 +144,53 @@ def run_size(inp: Path, out: Path, tok: dict, workers: int) -> dict:
     }
 
 
-def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
-    """The plan's rates (chapter 36's `plan_rates` schema) fitted over the measured sizes, and (`local_dedup`) the
-    dedup maps that the plan costs from bench/dedup_scale.py's rates, fitted here as work a GB for this machine's
-    prediction."""
-    from mtnlg.curate import fit_rate
-
-    gb = [s["input"]["warc_bytes"] / 1e9 for s in sizes]
-    shards = [s["input"]["shards"] for s in sizes]
-    work, few, driver = [], [], []
+def task_seconds(sizes: list[dict], clock: str = "cpu_seconds") -> tuple[list[dict], list[dict]]:
+    """Each size's task seconds (`clock`: "cpu_seconds", the workers' CPU, or "seconds", wall) added up by stage, and
+    a task's mean seconds of each map of fewer tasks (the first task on a worker pays the imports)."""
+    work, few = [], []
     for s in sizes:
         w, f = {}, {}
         for m in s["run"]["maps"]:
+            t = m[clock]
             if m["what"] in FEW:
-                f[FEW[m["what"]]] = sum(m["seconds"]) / max(
-                    1, len(m["seconds"])
-                )  # a task's mean: the first pays imports
+                f[FEW[m["what"]]] = sum(t) / max(1, len(t))
             elif m["what"] in STAGE_OF:
-                w[STAGE_OF[m["what"]]] = w.get(STAGE_OF[m["what"]], 0.0) + sum(m["seconds"])
+                w[STAGE_OF[m["what"]]] = w.get(STAGE_OF[m["what"]], 0.0) + sum(t)
             elif m["what"] in DEDUP_SCALE:
-                w["local dedup"] = w.get("local dedup", 0.0) + sum(m["seconds"])
+                w["local dedup"] = w.get("local dedup", 0.0) + sum(t)
             else:
                 raise KeyError(f"map {m['what']!r} is in no stage of bench/curate_validate.py's STAGE_OF: add it")
         work.append(w)
         few.append(f)
+    return work, few
+
+
+def wall_fit(sizes: list[dict]) -> dict:
+    "The per-GB rates fitted from the tasks' wall seconds instead, for comparison (a refusal kept as its message)."
+    from mtnlg.curate import fit_rate
+
+    gb = [s["input"]["warc_bytes"] / 1e9 for s in sizes]
+    work, _ = task_seconds(sizes, "seconds")
+    out = {}
+    for stage in ("extract", "quality", "dedup", "decontaminate", "tokenize", "blend", "local dedup"):
+        try:
+            out[stage] = fit_rate(gb, [w.get(stage, 0.0) for w in work], f"{stage}: task wall seconds")[1][0]
+        except ValueError as e:  # the refusal is the finding: a wall clock on a shared machine
+            out[stage] = str(e)
+    return out
+
+
+def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
+    """The plan's rates (chapter 36's `plan_rates` schema) fitted over the measured sizes from the tasks' CPU seconds,
+    and (`local_dedup`) the dedup maps that the plan costs from bench/dedup_scale.py's rates, fitted here as work a GB
+    for this machine's prediction."""
+    from mtnlg.curate import fit_rate
+
+    gb = [s["input"]["warc_bytes"] / 1e9 for s in sizes]
+    shards = [s["input"]["shards"] for s in sizes]
+    work, few = task_seconds(sizes)
+    driver = []
+    for s in sizes:
         maps_wall = sum(m["wall_seconds"] for m in s["run"]["maps"])
         driver.append(s["run"]["wall_seconds"] - maps_wall)  # at scale, plus bench/dedup_scale.py's seconds a shard
     cpu, fixed, io = {}, {}, {}
@@ -205,6 +228,7 @@ def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
         "dedup_index_bytes_per_doc": None,
         "workers": workers,
         "local_dedup": {"fixed_core_seconds": local[0], "cpu_seconds_per_gb": local[1][0]},
+        "clock": "the tasks' CPU seconds (time.process_time of the worker), not their wall seconds",
         "device": "cpu",
         "date": datetime.date.today().isoformat(),
     }
@@ -225,8 +249,13 @@ def predict(rates: dict, size: dict, workers: int) -> dict:
     snap = Snapshot("validate", "", size["html_pages"], size["warc_bytes"], "generated", size["shards"])
     plan = curation_plan(rates, [snap], (1,), workers, 1e15, None, cfg)
     c = plan["snapshots"][0]
+    gb, folds = size["warc_bytes"] / 1e9, cfg.quality.folds
+    q, gpt = rates["few_worker_tasks"]["quality: train models"], rates["few_worker_tasks"]["blend: GPT-sample check"]
+    tasks_cpu = sum(fixed[s] + cpu[s] * gb for s in cpu)
+    tasks_cpu += folds * (q["seconds"] + q["seconds_per_shard"] * size["shards"]) + gpt["seconds"]
     return {
         "wall_seconds": c["wall_hours"][1] * 3600,
+        "task_cpu_seconds": tasks_cpu,  # every map's tasks: what a busy machine hardly changes
         "parts_seconds": {k: v * 3600 for k, v in wall_parts(c, workers, 1, None).items()},
         "worker_rss_bytes": rates["peak_rss_per_worker_bytes"],  # the largest task: one shard, at every size
         "driver_rss_bytes": rates["driver_rss_bytes"],
@@ -276,17 +305,20 @@ def main(argv=None) -> int:
     pred["written_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     (work / "prediction.json").write_text(json.dumps(pred, indent=1, default=str))  # before the run
     print(
-        f"[predict] {a.predict} shards: {pred['wall_seconds']:.1f} s, worker peak "
+        f"[predict] {a.predict} shards: {pred['wall_seconds']:.1f} s, tasks' CPU {pred['task_cpu_seconds']:.1f} s, "
+        f"worker peak "
         f"{pred['worker_rss_bytes'] / 2**20:.0f} MiB, driver peak {pred['driver_rss_bytes'] / 2**20:.0f} MiB",
         flush=True,
     )
     measured = run_size(d, work / f"out-{a.predict}", tok, a.workers)
+    measured["task_cpu_seconds"] = sum(sum(m["cpu_seconds"]) for m in measured["maps"])
     err = {
         k: measured[k] / pred[k] - 1 if pred[k] else None
-        for k in ("wall_seconds", "worker_rss_bytes", "driver_rss_bytes")
+        for k in ("wall_seconds", "task_cpu_seconds", "worker_rss_bytes", "driver_rss_bytes")
     }
     print(
-        f"[measured] {measured['wall_seconds']:.1f} s, worker peak {measured['worker_rss_bytes'] / 2**20:.0f} MiB, "
+        f"[measured] {measured['wall_seconds']:.1f} s, tasks' CPU {measured['task_cpu_seconds']:.1f} s, "
+        f"worker peak {measured['worker_rss_bytes'] / 2**20:.0f} MiB, "
         f"driver peak {measured['driver_rss_bytes'] / 2**20:.0f} MiB; measured / predicted - 1: "
         + ", ".join(f"{k} {v:+.1%}" for k, v in err.items()),
         flush=True,
@@ -302,6 +334,7 @@ def main(argv=None) -> int:
         "load_average_1min": {"start": load0, "end": os.getloadavg()[0], "max": max(loads)},
         "seconds": time.time() - t0,
         "sizes": sizes,
+        "wall_clock_fit": wall_fit(sizes),
         "plan_rates": rates | {"dedup_rates": shown_path(a.dedup_rates or newest_rates_file(ROOT, "dedup-scale"))},
         "prediction": pred,
         "measured": {**measured, "size": size},

@@ -687,15 +687,23 @@ class Curation:
         t = time.time()
         got = self.ex.map(functools.partial(_timed_call, task), args, what, self.progress)
         self.timings.append(
-            {"what": what, "tasks": len(args), "wall_seconds": time.time() - t, "seconds": [s for _, s in got]}
+            {
+                "what": what,
+                "tasks": len(args),
+                "wall_seconds": time.time() - t,
+                "seconds": [s for _, s, _ in got],
+                "cpu_seconds": [u for _, _, u in got],
+            }
         )
-        return [r for r, _ in got]
+        return [r for r, _, _ in got]
 
 
 def _timed_call(fn, *args):
-    "`fn(*args)` and the seconds it took, on the worker that ran it."
-    t = time.time()
-    return fn(*args), time.time() - t
+    """`fn(*args)`, the wall seconds it took on the worker that ran it, and the CPU seconds of that worker's process
+    meanwhile (all its threads: a pool's worker runs one task at a time; a busy machine stretches the first, hardly
+    the second)."""
+    t, cpu = time.time(), time.process_time()
+    return fn(*args), time.time() - t, time.process_time() - cpu
 
 # %% ../nbs/36_curate.ipynb
 def extract_stage(c: Curation) -> dict:
