@@ -3,6 +3,7 @@ benchmark's rates."""
 
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 import pytest
@@ -251,3 +252,20 @@ def test_a_missing_or_malformed_rates_file_is_one_line_and_exit_2(tmp_path, caps
     assert main(["curate", "--plan", "--rates", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def _spin(cpu_seconds: float) -> float:
+    "Burn `cpu_seconds` of this process's CPU; return what it burned."
+    t = time.process_time()
+    while time.process_time() - t < cpu_seconds:
+        pass
+    return time.process_time() - t
+
+
+def test_a_map_times_each_task_in_cpu_seconds_beside_wall_seconds():
+    from mtnlg.curate import _timed_call
+
+    r, wall, cpu = _timed_call(time.sleep, 0.3)  # waiting: wall time, no CPU
+    assert r is None and wall >= 0.3 and cpu < 0.05, (wall, cpu)
+    burned, wall, cpu = _timed_call(_spin, 0.2)  # working: CPU seconds, however long a busy machine made it wait
+    assert cpu == pytest.approx(burned, abs=0.02) and cpu >= 0.2 and wall >= 0.9 * cpu, (burned, wall, cpu)
