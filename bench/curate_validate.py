@@ -1,8 +1,8 @@
 """The curation plan (chapter 36) checked against a run it was not fitted to: `mtnlg curate` on Common Crawl-like input
 (bench/crawl.py: .warc.gz shards of real page markup, a small Wikipedia shard as the quality classifier's positives) at
 three sizes, the plan's rates fitted over them (`fit_rate`: least squares, a negative rate refused), then the plan's own
-arithmetic (`curation_plan` on this machine's workers) predicts a larger run's wall time and peak memory. The prediction
-is written to disk before the larger run starts; then the run, and the two side by side.
+arithmetic (`curation_plan` on this machine's workers) predicts a larger run's wall time, CPU seconds and peak memory.
+The prediction is written to disk before the larger run starts; then the run, and the two side by side.
 
     MTNLG_DATA=DIR nice -n 10 python bench/curate_validate.py [--fit 2,4,8] [--predict 16] [--shard-mb 8] [--workers 2]
                                                               [--work /tmp/mtnlg-curate-validate] [--save]
@@ -10,22 +10,28 @@ is written to disk before the larger run starts; then the run, and the two side 
 Every size holds the first N shards of one generated input (the same shard size; shards and gigabytes grow together),
 curated with scaled_configs/curate-cc.yaml and the settings bench/curate.py uses (a fixed GPT-2-sized tokenizer, Pareto
 alpha 0.001), and quality.max_train_chunks = 100 so that the classifier's sample cap binds as it does at scale. Each
-map's tasks are timed on their workers (`manifests/task_seconds.json` of the run). The rates:
-- each stage's per-shard maps: their task seconds added up, against the gigabytes of .warc.gz (core-seconds a GB and a
-  fixed part: the Wikipedia shard, loading models);
+map's tasks are timed on their workers (`manifests/task_seconds.json` of the run), in CPU seconds (the worker process's
+`time.process_time`) beside wall seconds; the rates are fitted from the CPU seconds, which other jobs on a shared
+machine hardly change (the wall-clock fit is kept beside them, `wall_clock_fit`). The rates:
+- each stage's per-shard maps: their task CPU seconds added up, against the gigabytes of .warc.gz (core-seconds a GB
+  and a fixed part: the Wikipedia shard, loading models);
 - the maps of fewer tasks: the quality models (a task a fold, against the shards they sample) and the GPT-sample check
   (fixed); the dedup maps set by bands and partitions take bench/dedup_scale.py's rates in the plan, and their work a
   GB fitted here in this machine's prediction;
-- the driver's own seconds (the run's wall time less its maps'; at scale, plus bench/dedup_scale.py's seconds a shard);
+- the driver's own CPU seconds (the process tree's, from getrusage, less its tasks'; at scale, plus
+  bench/dedup_scale.py's seconds a shard);
 - bytes read and written by each stage a GB (the I/O term); a worker's and the driver's peak RSS (the largest task is
   one shard, the same at every size; plus the LSH band task's bytes a document).
 The result (bench/results/curate_validate-DATE-cpu.json) holds `plan_rates`, which `mtnlg curate --plan` reads. The
-machine is shared: the 1-minute load average is recorded at the start and end of each run."""
+machine is shared: the 1-minute load average is recorded at the start and end of each run. The wall-time prediction
+assumes each worker has a core to itself: under load the measured wall time exceeds it by about the load's share of
+the cores, while the CPU seconds compare like with like."""
 
 import argparse
 import datetime
 import json
 import os
+import resource
 import shutil
 import sys
 import time
@@ -124,7 +130,9 @@ def run_size(inp: Path, out: Path, tok: dict, workers: int) -> dict:
         cmd += ["--set", s]
     load = [os.getloadavg()[0]]
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = run_measured(cmd, out.parent / f"{out.name}.log")
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the driver and its pool's workers, all reaped by now
     m.pop("sampler")
     load.append(os.getloadavg()[0])
     du = lambda p: sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file())
@@ -135,6 +143,7 @@ def run_size(inp: Path, out: Path, tok: dict, workers: int) -> dict:
     return {
         "started_utc": started,
         "wall_seconds": m["wall_seconds"],
+        "tree_cpu_seconds": cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
         "driver_rss_bytes": m["rss"]["driver_bytes"],
         "worker_rss_bytes": m["rss"]["worker_max_bytes"],
         "maps": json.loads((out / "manifests/task_seconds.json").read_text())["maps"],
@@ -180,6 +189,14 @@ def wall_fit(sizes: list[dict]) -> dict:
     return out
 
 
+def driver_seconds(run: dict) -> float:
+    """The driver's own CPU seconds: the process tree's less its tasks' (and so with the workers' start-up); from a run
+    without the tree's CPU, the run's wall time less its maps'."""
+    if "tree_cpu_seconds" in run:
+        return run["tree_cpu_seconds"] - sum(sum(m["cpu_seconds"]) for m in run["maps"])
+    return run["wall_seconds"] - sum(m["wall_seconds"] for m in run["maps"])
+
+
 def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
     """The plan's rates (chapter 36's `plan_rates` schema) fitted over the measured sizes from the tasks' CPU seconds,
     and (`local_dedup`) the dedup maps that the plan costs from bench/dedup_scale.py's rates, fitted here as work a GB
@@ -189,10 +206,7 @@ def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
     gb = [s["input"]["warc_bytes"] / 1e9 for s in sizes]
     shards = [s["input"]["shards"] for s in sizes]
     work, few = task_seconds(sizes)
-    driver = []
-    for s in sizes:
-        maps_wall = sum(m["wall_seconds"] for m in s["run"]["maps"])
-        driver.append(s["run"]["wall_seconds"] - maps_wall)  # at scale, plus bench/dedup_scale.py's seconds a shard
+    driver = [driver_seconds(s["run"]) for s in sizes]  # at scale, plus bench/dedup_scale.py's seconds a shard
     cpu, fixed, io = {}, {}, {}
     for stage in ("extract", "quality", "dedup", "decontaminate", "tokenize", "blend"):
         fixed[stage], (cpu[stage],) = fit_rate(gb, [w.get(stage, 0.0) for w in work], f"{stage}: task seconds")
@@ -228,7 +242,8 @@ def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
         "dedup_index_bytes_per_doc": None,
         "workers": workers,
         "local_dedup": {"fixed_core_seconds": local[0], "cpu_seconds_per_gb": local[1][0]},
-        "clock": "the tasks' CPU seconds (time.process_time of the worker), not their wall seconds",
+        "clock": "CPU seconds: each task's (time.process_time of its worker), the driver's (the process tree's less "
+        "its tasks'), not wall seconds",
         "device": "cpu",
         "date": datetime.date.today().isoformat(),
     }
@@ -256,6 +271,7 @@ def predict(rates: dict, size: dict, workers: int) -> dict:
     return {
         "wall_seconds": c["wall_hours"][1] * 3600,
         "task_cpu_seconds": tasks_cpu,  # every map's tasks: what a busy machine hardly changes
+        "tree_cpu_seconds": tasks_cpu + rates["driver_seconds"],  # and the driver's
         "parts_seconds": {k: v * 3600 for k, v in wall_parts(c, workers, 1, None).items()},
         "worker_rss_bytes": rates["peak_rss_per_worker_bytes"],  # the largest task: one shard, at every size
         "driver_rss_bytes": rates["driver_rss_bytes"],
@@ -306,6 +322,7 @@ def main(argv=None) -> int:
     (work / "prediction.json").write_text(json.dumps(pred, indent=1, default=str))  # before the run
     print(
         f"[predict] {a.predict} shards: {pred['wall_seconds']:.1f} s, tasks' CPU {pred['task_cpu_seconds']:.1f} s, "
+        f"the whole tree's CPU {pred['tree_cpu_seconds']:.1f} s, "
         f"worker peak "
         f"{pred['worker_rss_bytes'] / 2**20:.0f} MiB, driver peak {pred['driver_rss_bytes'] / 2**20:.0f} MiB",
         flush=True,
@@ -314,10 +331,11 @@ def main(argv=None) -> int:
     measured["task_cpu_seconds"] = sum(sum(m["cpu_seconds"]) for m in measured["maps"])
     err = {
         k: measured[k] / pred[k] - 1 if pred[k] else None
-        for k in ("wall_seconds", "task_cpu_seconds", "worker_rss_bytes", "driver_rss_bytes")
+        for k in ("wall_seconds", "task_cpu_seconds", "tree_cpu_seconds", "worker_rss_bytes", "driver_rss_bytes")
     }
     print(
         f"[measured] {measured['wall_seconds']:.1f} s, tasks' CPU {measured['task_cpu_seconds']:.1f} s, "
+        f"the whole tree's CPU {measured['tree_cpu_seconds']:.1f} s, "
         f"worker peak {measured['worker_rss_bytes'] / 2**20:.0f} MiB, "
         f"driver peak {measured['driver_rss_bytes'] / 2**20:.0f} MiB; measured / predicted - 1: "
         + ", ".join(f"{k} {v:+.1%}" for k, v in err.items()),
