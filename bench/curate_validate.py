@@ -197,7 +197,29 @@ def driver_seconds(run: dict) -> float:
     return run["wall_seconds"] - sum(m["wall_seconds"] for m in run["maps"])
 
 
-def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
+def sampling_rate(cc_files: list, repeats: int = 3) -> dict:
+    """A quality model's walk over the crawl as a snapshot's shards make it: one chunk a shard (4 x max_train_chunks
+    over ~62,000 shards), here over a quarter, half and all of the input's first 32 shards, the least CPU of `repeats`
+    walks each (a first walk, untimed, pays the imports); the CPU seconds a shard fitted over the counts. The fitted
+    sizes cannot show this: their few shards each give a model hundreds of chunks."""
+    from mtnlg.curate import _raw_items, _sample_chunks, fit_rate
+    from mtnlg.quality import word_chunks
+
+    def walk(files: list) -> float:
+        t = time.process_time()
+        items = [_raw_items(f, "cc", "html", "warc", "html", 4_000_000, True, 0, 5) for f in files]
+        assert len(_sample_chunks(items, len(files), word_chunks)) == len(files)  # a chunk a shard
+        return time.process_time() - t
+
+    n = min(32, len(cc_files))
+    counts = (n // 4, n // 2, n)
+    walk(cc_files[:1])
+    cpu = [min(walk(cc_files[:n]) for _ in range(repeats)) for n in counts]
+    fixed, (rate,) = fit_rate(list(counts), cpu, "quality: a model's walk, a chunk a shard", ("shard",))
+    return {"shards": list(counts), "cpu_seconds": cpu, "fixed_seconds": fixed, "seconds_per_shard": rate}
+
+
+def fit_plan_rates(sizes: list[dict], workers: int, sampling: dict | None = None) -> dict:
     """The plan's rates (chapter 36's `plan_rates` schema) fitted over the measured sizes from the tasks' CPU seconds,
     and (`local_dedup`) the dedup maps that the plan costs from bench/dedup_scale.py's rates, fitted here as work a GB
     for this machine's prediction."""
@@ -213,7 +235,12 @@ def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
     for stage in READS:
         _, (io[stage],) = fit_rate(gb, [s["run"]["io_bytes"][stage] for s in sizes], f"{stage}: bytes read + written")
     local = fit_rate(gb, [w.get("local dedup", 0.0) for w in work], "dedup (partitioned maps): task seconds")
-    a, (b,) = fit_rate(shards, [f["quality: train models"] for f in few], "quality: a model's task seconds", ("shard",))
+    model = [f["quality: train models"] for f in few]
+    if sampling is None:
+        a, (b,) = fit_rate(shards, model, "quality: a model's task seconds", ("shard",))
+    else:  # a shard's cost as a snapshot's quota makes it; the rest of a model's task, each size's less its shards'
+        b = sampling["seconds_per_shard"]
+        a = sum(y - b * n for y, n in zip(model, shards)) / len(model)
     largest = sizes[-1]
     return {
         "input": "warc.gz",
@@ -228,7 +255,8 @@ def fit_plan_rates(sizes: list[dict], workers: int) -> dict:
                 "tasks": "folds",
                 "seconds": a,
                 "seconds_per_shard": b,
-                "how": "a fold each, sampling every shard",
+                "how": "a fold each, sampling every shard"
+                + (f" (at scale a chunk each: {b * 1e3:.0f} ms CPU a shard)" if sampling else ""),
             },
             "blend: GPT-sample check": {
                 "tasks": 1,
@@ -315,7 +343,11 @@ def main(argv=None) -> int:
         saved.write_text(json.dumps(run))
         sizes.append({"input": size, "run": run})
         print(f"  {sizes[-1]['run']['wall_seconds']:.1f} s, load {sizes[-1]['run']['load_average_1min']}", flush=True)
-    rates = fit_plan_rates(sizes, a.workers)
+    sampling = sampling_rate([inp / "cc" / f["file"] for f in info["files"]])
+    print(
+        f"[sampling] a quality model's walk, a chunk a shard: {sampling['seconds_per_shard'] * 1e3:.1f} ms CPU a shard"
+    )
+    rates = fit_plan_rates(sizes, a.workers, sampling) | {"quality_sampling": sampling}
     d, size = size_dir(work, info, inp, a.predict)
     pred = {**predict(rates, size, a.workers), "size": size}
     pred["written_utc"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
