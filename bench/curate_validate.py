@@ -327,6 +327,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"--predict {a.predict}: the predicted run must be larger than every fitted size {fit}")
     work.mkdir(parents=True, exist_ok=True)
     t0, load0 = time.time(), os.getloadavg()[0]
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     tok = tokenizer_files(work)
     info = build_input(work, a.predict, a.shard_mb, a.workers)
     inp = work / f"input-{a.predict}x{a.shard_mb:g}mb"
@@ -341,7 +342,7 @@ def main(argv=None) -> int:
             else run_size(d, work / f"out-{n}", tok, a.workers)
         )
         saved.write_text(json.dumps(run))
-        sizes.append({"input": size, "run": run})
+        sizes.append({"input": size, "run": run, "reused": a.reuse and run["started_utc"] < started})
         print(f"  {sizes[-1]['run']['wall_seconds']:.1f} s, load {sizes[-1]['run']['load_average_1min']}", flush=True)
     sampling = sampling_rate([inp / "cc" / f["file"] for f in info["files"]])
     print(
