@@ -269,3 +269,15 @@ def test_a_map_times_each_task_in_cpu_seconds_beside_wall_seconds():
     assert r is None and wall >= 0.3 and cpu < 0.05, (wall, cpu)
     burned, wall, cpu = _timed_call(_spin, 0.2)  # working: CPU seconds, however long a busy machine made it wait
     assert cpu == pytest.approx(burned, abs=0.02) and cpu >= 0.2 and wall >= 0.9 * cpu, (burned, wall, cpu)
+
+
+def test_make_demos_plan_reads_the_committed_measured_rates(capsys):
+    "`make demo`'s last line, `mtnlg curate --plan --nodes 1,64` (no --rates): the newest measured rates."
+    path = newest_rates_file(bench="curate_validate")
+    assert path is not None and path.parent == ROOT / "bench/results", path
+    rates = load_plan_rates(path)
+    assert not rates["fixture"] and len(rates["fitted_from_gb"]) >= 3
+    assert main(["curate", "--plan", "--nodes", "1,64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"rates: bench/results/{path.name}, fitted over ") and "NOT A MEASUREMENT" not in out
+    assert "CC-2020-50 CC-MAIN-2020-50" in out and "  quality: train models " in out and "I/O: " in out
