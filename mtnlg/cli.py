@@ -248,31 +248,44 @@ def _node_counts(text: str) -> list[int]:
 def print_curation_plan(args) -> int:
     """`mtnlg curate --plan`: chapter 36's plan for the paper's two Common Crawl snapshots, from a benchmark's measured
     rates."""
-    from mtnlg.curate import CC_SNAPSHOTS, curation_plan, format_curation_plan, load_plan_rates, newest_rates_file
+    from mtnlg.curate import (
+        CC_SNAPSHOTS,
+        PLAN_BENCH,
+        curation_plan,
+        format_curation_plan,
+        load_curate_config,
+        load_plan_rates,
+        newest_rates_file,
+    )
 
-    path = args.rates or newest_rates_file()
+    path = args.rates or newest_rates_file(bench=PLAN_BENCH)
     if path is None:
         raise FileNotFoundError(
-            "no bench/results/curate-*.json to take rates from: run `python bench/curate.py --save`, "
+            f"no bench/results/{PLAN_BENCH}-*.json to take rates from: run `python bench/{PLAN_BENCH}.py --save`, "
             "or give --rates FILE (tests/fixtures/curate-rates.json: made-up rates for tests)"
         )
-    if args.cores_per_node < 1 or args.memory_per_node_gb <= 0:
-        raise ValueError("--cores-per-node and --memory-per-node-gb must be positive")
+    if args.cores_per_node < 1 or args.memory_per_node_gb <= 0 or args.fs_gbps_per_node <= 0:
+        raise ValueError("--cores-per-node, --memory-per-node-gb and --fs-gbps-per-node must be positive")
+    config = args.config or "scaled_configs/curate-cc.yaml"  # its dedup band splits and partitions, quality folds
+    cfg = load_curate_config(config, dict(parse_override(o) for o in args.set))
     plan = curation_plan(
         load_plan_rates(path),
         CC_SNAPSHOTS,
         _node_counts(args.nodes),
         args.cores_per_node,
         args.memory_per_node_gb * 1e9,
+        args.fs_gbps_per_node,
+        cfg,
     )
-    print(format_curation_plan(plan, args.config or "scaled_configs/curate-cc.yaml"))
+    print(format_curation_plan(plan, config))
     return 0
 
 
 def add_curate_arguments(p: argparse.ArgumentParser):
     """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh]
     [--scheduler-file F]`; `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512]
-    [--rates FILE]`: what curating the paper's two Common Crawl snapshots takes, nothing curated (chapter 36)."""
+    [--fs-gbps-per-node 1.0] [--rates FILE] [--config CURATE_CFG]`: what curating the paper's two Common Crawl
+    snapshots takes with the config's settings, nothing curated (chapter 36)."""
     add_config_arguments(p, required=False)
     p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
     p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
@@ -294,8 +307,15 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     p.add_argument("--cores-per-node", type=int, default=64, help="--plan: cores of a node (default 64)")
     p.add_argument("--memory-per-node-gb", type=float, default=512, help="--plan: memory of a node, GB (default 512)")
     p.add_argument(
+        "--fs-gbps-per-node",
+        type=float,
+        default=1.0,
+        help="--plan: the file system's read + write GB/s a node, an assumption (default 1.0)",
+    )
+    p.add_argument(
         "--rates",
-        help="--plan: a bench/curate.py result holding plan_rates (default: the newest bench/results/curate-*.json)",
+        help="--plan: a bench/curate_validate.py result holding plan_rates (default: the newest "
+        "bench/results/curate_validate-*.json)",
     )
     add_data_dir_argument(p)
 

@@ -4,18 +4,20 @@
 
 # %% auto 0
 __all__ = ['SAMPLE_FACTOR', 'STAGES', 'MOST', 'CC_PAGES_SOURCE', 'WARC_FILE_SOURCE', 'WARC_FILE_BYTES', 'WARC_COUNT_SOURCE',
-           'WARC_FILES_2021_04', 'CC_SNAPSHOTS', 'RATES_FIXTURE', 'DEDUP_RATE_KEYS', 'DatasetSpec', 'ExtractSpec',
-           'QualitySpec', 'DedupSpec', 'DecontaminateSpec', 'TokenizeSpec', 'BlendSpec', 'SlurmSpec', 'CurateConfig',
-           'load_curate_config', 'LocalExecutor', 'DaskExecutor', 'make_executor', 'task_extract', 'task_quality',
-           'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate', 'task_tokenize',
-           'task_train_quality', 'quality_model_paths', 'train_quality_models', 'train_tokenizer', 'discover_shards',
-           'summarize', 'Curation', 'extract_stage', 'quality_stage', 'dedup_stage', 'decontaminate_stage',
-           'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_blend_text', 'task_gpt_samples',
-           'blend_report', 'too_small', 'blend_outputs', 'dataset_flow', 'flow_warnings', 'format_summary', 'Snapshot',
-           'newest_rates_file', 'load_plan_rates', 'load_dedup_rates', 'dedup_bytes_per_doc', 'workers_per_node',
-           'snapshot_cost', 'wall_hours', 'curation_plan', 'both_snapshots', 'format_curation_plan']
+           'WARC_FILES_2021_04', 'CC_SNAPSHOTS', 'RATES_FIXTURE', 'PLAN_BENCH', 'DEDUP_STAGES', 'FS_GBPS_PER_NODE',
+           'DatasetSpec', 'ExtractSpec', 'QualitySpec', 'DedupSpec', 'DecontaminateSpec', 'TokenizeSpec', 'BlendSpec',
+           'SlurmSpec', 'CurateConfig', 'load_curate_config', 'LocalExecutor', 'DaskExecutor', 'make_executor',
+           'task_extract', 'task_quality', 'task_signatures', 'task_dedup', 'task_count_ngrams', 'task_decontaminate',
+           'task_tokenize', 'task_train_quality', 'quality_model_paths', 'train_quality_models', 'train_tokenizer',
+           'discover_shards', 'summarize', 'Curation', 'extract_stage', 'quality_stage', 'dedup_stage',
+           'decontaminate_stage', 'tokenize_stage', 'curate', 'check_flow', 'task_shard_tokens', 'task_blend_text',
+           'task_gpt_samples', 'blend_report', 'too_small', 'blend_outputs', 'dataset_flow', 'flow_warnings',
+           'format_summary', 'Snapshot', 'newest_rates_file', 'fit_rate', 'load_plan_rates', 'load_dedup_rates',
+           'dedup_bytes_per_doc', 'workers_per_node', 'few_worker_tasks', 'snapshot_cost', 'wall_parts', 'wall_hours',
+           'curation_plan', 'format_curation_plan']
 
 # %% ../nbs/36_curate.ipynb
+import functools
 import itertools
 import json
 import os
@@ -665,6 +667,7 @@ class Curation:
     ex: object  # the executor (local pool or Dask)
     progress: bool = True
     log: object = print
+    timings: list = field(default_factory=list)  # each map's tasks and their seconds: the plan's rates (below)
 
     @property
     def spec(self) -> dict:
@@ -681,7 +684,26 @@ class Curation:
         return self.out / "manifests" / stage / d / f"{shard_stem(s)}.json"
 
     def map(self, task, args: list, what: str) -> list:
-        return self.ex.map(task, args, what, self.progress)
+        t = time.time()
+        got = self.ex.map(functools.partial(_timed_call, task), args, what, self.progress)
+        self.timings.append(
+            {
+                "what": what,
+                "tasks": len(args),
+                "wall_seconds": time.time() - t,
+                "seconds": [s for _, s, _ in got],
+                "cpu_seconds": [u for _, _, u in got],
+            }
+        )
+        return [r for r, _, _ in got]
+
+
+def _timed_call(fn, *args):
+    """`fn(*args)`, the wall seconds it took on the worker that ran it, and the CPU seconds of that worker's process
+    meanwhile (all its threads: a pool's worker runs one task at a time; a busy machine stretches the first, hardly
+    the second)."""
+    t, cpu = time.time(), time.process_time()
+    return fn(*args), time.time() - t, time.process_time() - cpu
 
 # %% ../nbs/36_curate.ipynb
 def extract_stage(c: Curation) -> dict:
@@ -907,6 +929,8 @@ def curate(
     finally:
         ex.close()
     summary["seconds"] = time.time() - t_start
+    (out / "manifests").mkdir(exist_ok=True)  # beside the shards' manifests: timings, not outputs
+    (out / "manifests/task_seconds.json").write_text(json.dumps({"maps": c.timings, "seconds": summary["seconds"]}))
     check_flow(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
@@ -1236,6 +1260,7 @@ class Snapshot:
     pages: int  # page captures
     warc_bytes: float  # its .warc.gz files, compressed
     warc_how: str  # where `warc_bytes` comes from
+    shards: float | None = None  # its input files (default: `warc_bytes` over Common Crawl's ~1 GB WARC files)
 
 
 CC_PAGES_SOURCE = (
@@ -1274,6 +1299,7 @@ CC_SNAPSHOTS = [
 from .catalog import REPO, shown_path
 
 RATES_FIXTURE = REPO / "tests/fixtures/curate-rates.json"  # made-up round numbers for tests: never a measurement
+PLAN_BENCH = "curate_validate"  # bench/curate_validate.py: the rates fitted over >= 3 sizes, and their check
 
 
 def newest_rates_file(root=None, bench: str = "curate") -> Path | None:
@@ -1285,6 +1311,28 @@ def newest_rates_file(root=None, bench: str = "curate") -> Path | None:
     return found[-1] if found else None
 
 
+def fit_rate(sizes, ys, what: str, units=("GB",)) -> tuple[float, list[float]]:
+    """`ys` ≈ fixed + Σ rate × size, by least squares over the measured sizes (each a number, or one number per unit):
+    `(fixed, [rate a unit])`. Needs >= 3 different sizes (and more than the unknowns); a negative rate is refused, with
+    the sizes that produced it."""
+    X, y = np.asarray(sizes, float), np.asarray(ys, float)
+    X = X.reshape(len(X), -1)
+    shown = "; ".join(
+        " x ".join(f"{v:g} {u}" + "s" * (u != "GB") for v, u in zip(row, units)) + f" -> {yy:.4g}"
+        for row, yy in zip(X, y)
+    )
+    if len(np.unique(X, axis=0)) < max(3, X.shape[1] + 1):
+        raise ValueError(f"{what}: a rate needs >= 3 different sizes, not {len(np.unique(X, axis=0))} ({shown})")
+    coef = np.linalg.lstsq(np.column_stack([np.ones(len(X)), X]), y, rcond=None)[0]
+    if (coef[1:] < 0).any():
+        k = int(np.argmin(coef[1:]))
+        raise ValueError(
+            f"{what}: the fitted rate is negative ({coef[1 + k]:.3g} a {units[k]}) over the sizes {shown}: "
+            "measure again, at sizes further apart or on a quieter machine"
+        )
+    return float(coef[0]), [float(c) for c in coef[1:]]
+
+# %% ../nbs/36_curate.ipynb
 def _bad_rates(r: dict) -> list[str]:
     "The keys of `plan_rates` that do not hold what the plan needs."
     positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
@@ -1297,8 +1345,9 @@ def _bad_rates(r: dict) -> list[str]:
 
 
 def load_plan_rates(path, dedup_rates=None) -> dict:
-    """The per-GB-of-.warc.gz rates (`plan_rates`) of a bench/curate.py result, checked, with `source` and `fixture`
-    (true for the test fixture) added. A missing file or a malformed one raises an error of one line that names it."""
+    """The per-GB-of-.warc.gz rates (`plan_rates`) of a bench/curate_validate.py result, checked, with `source` and
+    `fixture` (true for the test fixture) added. A missing file, a malformed one, or rates fitted over fewer than 3
+    sizes raise an error of one line that names it."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"rates file {str(p)!r} not found")
@@ -1308,56 +1357,66 @@ def load_plan_rates(path, dedup_rates=None) -> dict:
         raise ValueError(f"rates file {p}: not JSON ({e})") from None
     r = data.get("plan_rates") if isinstance(data, dict) else None
     if not isinstance(r, dict):
-        raise ValueError(
-            f"rates file {p}: no `plan_rates` object (bench/curate.py writes one when it runs its large size)"
-        )
+        raise ValueError(f"rates file {p}: no `plan_rates` object (python bench/curate_validate.py --save writes one)")
     if bad := _bad_rates(r):
         raise ValueError(f"rates file {p}: `plan_rates` needs positive numbers for {', '.join(bad)}")
+    if len(set(r.get("fitted_from_gb") or [])) < 3:
+        raise ValueError(
+            f"rates file {p}: `plan_rates` fitted over {len(set(r.get('fitted_from_gb') or []))} sizes; the plan takes "
+            "rates fitted over >= 3 (python bench/curate_validate.py --save)"
+        )
+    root = p.parent.parent.parent if p.parent.name == "results" else None
+    named = Path(root or REPO, r["dedup_rates"]) if r.get("dedup_rates") else None  # the file it was fitted with
     dedup = r.get("partitioned_dedup") or load_dedup_rates(
-        dedup_rates or newest_rates_file(p.parent.parent.parent if p.parent.name == "results" else None, "dedup-scale")
+        dedup_rates or named or newest_rates_file(root, "dedup-scale")
     )
     return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
 
-
-DEDUP_RATE_KEYS = (
-    "band_seconds_per_doc",
-    "verify_seconds_per_doc",
-    "components_seconds_per_doc",
-    "band_bytes_per_doc",
-    "components_bytes_per_doc",
-    "driver_cpu_seconds_per_shard",
-)
+# %% ../nbs/36_curate.ipynb
+DEDUP_STAGES = ("band_keys", "band", "verify", "components")
 
 
 def load_dedup_rates(path) -> dict:
-    """The partitioned dedup's rates from a bench/dedup_scale.py result: each stage's marginal seconds a document and a
-    shard and traced bytes a document (stage A0's shards, A's one band split, A', B), and the curation driver's CPU
-    seconds a shard."""
+    """The partitioned dedup's rates from a bench/dedup_scale.py result, fitted over its sizes (`fit_rate`): each
+    stage's seconds (the fastest of its repeats: on a shared machine, the run least slowed by others) a document and a
+    shard (stage A0's shards, A's band tasks, A', B), the traced bytes a document of a
+    band task and of the components (over the sizes of one shard count), and the curation driver's CPU seconds a
+    shard."""
     if path is None or not Path(path).is_file():
         raise FileNotFoundError(
             f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run "
             f"python bench/dedup_scale.py --save"
         )
-    data = json.loads(Path(path).read_text())
-    m = data["marginal"]
-    r = {
-        "band_seconds_per_doc": m["seconds_per_doc"]["band"],
-        "verify_seconds_per_doc": m["seconds_per_doc"]["verify"],
-        "components_seconds_per_doc": m["seconds_per_doc"]["components"],
-        "band_bytes_per_doc": m["traced_bytes_per_doc"]["band"],
-        "components_bytes_per_doc": m["traced_bytes_per_doc"]["components"],
-        "driver_cpu_seconds_per_shard": data["driver_cpu_seconds_per_shard"],
-        "band_keys_seconds_per_doc": m["seconds_per_doc"].get("band_keys", 0.0),
-        **{
-            f"{s}_seconds_per_shard": m.get("seconds_per_shard", {}).get(s, 0.0)
-            for s in ("band_keys", "band", "verify", "components")
-        },
-    }
-    return {k: max(0.0, float(v)) for k, v in r.items()} | {
+    data, name = json.loads(Path(path).read_text()), shown_path(path)
+    sizes = list(data["sizes"].values())
+    X, r = [(s["documents"], s["shards"]) for s in sizes], {}
+    for stage in DEDUP_STAGES:
+        ys = [min(s[stage].get("all_seconds") or [s[stage]["seconds"]]) for s in sizes]  # the least disturbed run
+        _, (r[f"{stage}_seconds_per_doc"], r[f"{stage}_seconds_per_shard"]) = fit_rate(
+            X, ys, f"{name}: dedup {stage} seconds", ("document", "shard")
+        )
+    one = [s for s in sizes if s["shards"] == min(z["shards"] for z in sizes)]  # memory: documents in the same shards
+    for stage in ("band", "components"):
+        _, (r[f"{stage}_bytes_per_doc"],) = fit_rate(
+            [s["documents"] for s in one],
+            [s[stage]["peak_traced_bytes"] for s in one],
+            f"{name}: dedup {stage} traced bytes",
+            ("document",),
+        )
+    drv = list(data["curation_driver"].values())
+    _, (r["driver_cpu_seconds_per_shard"],) = fit_rate(
+        [d["shards"] for d in drv], [d["driver_cpu_seconds"] for d in drv], f"{name}: driver CPU seconds", ("shard",)
+    )
+    from mtnlg.dedup import component_partitions, plan_partitions
+
+    return r | {
         "band_splits": int(data.get("band_splits", 1)),
+        "components_partitions": component_partitions(plan_partitions(min(s["shards"] for s in sizes))),
+        "sizes": len(sizes),
         "source": str(path),
         "device": data.get("device"),
         "date": data.get("date"),
+        "load_average_1min": data.get("load_average_1min"),
     }
 
 
@@ -1371,33 +1430,70 @@ def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tupl
     ), f"signatures only ({num_perm} x 4 bytes, chapter 32): a floor"
 
 # %% ../nbs/36_curate.ipynb
+FS_GBPS_PER_NODE = (
+    1.0  # the file system's read + write GB/s a node: an assumption (`mtnlg curate --plan --fs-gbps-per-node`)
+)
+
+
 def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float) -> int:
     """One single-threaded worker per core (cluster/curate.sbatch: one per Slurm task), as many as the node's memory
     holds at the measured peak."""
     return max(1, min(cores_per_node, int(node_memory_bytes // rates["peak_rss_per_worker_bytes"])))
 
 
-def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> dict:
-    """What curating `snap` takes at `rates`, whatever the machines: core-hours by stage, the hours no node count
-    shortens (the driver's per-shard steps and fixed costs, one LSH band task — a band's key split, as the rates
-    measured it), kept documents, dedup memory."""
+def few_worker_tasks(rates: dict, snap: Snapshot, shards: float, kept: float, cfg=None) -> list[dict]:
+    """The maps with fewer tasks than a large job has workers, each with its tasks and one task's seconds and bytes: the
+    driver (one process), the dedup maps whose task count is set by bands or partitions (chapter 32; seconds from
+    bench/dedup_scale.py, a band task's share of the keys scaled from the measured `band_splits` to the configured), and
+    those the rates name (`few_worker_tasks`: the quality models, a task a fold; the GPT-sample check)."""
+    from mtnlg.dedup import component_partitions, plan_partitions
+
+    dd = cfg.dedup if cfg else DedupSpec()
+    folds = cfg.quality.folds if cfg else QualitySpec().folds
+    d, P = rates["partitioned_dedup"], plan_partitions(int(shards), dd.partitions)
+    Q, share = component_partitions(P), d.get("band_splits", 1) / dd.band_splits
+    corpus = lambda s, docs_share=1.0: (
+        kept * d[f"{s}_seconds_per_doc"] * docs_share + shards * d.get(f"{s}_seconds_per_shard", 0.0)
+    )  # one pass over the corpus's documents and shards
+    drv = rates.get("driver_seconds", 0.0) + shards * d["driver_cpu_seconds_per_shard"]
+    rows = [
+        ("driver (one process)", 1, drv, "a shard's bookkeeping x shards, and its fixed steps", 0.0),
+        (
+            f"dedup: LSH band ({dd.bands} bands x {dd.band_splits} key splits)",
+            dd.bands * dd.band_splits,
+            corpus("band", share),
+            f"every shard's band keys, 1/{dd.band_splits} of them held",
+            kept * d["band_bytes_per_doc"] * share,
+        ),
+        (f"dedup: verify pairs ({P} edge partitions)", P, corpus("verify") / P, "its pairs' signatures", 0.0),
+        (
+            f"dedup: components, a step ({Q} partitions)",
+            Q,
+            corpus("components") / Q,
+            "all rounds, a partition's edges",
+            kept * d["components_bytes_per_doc"] * d.get("components_partitions", 1) / Q,
+        ),
+    ]
+    for name, t in rates.get("few_worker_tasks", {}).items():
+        k = folds if t["tasks"] == "folds" else int(t["tasks"])
+        rows.append((name, k, t["seconds"] + shards * t.get("seconds_per_shard", 0.0), t.get("how", ""), 0.0))
+    return [{"task": n, "tasks": k, "hours": s / 3600, "how": h, "bytes": b} for n, k, s, h, b in rows]
+
+# %% ../nbs/36_curate.ipynb
+def snapshot_cost(rates: dict, snap: Snapshot, cfg=None) -> dict:
+    """What curating `snap` takes at `rates`, whatever the machines: core-hours of the per-shard maps by stage, the maps
+    of fewer tasks (`few_worker_tasks`), the bytes read and written, kept documents, dedup memory. `cfg`: the curation
+    config whose dedup bands, key splits and partitions and quality folds it runs (default: the defaults)."""
     gb, d = snap.warc_bytes / 1e9, rates["partitioned_dedup"]
-    kept, shards = snap.pages * rates["kept_docs_per_page"], snap.warc_bytes / WARC_FILE_BYTES
-    core_hours = {stage: s * gb / 3600 for stage, s in rates["cpu_seconds_per_gb"].items()}
-    task = lambda s: (
-        (kept * d[f"{s}_seconds_per_doc"] + shards * d.get(f"{s}_seconds_per_shard", 0.0)) / 3600
-    )  # a task over the corpus
+    shards = snap.shards or snap.warc_bytes / WARC_FILE_BYTES
+    kept = snap.pages * rates["kept_docs_per_page"]
+    fixed = rates.get("fixed_core_seconds", {})
+    core_hours = {s: (fixed.get(s, 0.0) + r * gb) / 3600 for s, r in rates["cpu_seconds_per_gb"].items()}
     core_hours["dedup"] = (
         core_hours.get("dedup", 0.0)
-        + task("verify")
-        + task("components")
-        + (task("band_keys") if "band_keys_seconds_per_doc" in d else 0)
-    )  # A0, A', B and B': every worker
-    fixed = sum(rates.get("fixed_seconds", {}).get("serial", {}).values())
-    serial = {
-        "driver": (shards * d["driver_cpu_seconds_per_shard"] + fixed) / 3600,
-        "dedup LSH band": task("band"),
-    }
+        + (kept * d.get("band_keys_seconds_per_doc", 0.0) + shards * d.get("band_keys_seconds_per_shard", 0.0)) / 3600
+    )  # stage A0: a task a shard
+    few = few_worker_tasks(rates, snap, shards, kept, cfg)
     return {
         "snapshot": snap.name,
         "crawl": snap.crawl,
@@ -1406,84 +1502,75 @@ def snapshot_cost(rates: dict, snap: Snapshot, bands: int = DedupSpec.bands) -> 
         "shards": shards,
         "core_hours": core_hours,
         "parallel_core_hours": sum(core_hours.values()),
-        "serial_hours": serial,
-        "driver_hours": sum(serial.values()),
-        "bands": bands * d.get("band_splits", 1),
+        "few_worker": few,
+        "few_worker_core_hours": sum(t["tasks"] * t["hours"] for t in few),
+        "serial_hours": sum(t["hours"] for t in few),  # each such map takes one task's hours at least
+        "io_bytes": gb * sum(rates.get("io_bytes_per_gb", {}).values()),  # read and written, every per-shard map
         "kept_docs": kept,
         "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
-        "dedup_task_bytes": {
-            "LSH band": kept * d["band_bytes_per_doc"],
-            "components": kept * d["components_bytes_per_doc"],
-        },
+    }
+
+# %% ../nbs/36_curate.ipynb
+def wall_parts(cost: dict, workers: int, nodes: int = 1, fs_gbps_per_node: float | None = FS_GBPS_PER_NODE) -> dict:
+    """Hours end to end on `workers` workers over `nodes` nodes, in parts: the per-shard maps (their core-hours over the
+    workers, in whole waves of shards), or the file system's time to move their bytes at `fs_gbps_per_node` if that is
+    longer (None: not counted); then each map of fewer tasks, a wave of its tasks at a time."""
+    waves = -(-cost["shards"] // workers)  # of shards: the last one counted whole, and no more workers than shards
+    io = cost["io_bytes"] / (nodes * fs_gbps_per_node * 1e9) / 3600 if fs_gbps_per_node else 0.0
+    return {
+        "compute": cost["parallel_core_hours"] / cost["shards"] * waves,
+        "io": io,
+        **{t["task"]: -(-t["tasks"] // workers) * t["hours"] for t in cost["few_worker"]},
     }
 
 
-def wall_hours(cost: dict, workers: int) -> float:
-    """Hours end to end: the per-shard work spread over every worker (shards far outnumber them), then what no node
-    count shortens: the driver's steps, the LSH band tasks (bands x splits: a wave of them while there are fewer workers
-    than tasks)."""
-    extra_waves = -(-cost["bands"] // workers) - 1
-    return (
-        cost["parallel_core_hours"] / workers
-        + cost["driver_hours"]
-        + extra_waves * cost["serial_hours"]["dedup LSH band"]
-    )
+def wall_hours(cost: dict, workers: int, nodes: int = 1, fs_gbps_per_node: float | None = FS_GBPS_PER_NODE) -> float:
+    "`wall_parts` added up: the per-shard maps or their I/O, whichever is longer, then the maps of fewer tasks."
+    p = wall_parts(cost, workers, nodes, fs_gbps_per_node)
+    return max(p.pop("compute"), p.pop("io")) + sum(p.values())
 
 
 def curation_plan(
-    rates: dict, snapshots=CC_SNAPSHOTS, nodes=(1, 8, 64), cores_per_node: int = 64, node_memory_bytes: float = 512e9
+    rates: dict,
+    snapshots=CC_SNAPSHOTS,
+    nodes=(1, 8, 64),
+    cores_per_node: int = 64,
+    node_memory_bytes: float = 512e9,
+    fs_gbps_per_node: float = FS_GBPS_PER_NODE,
+    cfg=None,
 ) -> dict:
-    "The cost of each snapshot, and its wall-clock hours on each node count of `nodes`."
+    """The cost of each snapshot (and, for several, of all together: one dedup over them), and its wall-clock hours on
+    each node count of `nodes`."""
     w = workers_per_node(rates, cores_per_node, node_memory_bytes)
-    costs = [snapshot_cost(rates, s) for s in snapshots]
+    snaps = list(snapshots)
+    if len(snaps) > 1:
+        add = lambda k: sum(getattr(s, k) or s.warc_bytes / WARC_FILE_BYTES for s in snaps)
+        snaps.append(Snapshot("both", "", add("pages"), add("warc_bytes"), "", add("shards")))
+    costs = [snapshot_cost(rates, s, cfg) for s in snaps]
     for c in costs:
-        c["wall_hours"] = {n: wall_hours(c, n * w) for n in nodes}
+        c["wall_hours"] = {n: wall_hours(c, n * w, n, fs_gbps_per_node) for n in nodes}
+        c["io_hours"] = {n: wall_parts(c, n * w, n, fs_gbps_per_node)["io"] for n in nodes}
     return {
         "rates": rates,
         "nodes": list(nodes),
         "cores_per_node": cores_per_node,
         "node_memory_bytes": node_memory_bytes,
+        "fs_gbps_per_node": fs_gbps_per_node,
         "workers_per_node": w,
+        "worker_memory_bytes": node_memory_bytes / w,  # dask-jobqueue: a job's memory over its processes
+        "band_splits": (cfg.dedup if cfg else DedupSpec()).band_splits,
         "snapshots": costs,
     }
 
 # %% ../nbs/36_curate.ipynb
-def both_snapshots(costs: list[dict]) -> dict:
-    """The snapshots' costs added up: MT-NLG deduplicated across all its datasets, so one dedup index holds them
-    together."""
-    add = lambda key: sum(c[key] for c in costs)
-    add_each = lambda key: {k: sum(c[key][k] for c in costs) for k in costs[0][key]}
-    return {
-        "snapshot": "both",
-        "crawl": "",
-        **{
-            k: add(k)
-            for k in (
-                "pages",
-                "warc_gb",
-                "shards",
-                "parallel_core_hours",
-                "driver_hours",
-                "kept_docs",
-                "dedup_index_bytes",
-            )
-        },
-        "core_hours": add_each("core_hours"),
-        "wall_hours": add_each("wall_hours"),
-        "serial_hours": add_each("serial_hours"),
-        "dedup_task_bytes": add_each("dedup_task_bytes"),
-        "bands": costs[0]["bands"],
-    }
-
-
 def _rates_line(r: dict) -> str:
     if r["fixture"]:
         return f"rates: {shown_path(r['source'])}: THE TEST FIXTURE'S MADE-UP NUMBERS, NOT A MEASUREMENT"
-    d = r["partitioned_dedup"]
+    d, sizes = r["partitioned_dedup"], ", ".join(f"{x:g}" for x in r["fitted_from_gb"])
     return (
-        f"rates: {shown_path(r['source'])}, measured on {r.get('device', '?')} ({r.get('date', '?')}); "
-        f"partitioned dedup and the "
-        f"driver a shard: {shown_path(d['source'])}, measured on {d.get('device', '?')} ({d.get('date', '?')})"
+        f"rates: {shown_path(r['source'])}, fitted over {sizes} GB of .warc.gz, measured on {r.get('device', '?')} "
+        f"({r.get('date', '?')}); partitioned dedup and the driver a shard: {shown_path(d['source'])}, fitted over "
+        f"{d.get('sizes', '?')} sizes, measured on {d.get('device', '?')} ({d.get('date', '?')})"
     )
 
 
@@ -1510,12 +1597,12 @@ def _sizes_table(rows: list[dict], pages_per_gb: float) -> list[str]:
 
 def _core_hours_table(rows: list[dict]) -> list[str]:
     stages = list(rows[0]["core_hours"])
-    out = [f"{'core-hours':10s} " + " ".join(f"{s:>13s}" for s in stages) + f" {'serial (h)':>10s} {'total':>10s}"]
+    out = [f"{'core-hours':10s} " + " ".join(f"{s:>13s}" for s in stages) + f" {'fewer tasks':>11s} {'total':>10s}"]
     for c in rows:
         out.append(
             f"{c['snapshot']:10s} "
             + " ".join(f"{c['core_hours'][s]:13,.0f}" for s in stages)
-            + f" {c['driver_hours']:10,.1f} {c['parallel_core_hours'] + c['driver_hours']:10,.0f}"
+            + f" {c['few_worker_core_hours']:11,.1f} {c['parallel_core_hours'] + c['few_worker_core_hours']:10,.0f}"
         )
     return out
 
@@ -1525,38 +1612,62 @@ def _wall_table(rows: list[dict], plan: dict) -> list[str]:
     rss = plan["rates"]["peak_rss_per_worker_bytes"]
     out = [
         f"wall-clock hours on N nodes of {w} workers ({plan['cores_per_node']} cores, "
-        f"{plan['node_memory_bytes'] / 1e9:g} GB; "
-        f"{rss / 1e9:.2f} GB peak RSS a worker); the serial hours (driver, one LSH band) do not shrink with N",
-        f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes),
+        f"{plan['node_memory_bytes'] / 1e9:g} GB; {rss / 1e9:.2f} GB peak RSS a worker)",
+        f"{'nodes':10s} " + " ".join(f"{n:>9,d}" for n in nodes) + f" {'speed-up':>9s}",
     ]
-    out += [f"{c['snapshot']:10s} " + " ".join(f"{c['wall_hours'][n]:9,.1f}" for n in nodes) for c in rows]
+    for c in rows:
+        h = c["wall_hours"]
+        out.append(
+            f"{c['snapshot']:10s} " + " ".join(f"{h[n]:9,.2f}" for n in nodes) + f" {h[nodes[0]] / h[nodes[-1]]:8.1f}x"
+        )
+    return out
+
+# %% ../nbs/36_curate.ipynb
+def _few_worker_lines(rows: list[dict], plan: dict) -> list[str]:
+    c, n, w = rows[0], plan["nodes"][-1], plan["workers_per_node"]
+    out = [
+        f"maps of fewer tasks than {n} nodes have workers ({n * w:,}), {c['snapshot']}: tasks x hours a task "
+        f"(what no node count shortens: {c['serial_hours']:.3f} h)"
+    ]
+    for t in c["few_worker"]:
+        out.append(f"  {t['task']:44s} {t['tasks']:6,d} x {t['hours']:8.4f} h  ({t['how']})")
+    io = c["io_bytes"]
+    out.append(
+        f"I/O: {io / 1e12:,.1f} TB read and written by the per-shard maps ({io / 1e9 / c['warc_gb']:.2f} GB a GB of "
+        f".warc.gz); at {plan['fs_gbps_per_node']:g} GB/s a node (an assumption: --fs-gbps-per-node) "
+        + ", ".join(f"{c['io_hours'][k]:.2f} h on {k}" for k in plan["nodes"])
+        + f"; compute: {c['parallel_core_hours'] / (n * w):.2f} h on {n}"
+    )
     return out
 
 
 def _dedup_memory_lines(rows: list[dict], plan: dict) -> list[str]:
-    d, (per_doc, how) = plan["rates"]["partitioned_dedup"], dedup_bytes_per_doc(plan["rates"])
-    workers_rss = (plan["workers_per_node"] - 1) * plan["rates"]["peak_rss_per_worker_bytes"]
-    free = plan["node_memory_bytes"] - workers_rss
+    per_doc, how = dedup_bytes_per_doc(plan["rates"])
+    rss, mem = plan["rates"]["peak_rss_per_worker_bytes"], plan["worker_memory_bytes"]
     out = [
-        f"dedup memory a node (chapter 32's partitioned plan: no process holds the signatures): its "
-        f"largest task, an LSH band's "
-        f"key split (1/{d.get('band_splits', 1)} of a band: "
-        f"{d['band_bytes_per_doc']:,.0f} bytes a document) or the components' rounds "
-        f"({d['components_bytes_per_doc']:,.0f}: all partitions' edges, an upper bound), "
-        f"beside the node's {plan['workers_per_node'] - 1} other workers ({free / 1e9:,.0f} GB free)"
+        f"dedup memory a node, with dedup.band_splits = {plan['band_splits']} as configured: a worker has "
+        f"{mem / 1e9:.1f} GB ({plan['node_memory_bytes'] / 1e9:g} GB over {plan['workers_per_node']} workers, as "
+        f"dask-jobqueue divides a job's memory), less its {rss / 1e9:.2f} GB peak for the task's own bytes"
     ]
     for c in rows:
-        need = max(c["dedup_task_bytes"].values())
-        out.append(
-            f"  {c['snapshot']:10s} {c['dedup_task_bytes']['LSH band'] / 1e9:7,.0f} GB a band task, "
-            f"{c['dedup_task_bytes']['components'] / 1e9:5,.0f} GB the components: "
-            + (
-                "fits"
-                if need <= free
-                else f"does not fit; a node of >= {(need + workers_rss) / 1e12:.1f} TB would hold it"
+        band, comp = (
+            next(t for t in c["few_worker"] if t["task"].startswith(p)) for p in ("dedup: LSH", "dedup: comp")
+        )
+        need = max(band["bytes"], comp["bytes"])
+        splits = -(-band["bytes"] * plan["band_splits"] // max(1.0, mem - rss))
+        verdict = (
+            "fits"
+            if need <= mem - rss
+            else (
+                f"DOES NOT FIT a worker: set dedup.band_splits >= {splits:.0f}"
+                if comp["bytes"] <= mem - rss
+                else "DOES NOT FIT a worker: fewer workers a node (slurm.cores)"
             )
-            + f" (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, {per_doc:,.0f} "
-            f"bytes a document, {how})"
+        )
+        out.append(
+            f"  {c['snapshot']:10s} {band['bytes'] / 1e9:7,.1f} GB an LSH band task, {comp['bytes'] / 1e9:6,.1f} GB a "
+            f"components task: {verdict} (the single-process plan_dedup: {c['dedup_index_bytes'] / 1e12:.2f} TB, "
+            f"{per_doc:,.0f} bytes a document, {how})"
         )
     return out
 
@@ -1573,10 +1684,9 @@ def _commands(plan: dict, config: str) -> list[str]:
 
 
 def format_curation_plan(plan: dict, config: str = "scaled_configs/curate-cc.yaml") -> str:
-    """The plan as `mtnlg curate --plan` prints it: sizes, core-hours by stage, wall-clock hours by node count, the
-    dedup index, the commands."""
-    costs = plan["snapshots"]
-    rows = costs + ([both_snapshots(costs)] if len(costs) > 1 else [])
+    """The plan as `mtnlg curate --plan` prints it: sizes, core-hours by stage, wall-clock hours by node count, the maps
+    of fewer tasks and the I/O, dedup memory, the commands."""
+    rows = plan["snapshots"]
     blocks = [
         [
             _rates_line(plan["rates"]),
@@ -1585,6 +1695,7 @@ def format_curation_plan(plan: dict, config: str = "scaled_configs/curate-cc.yam
         _sizes_table(rows, plan["rates"]["pages_per_gb"]),
         _core_hours_table(rows),
         _wall_table(rows, plan),
+        _few_worker_lines(rows, plan),
         _dedup_memory_lines(rows, plan),
         _commands(plan, config),
     ]
