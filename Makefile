@@ -32,7 +32,7 @@ demo: install
 	cmp runs/tiny-3d/eval/results.md runs/tiny-3d/eval-3d/results.md && echo "the same table, the model read split TP 2 x PP 2 x DP 2 over 8 processes (chapter 65)"
 	$(BIN)/mtnlg bias --checkpoint runs/tiny-3d/checkpoints
 	$(BIN)/mtnlg plan --config scaled_configs/mtnlg-530b.yaml --gpus 2240 --top 5
-	$(BIN)/mtnlg curate --plan --nodes 1,64   # the paper's two Common Crawl snapshots, from bench/curate.py's measured rates
+	$(BIN)/mtnlg curate --plan --nodes 1,64   # the paper's two Common Crawl snapshots, from bench/curate_validate.py's measured rates (bench/results/)
 	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, eval-3d/results.md, bias/bias.md)"
 
 # two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker.
