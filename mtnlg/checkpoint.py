@@ -6,10 +6,10 @@
 __all__ = ['FORMAT', 'FORMATS', 'OPTIMIZER_STATES', 'CHECKSUM', 'META_CHECKSUM', 'SHARD_OVERHEAD_BYTES', 'TENSOR_OVERHEAD_BYTES',
            'UNREADABLE', 'VERIFY_LABELS', 'VERIFY_EXIT', 'step_name', 'shard_name', 'tp_dim', 'rng_state',
            'set_rng_state', 'make_shard', 'complete_steps', 'latest_checkpoint', 'prune', 'digest_bytes',
-           'HashingWriter', 'save_hashed', 'file_digest', 'seal_meta', 'save_checkpoint', 'CheckpointWriteError',
-           'free_bytes', 'shard_bytes', 'human_bytes', 'reduce_over_job', 'OldFormatWarning', 'CheckpointCorruptError',
-           'read_meta', 'check_file', 'check_checkpoint', 'fit_rows', 'SliceRead', 'ShardIndex', 'Checkpoint',
-           'resume_order', 'resume_step', 'what_is_wrong', 'newest_verified_checkpoint',
+           'HashingWriter', 'save_hashed', 'file_digest', 'seal_meta', 'CheckpointWriteError', 'shard_bytes',
+           'human_bytes', 'free_bytes', 'reduce_over_job', 'save_checkpoint', 'OldFormatWarning',
+           'CheckpointCorruptError', 'read_meta', 'check_file', 'check_checkpoint', 'fit_rows', 'SliceRead',
+           'ShardIndex', 'Checkpoint', 'resume_order', 'resume_step', 'what_is_wrong', 'newest_verified_checkpoint',
            'newest_checkpoint_being_verified', 'StepCheck', 'verify_step', 'verify_checkpoints', 'verify_report',
            'load_state_dict', 'load_checkpoint', 'StopRequest']
 
@@ -59,7 +59,7 @@ def tp_dim(p: torch.Tensor) -> int:
     "The dimension a tensor-parallel parameter is split along; -1 for a parameter every TP rank holds whole."
     return p.partition_dim if getattr(p, "tensor_model_parallel", False) else -1
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def rng_state() -> dict:
     "Every random stream this process draws from, as tensors and numbers (so it loads with `weights_only=True`)."
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -84,7 +84,7 @@ def set_rng_state(state: dict):
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def make_shard(params: dict, fragments: dict, optimizer_step: int, with_model: bool) -> dict:
     """One rank's file. `params`: GPT name -> this rank's TP slice; `fragments`: GPT name -> {"start": offset in the
     flattened slice, "master"/"exp_avg"/"exp_avg_sq": this rank's ZeRO-1 piece}. Replicas (DP > 0) leave the model
@@ -132,7 +132,7 @@ def _pause_for_test(tmp_dir: Path, rank: int, step: int):
         while True:
             time.sleep(60)
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def complete_steps(root) -> list[Path]:
     "Complete checkpoints under `root` (a `meta.json` is written last), oldest first."
     root = Path(root)
@@ -203,7 +203,7 @@ def save_hashed(obj, path) -> str:
         w.flush()
     return w.hash.hexdigest()
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def file_digest(path) -> str:
     "The checksum of the file at `path`, read through a memory map (the same pages a memory-mapped load reads next)."
     with open(path, "rb") as f:
@@ -222,101 +222,6 @@ def seal_meta(meta: dict) -> str:
     return text.replace(f'"{META_CHECKSUM}": "{_ZERO}"', f'"{META_CHECKSUM}": "{digest_bytes(text.encode())}"')
 
 # %% ../nbs/43_checkpoint.ipynb
-def save_checkpoint(
-    root, step: int, shard: dict, cfg: Config, layout: Layout, tokenizer_file, state: dict, keep_last: int = 2
-) -> Path:
-    """Collective: every rank writes `shard` into `root/.step-N.tmp/`; rank 0 adds config, tokenizer and `meta.json`
-    (the index of shards, every file's checksum and the trainer `state`), renames the directory to `step-N`, then
-    points `latest` at it.
-    A save that would not fit on the disk, or that fails midway, leaves nothing behind: `CheckpointWriteError` on every
-    rank."""
-    root, rank, world = Path(root), dist.get_rank(), dist.get_world_size()
-    final, tmp, old = root / step_name(step), root / f".{step_name(step)}.tmp", root / f".{step_name(step)}.old"
-    entry = {
-        "coord": list(layout.coord(rank)),
-        "model": sorted(shard["model"]),
-        "fragments": sorted(shard["fragments"]),
-    }
-    index = [None] * world if rank == 0 else None
-    dist.gather_object(entry, index, dst=0)
-    texts, meta = {}, None  # rank 0's small files, made before anything is written
-    if rank == 0:
-        tokenizer_file = Path(tokenizer_file)
-        if not tokenizer_file.is_file():
-            raise FileNotFoundError(f"tokenizer file {str(tokenizer_file)!r} not found")
-        d = cfg.to_dict()
-        d.pop("source", None)
-        meta = {
-            "format": FORMAT,
-            "step": step,
-            "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
-            "shards": {shard_name(r): e for r, e in enumerate(index)},
-            **state,
-        }
-        texts = {"config.yaml": yaml.safe_dump(d, sort_keys=False), "tokenizer.json": tokenizer_file.read_bytes()}
-        names = [*meta["shards"], *texts]  # meta.json's size, with checksums of the same length as the real ones
-        texts["meta.json"] = seal_meta(
-            {**meta, "checksums": {"algorithm": CHECKSUM, "files": dict.fromkeys(names, _ZERO)}}
-        )
-    # 1. will it fit? The job's bytes (every shard, and rank 0's files) against the disk's free bytes, as rank 0 sees
-    #    them
-    mine = shard_bytes(shard) + sum(len(t if isinstance(t, bytes) else t.encode()) for t in texts.values())
-    need, free = reduce_over_job([mine, free_bytes(root) if rank == 0 else 0])
-    if need > free:
-        raise CheckpointWriteError(
-            f"not enough disk space to save {step_name(step)} in {root}: needs {human_bytes(need)}, "
-            f"{human_bytes(free)} free; nothing was written, {_still_latest(root)}. {_WHAT_TO_DO}"
-        )
-    # 2. write: every rank its shard; a failure on any rank is known to all, and the temporary directory goes
-    failed, digest = None, None
-    if rank == 0:
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        except OSError as e:
-            failed = e
-    dist.barrier()
-    if failed is None:
-        try:
-            digest = _write_atomic(tmp / shard_name(rank), lambda p: save_hashed(shard, p))
-        except (OSError, RuntimeError) as e:
-            failed = e  # torch's zip writer reports a full disk as a RuntimeError
-        else:
-            _pause_for_test(tmp, rank, step)
-    _raise_if_any_failed(failed, root, step, tmp, need, free)
-    digests = [None] * world if rank == 0 else None
-    dist.gather_object(digest, digests, dst=0)
-    # 3. rank 0 completes the directory, renames it and points `latest` at it; undone if any of that fails
-    if rank == 0:
-        renamed = False
-        try:
-            files = {shard_name(r): h for r, h in enumerate(digests)}
-            for name in ("config.yaml", "tokenizer.json"):
-                data = texts[name] if isinstance(texts[name], bytes) else texts[name].encode()
-                _write_atomic(tmp / name, lambda p: p.write_bytes(data))
-                files[name] = digest_bytes(data)
-            meta_text = seal_meta({**meta, "checksums": {"algorithm": CHECKSUM, "files": files}})
-            _write_atomic(tmp / "meta.json", lambda p: p.write_text(meta_text))
-            _fsync(tmp)
-            if final.exists():
-                os.replace(final, old)  # the same step again (a resumed run saving where it resumed)
-            os.replace(tmp, final)
-            renamed = True
-            _fsync(root)
-            _write_atomic(root / "latest", lambda p: p.write_text(final.name + "\n"))
-        except OSError as e:
-            failed = e
-            if renamed:
-                os.replace(final, tmp)  # back out: `latest` names the step it named before
-            if old.exists():
-                os.replace(old, final)
-        else:
-            shutil.rmtree(old, ignore_errors=True)
-            prune(root, keep_last)
-    _raise_if_any_failed(failed, root, step, tmp, need, free)  # also the barrier: no rank returns before `latest` moved
-    return final
-
-# %% ../nbs/43_checkpoint.ipynb
 class CheckpointWriteError(OSError):
     """A checkpoint that did not fit, or failed to write: nothing of it is left, and `latest` names the step it named
     before."""
@@ -327,18 +232,6 @@ _WHAT_TO_DO = (
     "then resume with --resume auto"
 )
 SHARD_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES = 64 * 1024, 512  # torch.save's zip records and pickle, generously
-
-
-def free_bytes(path) -> int:
-    """Bytes this user may still write on the file system holding `path` (its nearest existing parent if `path` is
-    not there yet). Test hook: MTNLG_DISK_BYTES_FOR_TEST=N pretends `path` is alone on a disk of N bytes."""
-    p = Path(path).absolute()
-    if disk := os.environ.get("MTNLG_DISK_BYTES_FOR_TEST"):
-        used = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
-        return max(0, int(disk) - used)
-    while not p.exists():
-        p = p.parent
-    return shutil.disk_usage(p).free
 
 
 def _tensors(x):
@@ -364,6 +257,18 @@ def human_bytes(n: float) -> str:
         n /= 1000
     return f"{n:.1f} PB"
 
+# %% ../nbs/43_checkpoint.ipynb
+def free_bytes(path) -> int:
+    """Bytes this user may still write on the file system holding `path` (its nearest existing parent if `path` is
+    not there yet). Test hook: MTNLG_DISK_BYTES_FOR_TEST=N pretends `path` is alone on a disk of N bytes."""
+    p = Path(path).absolute()
+    if disk := os.environ.get("MTNLG_DISK_BYTES_FOR_TEST"):
+        used = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else 0
+        return max(0, int(disk) - used)
+    while not p.exists():
+        p = p.parent
+    return shutil.disk_usage(p).free
+
 
 def reduce_over_job(values: list[int], op=dist.ReduceOp.SUM) -> list[int]:
     "`values` reduced over the job (int64; a CUDA tensor when the backend is NCCL, which holds no CPU tensors)."
@@ -371,7 +276,7 @@ def reduce_over_job(values: list[int], op=dist.ReduceOp.SUM) -> list[int]:
     dist.all_reduce(t, op=op)
     return t.tolist()
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def _still_latest(root: Path) -> str:
     last = latest_checkpoint(root) if root.is_dir() else None
     return f"`latest` still names {last.name}" if last else "no earlier checkpoint is there"
@@ -399,6 +304,122 @@ def _raise_if_any_failed(failed: BaseException | None, root: Path, step: int, tm
         f"{tmp.name}, {_still_latest(root)}. The save needs {human_bytes(need)}, {human_bytes(free)} "
         f"were free before it. {_WHAT_TO_DO}"
     )
+
+# %% ../nbs/43_checkpoint.ipynb
+def _rank0_files(step: int, shard: dict, cfg: Config, layout: Layout, tokenizer_file, state: dict):
+    """Collective: every rank's index entry gathered to rank 0, which returns (`meta` without its checksums, the small
+    files' contents: config, tokenizer, and `meta.json` sized with zeroed checksums). Other ranks: (None, {})."""
+    rank = dist.get_rank()
+    entry = {
+        "coord": list(layout.coord(rank)),
+        "model": sorted(shard["model"]),
+        "fragments": sorted(shard["fragments"]),
+    }
+    index = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(entry, index, dst=0)
+    if rank != 0:
+        return None, {}
+    tokenizer_file = Path(tokenizer_file)
+    if not tokenizer_file.is_file():
+        raise FileNotFoundError(f"tokenizer file {str(tokenizer_file)!r} not found")
+    d = cfg.to_dict()
+    d.pop("source", None)
+    meta = {
+        "format": FORMAT,
+        "step": step,
+        "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "shards": {shard_name(r): e for r, e in enumerate(index)},
+        **state,
+    }
+    texts = {"config.yaml": yaml.safe_dump(d, sort_keys=False), "tokenizer.json": tokenizer_file.read_bytes()}
+    names = [*meta["shards"], *texts]  # meta.json's size, with checksums of the same length as the real ones
+    texts["meta.json"] = seal_meta({**meta, "checksums": {"algorithm": CHECKSUM, "files": dict.fromkeys(names, _ZERO)}})
+    return meta, texts
+
+# %% ../nbs/43_checkpoint.ipynb
+def _check_fits(root: Path, step: int, shard: dict, texts: dict) -> tuple[int, int]:
+    """Collective: (bytes the save needs, bytes free in `root` as rank 0 sees them), the same on every rank;
+    `CheckpointWriteError` on every rank, before anything is written, if it does not fit."""
+    mine = shard_bytes(shard) + sum(len(t if isinstance(t, bytes) else t.encode()) for t in texts.values())
+    need, free = reduce_over_job([mine, free_bytes(root) if dist.get_rank() == 0 else 0])
+    if need > free:
+        raise CheckpointWriteError(
+            f"not enough disk space to save {step_name(step)} in {root}: needs {human_bytes(need)}, "
+            f"{human_bytes(free)} free; nothing was written, {_still_latest(root)}. {_WHAT_TO_DO}"
+        )
+    return need, free
+
+# %% ../nbs/43_checkpoint.ipynb
+def _write_shard(root: Path, step: int, shard: dict, tmp: Path, need: int, free: int) -> list | None:
+    """Collective: rank 0 makes an empty `tmp`, every rank writes its shard there (hashed as it is written); a failure
+    on any rank raises on all (`_raise_if_any_failed`). Rank 0 returns every shard's checksum, in rank order."""
+    rank, failed, digest = dist.get_rank(), None, None
+    if rank == 0:
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        except OSError as e:
+            failed = e
+    dist.barrier()
+    if failed is None:
+        try:
+            digest = _write_atomic(tmp / shard_name(rank), lambda p: save_hashed(shard, p))
+        except (OSError, RuntimeError) as e:
+            failed = e  # torch's zip writer reports a full disk as a RuntimeError
+        else:
+            _pause_for_test(tmp, rank, step)
+    _raise_if_any_failed(failed, root, step, tmp, need, free)
+    digests = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(digest, digests, dst=0)
+    return digests
+
+# %% ../nbs/43_checkpoint.ipynb
+def _complete_step(root: Path, step: int, tmp: Path, meta: dict, texts: dict, digests: list, keep_last: int):
+    """Rank 0: the small files, then `meta.json` with every checksum, written into `tmp`; `tmp` renamed to `step-N`,
+    `latest` pointed at it, older steps pruned. Any failure is undone and returned (every rank raises it)."""
+    final, old, renamed = root / step_name(step), root / f".{step_name(step)}.old", False
+    try:
+        files = {shard_name(r): h for r, h in enumerate(digests)}
+        for name in ("config.yaml", "tokenizer.json"):
+            data = texts[name] if isinstance(texts[name], bytes) else texts[name].encode()
+            _write_atomic(tmp / name, lambda p: p.write_bytes(data))
+            files[name] = digest_bytes(data)
+        meta_text = seal_meta({**meta, "checksums": {"algorithm": CHECKSUM, "files": files}})
+        _write_atomic(tmp / "meta.json", lambda p: p.write_text(meta_text))
+        _fsync(tmp)
+        if final.exists():
+            os.replace(final, old)  # the same step again (a resumed run saving where it resumed)
+        os.replace(tmp, final)
+        renamed = True
+        _fsync(root)
+        _write_atomic(root / "latest", lambda p: p.write_text(final.name + "\n"))
+    except OSError as e:
+        if renamed:
+            os.replace(final, tmp)  # back out: `latest` names the step it named before
+        if old.exists():
+            os.replace(old, final)
+        return e
+    shutil.rmtree(old, ignore_errors=True)
+    prune(root, keep_last)
+    return None
+
+# %% ../nbs/43_checkpoint.ipynb
+def save_checkpoint(
+    root, step: int, shard: dict, cfg: Config, layout: Layout, tokenizer_file, state: dict, keep_last: int = 2
+) -> Path:
+    """Collective: every rank writes `shard` into `root/.step-N.tmp/`; rank 0 adds config, tokenizer and `meta.json`
+    (the index of shards, every file's checksum and the trainer `state`), renames the directory to `step-N`, then
+    points `latest` at it.
+    A save that would not fit on the disk, or that fails midway, leaves nothing behind: `CheckpointWriteError` on every
+    rank."""
+    root = Path(root)
+    tmp = root / f".{step_name(step)}.tmp"
+    meta, texts = _rank0_files(step, shard, cfg, layout, tokenizer_file, state)  # made before anything is written
+    need, free = _check_fits(root, step, shard, texts)
+    digests = _write_shard(root, step, shard, tmp, need, free)
+    failed = _complete_step(root, step, tmp, meta, texts, digests, keep_last) if dist.get_rank() == 0 else None
+    _raise_if_any_failed(failed, root, step, tmp, need, free)  # also the barrier: no rank returns before `latest` moved
+    return root / step_name(step)
 
 # %% ../nbs/43_checkpoint.ipynb
 class OldFormatWarning(UserWarning):
@@ -433,7 +454,7 @@ def _corrupt(path: Path, why: str) -> CheckpointCorruptError:
     e.path, e.why = path, why
     return e
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def read_meta(step_dir) -> dict:
     """`step_dir`'s meta.json, checked against its own checksum (a v1 checkpoint, from before checksums, has none to
     check)."""
@@ -507,7 +528,7 @@ def check_checkpoint(path) -> Path:
         )
     return p
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def fit_rows(t: torch.Tensor, shape: list, name: str) -> torch.Tensor:
     "`t` as `shape`; only the padded vocabulary rows (a multiple of 128 x TP) may differ: zero-padded or cut."
     if list(t.shape) == list(shape):
@@ -534,6 +555,34 @@ class SliceRead(NamedTuple):
     nbytes: int  # bytes copied out of the file
 
 
+def _slice_reads(name: str, files: list, saved: tuple, shape, dim: int, tp_rank: int, tp: int) -> list[SliceRead]:
+    """`ShardIndex.slice_reads` from what the index says: `files`, one per TP rank of the checkpoint, each holding
+    `saved` = (shape, split dimension, dtype) of `name`."""
+    first, d, dtype = saved
+    if d < 0:
+        d, files = max(dim, 0), [files[tp_rank % len(files)]]  # saved whole by every TP rank: the nearest copy
+    if dim >= 0 and dim != d:
+        raise ValueError(
+            f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
+            f"the checkpoint's model config differs from this run's"
+        )
+    step, lo = first[d], tp_rank * shape[d] if dim >= 0 else 0
+    held, needs = [*first], [*shape]  # the whole tensor, as saved and as needed
+    held[d], needs[d] = step * len(files), shape[d] * (tp if dim >= 0 else 1)
+    if held != needs and not (name.endswith("tokens.weight") and d == 0 and held[1:] == needs[1:]):
+        raise ValueError(
+            f"{name}: the checkpoint holds {held} but this model needs {needs} — "
+            f"the checkpoint's model config differs from this run's"
+        )
+    row = dtype.itemsize * math.prod(first) // max(1, step)  # bytes of one index along d
+    reads = []
+    for s, f in enumerate(files):  # file s holds [s*step, (s+1)*step) along d
+        a, b = max(lo, s * step), min(lo + shape[d], (s + 1) * step)
+        if a < b:
+            reads.append(SliceRead(f, d, a - s * step, a - lo, b - a, (b - a) * row))
+    return reads
+
+# %% ../nbs/43_checkpoint.ipynb
 class ShardIndex:
     """What a checkpoint's index tells a reader before it reads a weight: which files hold each parameter, how they
     split it, its saved shape and dtype. `Checkpoint` below reads that from `meta.json` and the mapped shards; a
@@ -547,10 +596,8 @@ class ShardIndex:
     def single_device_config(self) -> Config:
         """The config for this model on one device, keeping every vocabulary row the run trained: a TP-way run pads the
         vocabulary to a multiple of 128 x TP, and those rows took part in its softmax."""
-        cfg = self.config
-        cfg.model = replace(
-            cfg.model, make_vocab_size_divisible_by=cfg.model.make_vocab_size_divisible_by * self.layout.tp
-        )
+        cfg, tp = self.config, self.layout.tp
+        cfg.model = replace(cfg.model, make_vocab_size_divisible_by=cfg.model.make_vocab_size_divisible_by * tp)
         return cfg
 
     def names(self) -> list[str]:
@@ -563,10 +610,8 @@ class ShardIndex:
             if name in e[part]:
                 out.setdefault(e["coord"][2], []).append(f)
         if not out:
-            raise KeyError(
-                f"checkpoint {str(self.dir)!r} has no "
-                f"{'parameter' if part == 'model' else 'optimizer state for'} {name!r}"
-            )
+            what = "parameter" if part == "model" else "optimizer state for"
+            raise KeyError(f"checkpoint {str(self.dir)!r} has no {what} {name!r}")
         return dict(sorted(out.items()))
 
     def model_files(self, names: list[str] | None = None) -> list[str]:
@@ -580,29 +625,7 @@ class ShardIndex:
         (-1: not split, the whole tensor): only the overlapping part of only the files that hold it. Vocabulary rows
         that one layout pads and the other lacks are left zero or out, as `fit_rows` does."""
         files = [fs[0] for fs in self._holders(name, "model").values()]  # one per TP rank of the checkpoint
-        first, d, dtype = self.saved(files[0], name)
-        if d < 0:
-            d, files = max(dim, 0), [files[tp_rank % len(files)]]  # saved whole by every TP rank: the nearest copy
-        if dim >= 0 and dim != d:
-            raise ValueError(
-                f"{name}: the checkpoint splits it along dimension {d}, this model along {dim} — "
-                f"the checkpoint's model config differs from this run's"
-            )
-        step, lo = first[d], tp_rank * shape[d] if dim >= 0 else 0
-        held, needs = [*first], [*shape]  # the whole tensor, as saved and as needed
-        held[d], needs[d] = step * len(files), shape[d] * (tp if dim >= 0 else 1)
-        if held != needs and not (name.endswith("tokens.weight") and d == 0 and held[1:] == needs[1:]):
-            raise ValueError(
-                f"{name}: the checkpoint holds {held} but this model needs {needs} — "
-                f"the checkpoint's model config differs from this run's"
-            )
-        row = dtype.itemsize * math.prod(first) // max(1, step)  # bytes of one index along d
-        reads = []
-        for s, f in enumerate(files):  # file s holds [s*step, (s+1)*step) along d
-            a, b = max(lo, s * step), min(lo + shape[d], (s + 1) * step)
-            if a < b:
-                reads.append(SliceRead(f, d, a - s * step, a - lo, b - a, (b - a) * row))
-        return reads
+        return _slice_reads(name, files, self.saved(files[0], name), shape, dim, tp_rank, tp)
 
 # %% ../nbs/43_checkpoint.ipynb
 class _Background(threading.Thread):
@@ -626,26 +649,27 @@ class _Background(threading.Thread):
         return self.value
 
 
-class Checkpoint(ShardIndex):
-    """A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's
-    shards."""
+def _open(ckpt, path):
+    "`ckpt` opened on the step `path` names: its meta read and checked, its config and tokenizer verified."
+    ckpt.dir = check_checkpoint(path)
+    ckpt.meta = read_meta(ckpt.dir)
+    ckpt.layout, ckpt.step = Layout(**ckpt.meta["layout"]), ckpt.meta["step"]
+    ckpt._shards, ckpt.verified = {}, set()  # files whose checksum this process (or the job) has checked
+    ckpt._pending = None  # inside `checking_behind`: checks still running
+    ckpt._verifying = None  # after `start_verify`: the thread checking this rank's share
+    if "checksums" not in ckpt.meta:
+        warnings.warn(
+            f"{ckpt.dir} was written before checksums (format v1): its files load unchecked, so a flipped "
+            f"bit would go unnoticed; save it again to add them (mtnlg reshard {ckpt.dir} NEW_DIR)",
+            OldFormatWarning,
+            stacklevel=3,
+        )
+    for name in ("config.yaml", "tokenizer.json"):
+        ckpt.verify(name)
 
-    def __init__(self, path):
-        self.dir = check_checkpoint(path)
-        self.meta = read_meta(self.dir)
-        self.layout, self.step = Layout(**self.meta["layout"]), self.meta["step"]
-        self._shards, self.verified = {}, set()  # files whose checksum this process (or the job) has checked
-        self._pending = None  # inside `checking_behind`: checks still running
-        self._verifying = None  # after `start_verify`: the thread checking this rank's share
-        if "checksums" not in self.meta:
-            warnings.warn(
-                f"{self.dir} was written before checksums (format v1): its files load unchecked, so a flipped "
-                f"bit would go unnoticed; save it again to add them (mtnlg reshard {self.dir} NEW_DIR)",
-                OldFormatWarning,
-                stacklevel=2,
-            )
-        for name in ("config.yaml", "tokenizer.json"):
-            self.verify(name)
+# %% ../nbs/43_checkpoint.ipynb
+class _FileChecks(ShardIndex):
+    "`Checkpoint`'s first layer: each file checked against its checksum, once; this rank's share in the background."
 
     def verify(self, name: str):
         "File `name` checked against its checksum (once): `CheckpointCorruptError` if its bytes are not the saved ones."
@@ -672,6 +696,24 @@ class Checkpoint(ShardIndex):
             rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
             self._verifying = _Background(self._first_corrupt, names, list(range(len(names)))[rank::world])
 
+# %% ../nbs/43_checkpoint.ipynb
+def _one_verdict(problem, error, world: int):
+    """Every rank's (first checksum mismatch, other error) gathered; the same verdict raised on every rank: a
+    mismatch anywhere as `CheckpointCorruptError`, else the first rank's other error as chapter 10's `RankError`."""
+    verdicts = [(problem, error_record(error))]
+    if world > 1:
+        verdicts = [None] * world
+        dist.all_gather_object(verdicts, (problem, error_record(error)))
+    if bad := sorted(p for p, _ in verdicts if p):
+        raise _corrupt(Path(bad[0][1]), bad[0][2])
+    if world == 1 and error is not None:
+        raise error
+    raise_first_error([e for _, e in verdicts], error)
+
+# %% ../nbs/43_checkpoint.ipynb
+class _JobVerdict(_FileChecks):
+    "`Checkpoint`'s second layer: the files' checks shared over the job's ranks, and one verdict on every rank."
+
     def verify_all(self, found: Exception | None = None):
         """Collective: every file checked against its checksum, the files dealt round-robin over the job's ranks (the
         checks `start_verify` began, if it was called); `found`: an error this rank met while loading. One verdict on
@@ -689,34 +731,60 @@ class Checkpoint(ShardIndex):
             problem = problem or (-1, str(found.path), found.why)
         else:
             error = error or found
-        self._one_verdict(problem, error, world)
+        _one_verdict(problem, error, world)
         self.verified.update(names)
 
-    @staticmethod
-    def _one_verdict(problem, error, world: int):
-        """Every rank's (first checksum mismatch, other error) gathered; the same verdict raised on every rank: a
-        mismatch anywhere as `CheckpointCorruptError`, else the first rank's other error as chapter 10's `RankError`."""
-        verdicts = [(problem, error_record(error))]
-        if world > 1:
-            verdicts = [None] * world
-            dist.all_gather_object(verdicts, (problem, error_record(error)))
-        if bad := sorted(p for p, _ in verdicts if p):
-            raise _corrupt(Path(bad[0][1]), bad[0][2])
-        if world == 1 and error is not None:
-            raise error
-        raise_first_error([e for _, e in verdicts], error)
+    def verify_files(self, names: list[str]):
+        """Collective: files `names` (the same list on every rank) checked against their checksums, dealt round-robin
+        over the job's ranks; one verdict on every rank, as `verify_all`'s. Then no read hashes them again."""
+        names = sorted(set(names))
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        try:
+            problem, error = self._first_corrupt(names, list(range(len(names)))[rank::world]), None
+        except Exception as e:  # an unreadable file joins the verdict below, never raised before it
+            problem, error = None, e
+        _one_verdict(problem, error, world)
+        self.verified.update(names)
 
-    @property
-    def config(self) -> Config:
-        return load_config(self.dir / "config.yaml")
+# %% ../nbs/43_checkpoint.ipynb
+def _map_shard(path: Path, step: int, check) -> tuple[dict | None, BaseException | None]:
+    """(`torch.load(path)` memory-mapped, None), or (None, the error) if torch could not read the file. An error of
+    the system (`UNREADABLE`: the file could not be opened, mapped or read) is raised as itself, after `check`."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True), None
+    except OSError as e:
+        if e.errno not in UNREADABLE:
+            return None, e  # torch's reader on a truncated file: EINVAL; its checksum says
+        if check:
+            check.join()  # its read fails the same way
+        e.add_note(f"reading {path}, a file of checkpoint step {step}: not corrupt, it could not be read")
+        raise
+    except Exception as e:
+        return None, e  # a damaged file raises many types (zip, pickle, EOF): its checksum says if it is one
 
-    @property
-    def tokenizer_file(self) -> Path:
-        return self.dir / "tokenizer.json"
 
-    @property
-    def optimizer_step(self) -> int:
-        return self.shard(next(iter(self.meta["shards"])))["optimizer_step"]
+def _refuse_unloadable(path: Path, failed: BaseException | None, meta: dict):
+    "A `ValueError` that says what a file torch could not load is, when its checksum did not call it corrupt."
+    if "Weights only load failed" in str(failed):
+        raise ValueError(
+            f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
+            f"(that could run code) — re-save the checkpoint with mtnlg"
+        ) from None
+    if failed:
+        said = f"{path} could not be loaded ({type(failed).__name__}: {str(failed)[:200]})"
+        if "checksums" not in meta:
+            raise ValueError(
+                f"{said}; it was saved before checksums (format v1), so nothing tells whether it is truncated "
+                f"or corrupt: copy the file back, or use an earlier step directory"
+            ) from failed
+        raise ValueError(
+            f"{said}, though its bytes are the ones saved (its checksum verifies): a torch that cannot read "
+            f"what another version saved? load it with the torch that saved it"
+        ) from failed
+
+# %% ../nbs/43_checkpoint.ipynb
+class _ShardFiles(_JobVerdict):
+    "`Checkpoint`'s third layer: a rank's file memory-mapped, its checksum checked beside the load."
 
     def shard(self, name: str) -> dict:
         """One rank's file, read with `weights_only=True` (tensors and numbers only: never runs pickled code),
@@ -726,45 +794,16 @@ class Checkpoint(ShardIndex):
         read is corrupt only if its checksum says so; a file the system cannot open, map or read (`UNREADABLE`:
         permissions, too many open files, pruned, a disk error) is reported as that error."""
         if name not in self._shards:
-            path, failed = self.dir / name, None
             covered = name in self.verified or self._verifying is not None
             check = None if covered else _Background(self.verify, name)
-            try:
-                loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except OSError as e:
-                if e.errno not in UNREADABLE:
-                    failed = e  # torch's reader on a truncated file: EINVAL; its checksum says below
-                else:  # not opened, mapped or read: nothing says its bytes are bad
-                    if check:
-                        check.join()  # its read fails the same way
-                    e.add_note(
-                        f"reading {path}, a file of checkpoint step {self.step}: not corrupt, it could not be read"
-                    )
-                    raise
-            except Exception as e:
-                failed = e  # a damaged file raises many types (zip, pickle, EOF): its checksum says below if it is one
+            loaded, failed = _map_shard(self.dir / name, self.step, check)
             if failed and covered:
                 self.verify(name)  # unreadable: corrupt (raises), or sound bytes torch cannot read
             if check and (failed or self._pending is None):
                 check.result()
             elif check:
                 self._pending.append(check)
-            if "Weights only load failed" in str(failed):
-                raise ValueError(
-                    f"{path} holds objects other than tensors and numbers; refusing to unpickle them "
-                    f"(that could run code) — re-save the checkpoint with mtnlg"
-                ) from None
-            if failed:
-                said = f"{path} could not be loaded ({type(failed).__name__}: {str(failed)[:200]})"
-                if "checksums" not in self.meta:
-                    raise ValueError(
-                        f"{said}; it was saved before checksums (format v1), so nothing tells whether it is truncated "
-                        f"or corrupt: copy the file back, or use an earlier step directory"
-                    ) from failed
-                raise ValueError(
-                    f"{said}, though its bytes are the ones saved (its checksum verifies): a torch that cannot read "
-                    f"what another version saved? load it with the torch that saved it"
-                ) from failed
+            _refuse_unloadable(self.dir / name, failed, self.meta)
             self._shards[name] = loaded
         return self._shards[name]
 
@@ -782,32 +821,39 @@ class Checkpoint(ShardIndex):
             for check in pending:
                 check.result()
 
+# %% ../nbs/43_checkpoint.ipynb
+def _assemble_pieces(pieces: list[dict], shape: list, what: str, name: str, where) -> torch.Tensor:
+    """One TP slice of optimizer state `what` of parameter `name`, shaped `shape`, from its data-parallel ranks'
+    ZeRO-1 `pieces` (each `{"start": offset in the flattened slice, what: values}`); an error if they leave a gap."""
+    if len(pieces) == 1 and pieces[0][what].numel() == int(np.prod(shape)):  # one rank held it all
+        return pieces[0][what].view(shape)
+    flat, filled = torch.zeros(int(np.prod(shape))), 0
+    for frag in pieces:  # ZeRO-1: each data-parallel rank holds a piece of the flattened slice
+        x = frag[what].reshape(-1)
+        flat[frag["start"] : frag["start"] + x.numel()] = x
+        filled += x.numel()
+    if filled != flat.numel():
+        raise ValueError(
+            f"checkpoint {str(where)!r}: the {what} pieces of {name} cover {filled} of {flat.numel()} numbers"
+        )
+    return flat.view(shape)
+
+# %% ../nbs/43_checkpoint.ipynb
+class _Tensors(_ShardFiles):
+    "`Checkpoint`'s fourth layer: any parameter or optimizer state whole, or the slice a rank of any layout holds."
+
     def full(self, name: str, what: str = "model") -> torch.Tensor:
         "Parameter `name` (`what`: model, or master/exp_avg/exp_avg_sq) whole, as a TP = 1 model holds it."
         holders = self._holders(name, "model" if what == "model" else "fragments")
-        first = self.shard(next(iter(holders.values()))[0])
         parts = []
-        for files in holders.values():
+        for files in holders.values():  # one TP rank's slice each
+            s = self.shard(files[0])
             if what == "model":
-                parts.append(self.shard(files[0])["model"][name])
-                continue
-            shape = self.shard(files[0])["shape"][name]
-            pieces = [self.shard(f)["fragments"][name] for f in files]
-            if len(pieces) == 1 and pieces[0][what].numel() == int(np.prod(shape)):  # one rank held it all
-                parts.append(pieces[0][what].view(shape))
-                continue
-            flat, filled = torch.zeros(int(np.prod(shape))), 0
-            for frag in pieces:  # ZeRO-1: each data-parallel rank holds a piece of the flattened slice
-                x = frag[what].reshape(-1)
-                flat[frag["start"] : frag["start"] + x.numel()] = x
-                filled += x.numel()
-            if filled != flat.numel():
-                raise ValueError(
-                    f"checkpoint {str(self.dir)!r}: the {what} pieces of {name} cover {filled} of "
-                    f"{flat.numel()} numbers"
-                )
-            parts.append(flat.view(shape))
-        dim = first["tp_dim"][name]
+                parts.append(s["model"][name])
+            else:
+                pieces = [self.shard(f)["fragments"][name] for f in files]
+                parts.append(_assemble_pieces(pieces, s["shape"][name], what, name, self.dir))
+        dim = self.shard(next(iter(holders.values()))[0])["tp_dim"][name]
         return torch.cat(parts, dim) if dim >= 0 and len(parts) > 1 else parts[0]
 
     def local(self, name: str, what: str, shape, dim: int, tp_rank: int = 0, tp: int = 1) -> torch.Tensor:
@@ -839,24 +885,32 @@ class Checkpoint(ShardIndex):
             out.narrow(r.dim, r.dst, r.length).copy_(t.narrow(r.dim, r.src, r.length))
         return out
 
+# %% ../nbs/43_checkpoint.ipynb
+class Checkpoint(_Tensors):
+    """A complete sharded checkpoint: its meta, config and tokenizer, and any tensor assembled whole from any layout's
+    shards."""
+
+    def __init__(self, path):
+        _open(self, path)
+
+    @property
+    def config(self) -> Config:
+        return load_config(self.dir / "config.yaml")
+
+    @property
+    def tokenizer_file(self) -> Path:
+        return self.dir / "tokenizer.json"
+
+    @property
+    def optimizer_step(self) -> int:
+        return self.shard(next(iter(self.meta["shards"])))["optimizer_step"]
+
     def state_dict(self) -> dict:
         "The whole model as one TP1-PP1 `GPT` state dict (parameters only)."
         return {n: self.full(n) for n in self.names()}
 
     def rng(self, rank: int) -> dict:
         return self.shard(shard_name(rank))["rng"]
-
-    def verify_files(self, names: list[str]):
-        """Collective: files `names` (the same list on every rank) checked against their checksums, dealt round-robin
-        over the job's ranks; one verdict on every rank, as `verify_all`'s. Then no read hashes them again."""
-        names = sorted(set(names))
-        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        try:
-            problem, error = self._first_corrupt(names, list(range(len(names)))[rank::world]), None
-        except Exception as e:  # an unreadable file joins the verdict below, never raised before it
-            problem, error = None, e
-        self._one_verdict(problem, error, world)
-        self.verified.update(names)
 
 # %% ../nbs/43_checkpoint.ipynb
 def resume_order(root) -> list[Path]:
@@ -884,7 +938,7 @@ def what_is_wrong(e: Exception) -> str:
     "What a step's problem `e` is, in the words `--resume auto` and `mtnlg checkpoint verify` say it."
     return f"{e.path.name} is corrupt ({e.why})" if isinstance(e, CheckpointCorruptError) else str(e)
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def newest_verified_checkpoint(root, say=print, skip: dict | None = None) -> "Checkpoint | None":
     """Collective: the newest checkpoint under `root` whose every file verifies — the step `latest` names, then the
     older complete ones, newest first — saying each one it skipped and why. None if `root` holds no complete step;
@@ -948,7 +1002,7 @@ _OLD_FORMAT = (
     "written before checksums (format v1): nothing to check it against; save it again to add them (mtnlg reshard)"
 )
 
-
+# %% ../nbs/43_checkpoint.ipynb
 def _identity(step: Path):
     """A complete step directory's and its meta.json's inodes; None once it is gone (pruned, or between a save's
     renames)."""
@@ -959,6 +1013,22 @@ def _identity(step: Path):
     return d.st_dev, d.st_ino, m.st_ino
 
 
+def _check_step_files(step: Path) -> tuple[str | None, int, dict | None]:
+    "Every file of `step` against its checksum: (what is wrong, or None; bytes hashed; its meta, None if unopened)."
+    problem, nbytes, meta = None, 0, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OldFormatWarning)
+            ckpt = Checkpoint(step)
+        meta = ckpt.meta
+        for name in meta.get("checksums", {}).get("files", {}):
+            ckpt.verify(name)
+            nbytes += (step / name).stat().st_size
+    except (CheckpointCorruptError, FileNotFoundError, ValueError) as e:
+        problem = what_is_wrong(e)
+    return problem, nbytes, meta
+
+# %% ../nbs/43_checkpoint.ipynb
 def verify_step(step, tries: int = 2) -> StepCheck:
     """Every file of one complete step directory against its checksum, without loading a model. A running job may
     prune the step or save it again while it is read: that is said (`removed`; a step saved again is read again, up to
@@ -968,16 +1038,7 @@ def verify_step(step, tries: int = 2) -> StepCheck:
         before = _identity(step)
         if before is None:
             return StepCheck(step, "removed", "pruned by the running job before verify read it (not corrupt)")
-        problem, nbytes = None, 0
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", OldFormatWarning)
-                ckpt = Checkpoint(step)
-            for name in ckpt.meta.get("checksums", {}).get("files", {}):
-                ckpt.verify(name)
-                nbytes += (step / name).stat().st_size
-        except (CheckpointCorruptError, FileNotFoundError, ValueError) as e:
-            problem = what_is_wrong(e)
+        problem, nbytes, meta = _check_step_files(step)
         after = _identity(step)
         if after is None:
             return StepCheck(step, "removed", "pruned by the running job while verify read it (not corrupt)", nbytes)
@@ -985,14 +1046,10 @@ def verify_step(step, tries: int = 2) -> StepCheck:
             continue  # saved again under us: read the new copy
         if problem:
             return StepCheck(step, "corrupt", problem, nbytes)
-        if "checksums" not in ckpt.meta:
+        if "checksums" not in meta:
             return StepCheck(step, "unchecked", _OLD_FORMAT, nbytes)
-        return StepCheck(
-            step,
-            "ok",
-            "saved again by the running job while verify read it; the new copy verifies" if attempt else None,
-            nbytes,
-        )
+        again = "saved again by the running job while verify read it; the new copy verifies" if attempt else None
+        return StepCheck(step, "ok", again, nbytes)
     return StepCheck(
         step,
         "changing",
@@ -1011,6 +1068,24 @@ def verify_checkpoints(path, progress: bool = False) -> list[StepCheck]:
         raise FileNotFoundError(f"{str(p)!r} holds no complete checkpoint (no step-NNNNNNN directory with a meta.json)")
     return [verify_step(s) for s in tqdm(steps, desc="verify", unit="step", disable=not progress)]
 
+# %% ../nbs/43_checkpoint.ipynb
+def _resume_hint(path, checks: list[StepCheck]) -> str:
+    "Where `--resume auto` would continue from, by `resume_step` on what `checks` found (a newer step is checked now)."
+    found = {c.dir: c for c in checks}
+
+    def problem(p: Path) -> str | None:
+        c = found.get(p)
+        if c is None or c.status == "changing":
+            c = verify_step(p)
+        return None if c.status in ("ok", "unchecked") else (c.why or c.status)
+
+    chosen = resume_step(path, problem, say=lambda *a: None)
+    return (
+        f"; --resume auto would continue from {chosen.name}"
+        if chosen
+        else "; --resume auto would find no step that verifies"
+    )
+
 
 def verify_report(path, checks: list[StepCheck], seconds: float) -> tuple[list[str], int]:
     """`mtnlg checkpoint verify`'s lines — one per step, then a summary naming the step `--resume auto` would take (the
@@ -1028,20 +1103,7 @@ def verify_report(path, checks: list[StepCheck], seconds: float) -> tuple[list[s
         parts.append(f"{n['corrupt']} corrupt")
     summary = ", ".join(parts) + f" ({human_bytes(sum(c.nbytes for c in checks))} read in {seconds:.2f} s)"
     if not (Path(path) / "meta.json").is_file():  # a checkpoints root: where a resume would go
-        found = {c.dir: c for c in checks}
-
-        def problem(p: Path) -> str | None:
-            c = found.get(p)
-            if c is None or c.status == "changing":
-                c = verify_step(p)
-            return None if c.status in ("ok", "unchecked") else (c.why or c.status)
-
-        chosen = resume_step(path, problem, say=lambda *a: None)
-        summary += (
-            f"; --resume auto would continue from {chosen.name}"
-            if chosen
-            else "; --resume auto would find no step that verifies"
-        )
+        summary += _resume_hint(path, checks)
     code = VERIFY_EXIT["corrupt" if n["corrupt"] else "old format" if n["unchecked"] else "nothing corrupt"]
     return lines + [summary], code
 

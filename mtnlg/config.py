@@ -41,13 +41,11 @@ class ModelConfig:
     init_method_std: float = 0.02
     layernorm_epsilon: float = 1e-5
     tp_layers: str = "megatron"  # tensor-parallel layers: "megatron" (megatron-core) or "scratch" (chapter 11)
-    recompute: str = (
-        "none"  # activation recomputation in backward: none | selective (attention core) | full (whole layer)
-    )
-    kernels: str = (
-        "reference"  # fused kernels (chapter 20): reference (plain PyTorch) | triton | compile (torch.compile)
-    )
-    # | liger (liger-kernel's LayerNorm and fused linear cross-entropy: optional, a GPU)
+    # activation recomputation in backward: none | selective (attention core) | full (whole layer)
+    recompute: str = "none"
+    # fused kernels (chapter 20): reference (plain PyTorch) | triton | compile (torch.compile) | liger (liger-kernel's
+    # LayerNorm and fused linear cross-entropy: optional, a GPU)
+    kernels: str = "reference"
     loss_chunk: int = 0  # 0: the paper's output layer, its logits kept for backward; N: chapter 20's linear
     # cross-entropy, N tokens' logits at a time (Triton with kernels=triton, else PyTorch)
     attention_backend: str = "auto"  # SDPA's kernel: auto (PyTorch's pick) | flash | cudnn | efficient | math
@@ -76,12 +74,10 @@ class ParallelConfig:
     data_parallel: int = 1
     world_size: int | None = None  # if given, must equal TP * PP * DP
     gpus_per_node: int = 8
-    partition: str = (
-        "uniform"  # layers over pipeline stages: uniform (equal blocks) | balanced (equal FLOPs, output layer counted)
-    )
-    sequence_parallel: bool = (
-        False  # Korthikanti et al. 2022: LayerNorm and dropout on 1/TP of the sequence (a no-op at TP 1)
-    )
+    # layers over pipeline stages: uniform (equal blocks) | balanced (equal FLOPs, output layer counted)
+    partition: str = "uniform"
+    # Korthikanti et al. 2022: LayerNorm and dropout on 1/TP of the sequence (a no-op at TP 1)
+    sequence_parallel: bool = False
 
     @property
     def gpus_per_replica(self) -> int:
@@ -91,7 +87,7 @@ class ParallelConfig:
     def total_gpus(self) -> int:
         return self.gpus_per_replica * self.data_parallel
 
-
+# %% ../nbs/00_config.ipynb
 @dataclass
 class OptimizerConfig:
     "Adam with decoupled weight decay and global-norm gradient clipping."
@@ -103,9 +99,7 @@ class OptimizerConfig:
     adam_eps: float = 1e-8
     weight_decay: float = 0.1
     clip_grad: float = 1.0
-    fused: bool = (
-        False  # torch's fused AdamW (`fused=True`: one kernel over all parameters; CUDA and CPU): the same update
-    )
+    fused: bool = False  # torch's fused AdamW (one kernel over all parameters; CUDA and CPU): the same update
 
 
 @dataclass
@@ -140,25 +134,19 @@ class DataConfig:
     "Where the training tokens come from: Megatron indexed datasets, blended by weight, split by documents."
 
     curated: str | None = None  # a `mtnlg curate` output: indexed/<dataset>.bin/.idx, tokenizer.json, blend weights
-    blend: list[BlendEntry] | None = (
-        None  # datasets and weights; default: every dataset of `curated`, weighted as curation says
-    )
+    # datasets and weights; default: every dataset of `curated`, weighted as curation says
+    blend: list[BlendEntry] | None = None
     split: str = "95,5,0"  # train,valid,test shares of each dataset's documents (Megatron's --split)
-    train_files: list[str] = field(
-        default_factory=list
-    )  # JSONL convenience: written once as an indexed dataset, then the same path
-    valid_files: list[str] = field(
-        default_factory=list
-    )  # JSONL validation documents (else `split` holds some of train_files out)
+    train_files: list[str] = field(default_factory=list)  # JSONL: written once as an indexed dataset, then read as one
+    valid_files: list[str] = field(default_factory=list)  # JSONL validation documents (else `split` holds some out)
     text_key: str = "text"  # the JSONL field holding a document's text
-    tokenizer: str = (
-        "train-bpe"  # train-bpe: curation's BPE (<curated>/tokenizer.json) or one trained once on train_files;
-    )
+    # train-bpe: curation's BPE (<curated>/tokenizer.json) or one trained once on train_files;
     # gpt2: GPT-2's BPE from vocab_file + merges_file; or the path of a tokenizer.json
+    tokenizer: str = "train-bpe"
     vocab_file: str | None = None  # GPT-2 vocab.json, for tokenizer: gpt2
     merges_file: str | None = None  # GPT-2 merges.txt, for tokenizer: gpt2
 
-
+# %% ../nbs/00_config.ipynb
 @dataclass
 class CheckpointConfig:
     save_interval: int | None = None  # steps between checkpoints (and always at the end); None: only at the end
@@ -232,17 +220,12 @@ def _check_value(path: str, value, tp):
         return [_check_value(f"{path}[{i}]", v, args[0]) for i, v in enumerate(value)]
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, path)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
     ok = (
-        tp is bool
-        and isinstance(value, bool)
-        or tp is str
-        and isinstance(value, str)
-        or tp is int
-        and isinstance(value, int)
-        and not isinstance(value, bool)
-        or tp is float
-        and isinstance(value, (int, float))
-        and not isinstance(value, bool)
+        (tp is bool and isinstance(value, bool))
+        or (tp is str and isinstance(value, str))
+        or (tp is int and number and isinstance(value, int))
+        or (tp is float and number)
     )
     if tp is int and isinstance(value, float) and value.is_integer():
         return int(value)
@@ -250,7 +233,7 @@ def _check_value(path: str, value, tp):
         raise ConfigError(f"`{path}` must be {_TYPE_NAMES[tp]}, got {value!r} ({type(value).__name__})")
     return float(value) if tp is float else value
 
-
+# %% ../nbs/00_config.ipynb
 def _build(cls, data, path: str = ""):
     "Build dataclass `cls` from a dict, rejecting unknown keys, missing keys and wrong types."
     where = path or "the config"
@@ -272,11 +255,8 @@ def _build(cls, data, path: str = ""):
     return cls(**kwargs)
 
 # %% ../nbs/00_config.ipynb
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-
-
-def _validate(c: Config):
+def _positive_fields(c: Config) -> dict:
+    "The fields that must be > 0, by their dotted names (the optional ones only when set)."
     m, p, o, s = c.model, c.parallel, c.optimizer, c.schedule
     positive = {
         "model.num_layers": m.num_layers,
@@ -305,7 +285,12 @@ def _validate(c: Config):
     if c.checkpoint.save_interval is not None:
         positive["checkpoint.save_interval"] = c.checkpoint.save_interval
     positive["checkpoint.keep_last"] = c.checkpoint.keep_last
-    for name, v in positive.items():
+    return positive
+
+# %% ../nbs/00_config.ipynb
+def _validate_ranges(c: Config):
+    m, o, s = c.model, c.optimizer, c.schedule
+    for name, v in _positive_fields(c).items():
         if v <= 0:
             raise ConfigError(f"`{name}` must be > 0, got {v}")
     for name, v in {
@@ -332,6 +317,10 @@ def _validate(c: Config):
         raise ConfigError(
             f"`optimizer.min_lr`={o.min_lr} is above `optimizer.lr`={o.lr}; the schedule decays *to* min_lr"
         )
+
+# %% ../nbs/00_config.ipynb
+def _validate_choices(c: Config):
+    m, p, s = c.model, c.parallel, c.schedule
     if m.tp_layers not in ("megatron", "scratch"):
         raise ConfigError(f"`model.tp_layers` must be megatron or scratch, got {m.tp_layers!r}")
     if m.recompute not in ("none", "selective", "full"):
@@ -361,7 +350,13 @@ def _validate(c: Config):
         raise ConfigError(f"`precision` must be fp32 or bf16, got {c.precision!r}")
     if s.lr_decay_style not in ("cosine", "linear", "constant"):
         raise ConfigError(f"`schedule.lr_decay_style` must be cosine, linear or constant, got {s.lr_decay_style!r}")
-    _validate_data(c.data)
+
+# %% ../nbs/00_config.ipynb
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _validate_split(m: ModelConfig, p: ParallelConfig):
     if m.hidden_size % m.num_attention_heads:
         raise ConfigError(
             f"`model.hidden_size`={m.hidden_size} is not divisible by `model.num_attention_heads`="
@@ -387,6 +382,9 @@ def _validate(c: Config):
             f"`model.num_layers`={m.num_layers} is not divisible by `parallel.pipeline_parallel`="
             f"{p.pipeline_parallel}; choose pipeline_parallel among: {_divisors(m.num_layers)}"
         )
+
+# %% ../nbs/00_config.ipynb
+def _validate_batch(p: ParallelConfig, s: ScheduleConfig):
     if p.world_size is not None and p.world_size != p.total_gpus:
         raise ConfigError(
             f"`parallel.world_size`={p.world_size} but TP*PP*DP = {p.tensor_parallel}*{p.pipeline_parallel}*"
@@ -427,7 +425,7 @@ def _validate_rampup(s: ScheduleConfig, per_step: int):
             f"micro_batch_size * data_parallel = {per_step}"
         )
 
-
+# %% ../nbs/00_config.ipynb
 def split_shares(split: str) -> list[float]:
     "Megatron's `--split` string ('969,30,1', '95,5') as normalized train, valid, test shares."
     if not isinstance(split, str) or not re.fullmatch(r"\s*\d+(\.\d*)?(\s*,\s*\d+(\.\d*)?){0,2}\s*", split):
@@ -441,7 +439,7 @@ def split_shares(split: str) -> list[float]:
     return [x / sum(v) for x in v]
 
 
-def _validate_data(d: DataConfig):
+def _validate_sources(d: DataConfig):
     if d.train_files and (d.curated or d.blend):
         raise ConfigError(
             "give the training data one way: `data.curated` / `data.blend` (indexed datasets) or "
@@ -460,22 +458,28 @@ def _validate_data(d: DataConfig):
             f"`data.split`={d.split!r} holds out no validation documents; give the second share a value > "
             f"0, e.g. '95,5,0'"
         )
-    if d.blend is not None:
-        if not d.blend:
-            raise ConfigError(
-                "`data.blend` is empty: list datasets as {path: ..., weight: ...}, or leave it out to use "
-                "all of `data.curated`"
-            )
-        for i, e in enumerate(d.blend):
-            if e.weight < 0:
-                raise ConfigError(f"`data.blend[{i}].weight` must be >= 0, got {e.weight}")
-        if sum(e.weight for e in d.blend) <= 0:
-            raise ConfigError("`data.blend` weights must sum to more than 0")
-        paths = [e.path for e in d.blend]
-        if len(set(paths)) != len(paths):
-            raise ConfigError(
-                f"`data.blend` names a dataset twice: {sorted(p for p in set(paths) if paths.count(p) > 1)}"
-            )
+
+# %% ../nbs/00_config.ipynb
+def _validate_blend(d: DataConfig):
+    if d.blend is None:
+        return
+    if not d.blend:
+        raise ConfigError(
+            "`data.blend` is empty: list datasets as {path: ..., weight: ...}, or leave it out to use "
+            "all of `data.curated`"
+        )
+    for i, e in enumerate(d.blend):
+        if e.weight < 0:
+            raise ConfigError(f"`data.blend[{i}].weight` must be >= 0, got {e.weight}")
+    if sum(e.weight for e in d.blend) <= 0:
+        raise ConfigError("`data.blend` weights must sum to more than 0")
+    paths = [e.path for e in d.blend]
+    if len(set(paths)) != len(paths):
+        twice = sorted(p for p in set(paths) if paths.count(p) > 1)
+        raise ConfigError(f"`data.blend` names a dataset twice: {twice}")
+
+
+def _validate_tokenizer(d: DataConfig):
     tok = d.tokenizer
     if tok not in ("train-bpe", "gpt2") and not tok.endswith(".json"):
         raise ConfigError(f"`data.tokenizer` must be train-bpe, gpt2 or the path of a tokenizer.json, got {tok!r}")
@@ -493,6 +497,20 @@ def _validate_data(d: DataConfig):
             "`data.blend` without `data.curated` needs the tokenizer its datasets were written with: "
             "`data.tokenizer: gpt2` (+ vocab_file, merges_file) or the path of a tokenizer.json"
         )
+
+# %% ../nbs/00_config.ipynb
+def _validate_data(d: DataConfig):
+    _validate_sources(d)
+    _validate_blend(d)
+    _validate_tokenizer(d)
+
+
+def _validate(c: Config):
+    _validate_ranges(c)
+    _validate_choices(c)
+    _validate_data(c.data)
+    _validate_split(c.model, c.parallel)
+    _validate_batch(c.parallel, c.schedule)
 
 # %% ../nbs/00_config.ipynb
 def _apply_override(data: dict, dotted: str, value):
@@ -522,7 +540,7 @@ def config_from_dict(data: dict, overrides: dict | None = None) -> Config:
     _validate(cfg)
     return cfg
 
-
+# %% ../nbs/00_config.ipynb
 def load_config(path, overrides: dict | None = None) -> Config:
     "Load a YAML config, apply dotted `overrides`, validate; raise `ConfigError` with a clear message."
     path = Path(path)

@@ -42,6 +42,28 @@ def _quiet_megatron():
         logger.setLevel(level)
 
 
+def _build_helpers(so: Path):
+    "Compile megatron-core's `helpers.cpp` into `so` with g++ (written whole, or not at all); one line if it cannot."
+    import megatron.core.datasets as mcd
+
+    try:
+        import pybind11
+
+        so.parent.mkdir(parents=True, exist_ok=True)
+        include = [f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}"]
+        source = str(Path(mcd.__file__).parent / "helpers.cpp")
+        cmd = ["g++", "-O3", "-shared", "-std=c++11", "-fPIC", *include, source, "-o", f"{so}.tmp"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError((r.stderr.strip().splitlines() or ["g++ failed"])[-1])
+        os.replace(f"{so}.tmp", so)
+    except (ImportError, OSError, RuntimeError) as e:
+        raise RuntimeError(
+            f"megatron-core's C++ dataset helpers are missing and could not be built ({e}): install g++ and "
+            "`pip install pybind11`, or reinstall megatron-core==0.16.1, whose wheel ships them"
+        ) from None
+
+# %% ../nbs/42_data_loading.ipynb
 def megatron_helpers(build_dir=None):
     """megatron-core's C++ dataset helpers: the wheel's own module, else the one compiled into `build_dir` (compiled
     first if absent)."""
@@ -53,34 +75,9 @@ def megatron_helpers(build_dir=None):
             if build_dir is None:
                 raise
         import importlib.util
-        import megatron.core.datasets as mcd
     so = Path(build_dir) / ("helpers_cpp" + sysconfig.get_config_var("EXT_SUFFIX"))
     if not so.is_file():
-        try:
-            import pybind11
-
-            so.parent.mkdir(parents=True, exist_ok=True)
-            cmd = [
-                "g++",
-                "-O3",
-                "-shared",
-                "-std=c++11",
-                "-fPIC",
-                f"-I{pybind11.get_include()}",
-                f"-I{sysconfig.get_paths()['include']}",
-                str(Path(mcd.__file__).parent / "helpers.cpp"),
-                "-o",
-                f"{so}.tmp",
-            ]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode:
-                raise RuntimeError((r.stderr.strip().splitlines() or ["g++ failed"])[-1])
-            os.replace(f"{so}.tmp", so)
-        except (ImportError, OSError, RuntimeError) as e:
-            raise RuntimeError(
-                f"megatron-core's C++ dataset helpers are missing and could not be built ({e}): install g++ and "
-                "`pip install pybind11`, or reinstall megatron-core==0.16.1, whose wheel ships them"
-            ) from None
+        _build_helpers(so)
     spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -104,7 +101,29 @@ def check_indexed(prefix, where: str) -> IndexedTokens:
         )
     return ds
 
+# %% ../nbs/42_data_loading.ipynb
+def _curation_weights(root: Path, names: list) -> list[tuple[float, str]]:
+    "`[(weight, dataset name)]` from curation's `blend/megatron_data_path.txt`, each dataset checked to be there."
+    f = root / "blend" / "megatron_data_path.txt"
+    if not f.is_file():
+        raise FileNotFoundError(f"data.curated: {f} not found; list the datasets and weights in data.blend instead")
+    words = f.read_text().split()
+    try:
+        pairs = [(float(w), Path(p).name) for w, p in zip(words[::2], words[1::2])]
+    except ValueError:
+        pairs = []
+    if not pairs or len(words) % 2:
+        raise ValueError(f"{f}: expected 'weight prefix' pairs, got {f.read_text()[:80]!r}")
+    for _, n in pairs:
+        if n not in names:
+            raise FileNotFoundError(
+                f"{f} names dataset {n!r} but {root}/indexed/{n}.idx is missing (datasets there: {', '.join(names)})"
+            )
+    if sum(w for w, _ in pairs) <= 0:
+        raise ValueError(f"{f}: the weights must sum to more than 0")
+    return pairs
 
+# %% ../nbs/42_data_loading.ipynb
 def _curated_datasets(cfg: Config) -> tuple[list, Path]:
     "`[(name, prefix, weight)]` and the tokenizer.json of `data.curated`, weighted by `data.blend` or by curation."
     d, root = cfg.data, cfg.path(cfg.data.curated)
@@ -122,24 +141,7 @@ def _curated_datasets(cfg: Config) -> tuple[list, Path]:
             "point data.curated at a curation's output_dir"
         )
     if d.blend is None:
-        f = root / "blend" / "megatron_data_path.txt"
-        if not f.is_file():
-            raise FileNotFoundError(f"data.curated: {f} not found; list the datasets and weights in data.blend instead")
-        words = f.read_text().split()
-        try:
-            pairs = [(float(w), Path(p).name) for w, p in zip(words[::2], words[1::2])]
-        except ValueError:
-            pairs = []
-        if not pairs or len(words) % 2:
-            raise ValueError(f"{f}: expected 'weight prefix' pairs, got {f.read_text()[:80]!r}")
-        for _, n in pairs:
-            if n not in names:
-                raise FileNotFoundError(
-                    f"{f} names dataset {n!r} but {root}/indexed/{n}.idx is missing (datasets there: "
-                    f"{', '.join(names)})"
-                )
-        if sum(w for w, _ in pairs) <= 0:
-            raise ValueError(f"{f}: the weights must sum to more than 0")
+        pairs = _curation_weights(root, names)
         return [(n, root / "indexed" / n, w) for w, n in pairs], root / "tokenizer.json"
     out = []
     for i, e in enumerate(d.blend):
@@ -151,7 +153,7 @@ def _curated_datasets(cfg: Config) -> tuple[list, Path]:
         out.append((Path(e.path).name, prefix, e.weight))
     return out, root / "tokenizer.json"
 
-
+# %% ../nbs/42_data_loading.ipynb
 def _jsonl_recipe(cfg: Config) -> dict:
     "What the JSONL conversion depends on: input contents, text key, tokenizer choice."
     d = cfg.data
@@ -178,7 +180,7 @@ def _jsonl_recipe(cfg: Config) -> dict:
         "files": {part: [[f, digest(f)] for f in fs] for part, fs in files.items()},
     }
 
-
+# %% ../nbs/42_data_loading.ipynb
 def _tokenizer_inputs(cfg: Config) -> dict:
     "The files `data.tokenizer` names (GPT-2's vocab and merges, or a tokenizer.json), checked to exist."
     d = cfg.data
@@ -262,7 +264,7 @@ class MegatronSamples:
         s = self.dataset[int(i) % len(self)]
         return np.concatenate([s["tokens"].numpy(), s["labels"][-1:].numpy()]).astype(np.int64)
 
-
+# %% ../nbs/42_data_loading.ipynb
 def megatron_blend(
     prefixes: list,
     weights: list,
@@ -302,9 +304,7 @@ def megatron_blend(
 # %% ../nbs/42_data_loading.ipynb
 @dataclass
 class TrainingData:
-    train: (
-        object  # train[i] -> np.ndarray (int64) of seq_length + 1 tokens: global sample i of the blended training order
-    )
+    train: object  # train[i] -> np.ndarray (int64) of seq_length + 1 tokens: sample i of the blended training order
     valid: object  # the same for the validation split
     tokenizer_file: Path  # the tokenizer.json curation wrote (training copies it byte for byte into checkpoints)
     unigram_entropy: float  # nats/token of the training tokens (the context-free loss baseline the trainer prints)
@@ -327,22 +327,28 @@ def _on_rank_zero(fn):
     if error is not None:
         raise error
 
+# %% ../nbs/42_data_loading.ipynb
+def _jsonl_sources(cfg: Config, work_dir: Path):
+    "`_sources` for `data.train_files`: the converted datasets in `work_dir/data`, written by rank 0 first."
+    d = cfg.data
+    _jsonl_recipe(cfg)  # every input checked on every rank
+    out = work_dir / "data"
+    prefixes = {part: out / part for part in ("train", "valid") if part == "train" or d.valid_files}
+    if d.valid_files:
+        parts = {
+            "train": ("100,0,0", [("train", prefixes["train"], 1.0)]),
+            "valid": ("0,100,0", [("valid", prefixes["valid"], 1.0)]),
+        }
+    else:
+        parts = {p: (d.split, [("train", prefixes["train"], 1.0)]) for p in ("train", "valid")}
+    return parts, out / "tokenizer.json", lambda log: jsonl_to_indexed(cfg, out, log)
+
 
 def _sources(cfg: Config, work_dir: Path):
     "Per part, `(split, [(name, prefix, weight)])`, the tokenizer.json, and what rank 0 must write first."
     d = cfg.data
     if d.train_files:
-        _jsonl_recipe(cfg)  # every input checked on every rank
-        out = work_dir / "data"
-        prefixes = {part: out / part for part in ("train", "valid") if part == "train" or d.valid_files}
-        if d.valid_files:
-            parts = {
-                "train": ("100,0,0", [("train", prefixes["train"], 1.0)]),
-                "valid": ("0,100,0", [("valid", prefixes["valid"], 1.0)]),
-            }
-        else:
-            parts = {p: (d.split, [("train", prefixes["train"], 1.0)]) for p in ("train", "valid")}
-        return parts, out / "tokenizer.json", lambda log: jsonl_to_indexed(cfg, out, log)
+        return _jsonl_sources(cfg, work_dir)
     if d.curated:
         datasets, tok_file = _curated_datasets(cfg)
     elif d.blend:
@@ -364,7 +370,7 @@ def _sources(cfg: Config, work_dir: Path):
 
     return {p: (d.split, datasets) for p in ("train", "valid")}, tok_file, prepare
 
-
+# %% ../nbs/42_data_loading.ipynb
 def _split_sizes(datasets: list, split: str, part: str) -> list:
     "`(name, prefix, weight, tokens, (begin, end), documents)` of each dataset's `part` split."
     out = []
@@ -375,6 +381,58 @@ def _split_sizes(datasets: list, split: str, part: str) -> list:
     return out
 
 
+def _choose_splits(parts: dict, seq: int, jsonl: bool) -> tuple[dict, list]:
+    "Per part, `(split, the datasets whose split holds a sample)`, and a note for each left out; else a one-line error."
+    chosen, notes = {}, []
+    for part, (split, datasets) in parts.items():
+        fits = _split_sizes(datasets, split, part)
+        small = [f for f in fits if f[3] < seq + 1]
+        if part == "train" or len(small) == len(fits):
+            for name, prefix, _, tokens, docs, n in small[:1]:
+                raise ValueError(
+                    f"dataset {name!r} ({prefix}): its {part} split, documents [{docs[0]}, {docs[1]}) of "
+                    f"{n} under data.split "
+                    f"{split!r}, holds {tokens} tokens, fewer than one sample of seq_length + 1 = {seq + 1}; "
+                    "give it more documents or change data.split" + ("" if jsonl else ", or leave it out of data.blend")
+                )
+        notes += [f"{f[0]} has too few {part} documents for a sample" for f in small]
+        chosen[part] = (split, [f for f in fits if f[3] >= seq + 1])
+    return chosen, notes
+
+# %% ../nbs/42_data_loading.ipynb
+def _index_key(chosen: dict, tok_file: Path) -> str:
+    "A hash of the chosen datasets' paths, sizes and times and of the tokenizer: re-curated data gets a new index."
+    files = [
+        [
+            str(Path(p).resolve()),
+            *(os.stat(f"{p}{e}").st_size for e in (".bin", ".idx")),
+            *(os.stat(f"{p}{e}").st_mtime_ns for e in (".bin", ".idx")),
+        ]
+        for _, ds in chosen.values()
+        for _, p, *_ in ds
+    ]
+    return hashlib.sha256(json.dumps(files + [hashlib.sha256(tok_file.read_bytes()).hexdigest()]).encode()).hexdigest()[
+        :16
+    ]
+
+
+def _describe(cfg: Config, chosen: dict, sets: dict, tok_file: Path, vocab: int, notes: list) -> str:
+    "`TrainingData.description`: per part, its samples, datasets with their shares and tokens; the rest of the recipe."
+
+    def desc(part):
+        ds = chosen[part][1]
+        names = ", ".join(f"{f[0]} {f[2] / sum(g[2] for g in ds):.3g}" for f in ds) if len(ds) > 1 else ds[0][0]
+        return f"{part} {len(sets[part]):,} samples from {names} ({sum(f[3] for f in ds):,} tokens)"
+
+    d, seq = cfg.data, cfg.model.seq_length
+    source = d.curated or (f"{len(d.blend)} datasets" if d.blend else ", ".join(d.train_files))
+    held_out = "valid from data.valid_files" if d.valid_files else f"split {d.split!r}"
+    return (
+        f"data {source}: {desc('train')}; {desc('valid')}; samples of {seq} + 1 tokens, {held_out}, seed {cfg.seed}; "
+        f"tokenizer {tok_file} ({vocab:,} tokens)" + "".join(f"; {n}" for n in notes)
+    )
+
+# %% ../nbs/42_data_loading.ipynb
 def training_data(
     cfg: Config, num_train_samples: int, num_valid_samples: int, work_dir: Path, log=print
 ) -> TrainingData:
@@ -398,36 +456,8 @@ def training_data(
             f"the tokenizer {tok_file} has {vocab:,} tokens but model.vocab_size is "
             f"{cfg.model.vocab_size:,}; set model.vocab_size >= {vocab}"
         )
-    chosen, notes = {}, []
-    for part, (split, datasets) in parts.items():
-        fits = _split_sizes(datasets, split, part)
-        small = [f for f in fits if f[3] < seq + 1]
-        if part == "train" or len(small) == len(fits):
-            for name, prefix, _, tokens, docs, n in small[:1]:
-                raise ValueError(
-                    f"dataset {name!r} ({prefix}): its {part} split, documents [{docs[0]}, {docs[1]}) of "
-                    f"{n} under data.split "
-                    f"{split!r}, holds {tokens} tokens, fewer than one sample of seq_length + 1 = {seq + 1}; "
-                    "give it more documents or change data.split"
-                    + ("" if cfg.data.train_files else ", or leave it out of data.blend")
-                )
-        notes += [f"{f[0]} has too few {part} documents for a sample" for f in small]
-        chosen[part] = (split, [f for f in fits if f[3] >= seq + 1])
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                [
-                    str(Path(p).resolve()),
-                    *(os.stat(f"{p}{e}").st_size for e in (".bin", ".idx")),
-                    *(os.stat(f"{p}{e}").st_mtime_ns for e in (".bin", ".idx")),
-                ]
-                for _, ds in chosen.values()
-                for _, p, *_ in ds
-            ]
-            + [hashlib.sha256(tok_file.read_bytes()).hexdigest()]
-        ).encode()
-    ).hexdigest()[:16]
-    cache = work_dir / "megatron_index" / key
+    chosen, notes = _choose_splits(parts, seq, bool(cfg.data.train_files))
+    cache = work_dir / "megatron_index" / _index_key(chosen, tok_file)
     sets = {
         part: megatron_blend([f[1] for f in ds], [f[2] for f in ds], seq, n, cfg.seed, split, part, cache, tok_file)
         for (part, (split, ds)), n in zip(chosen.items(), (num_train_samples, num_valid_samples))
@@ -435,20 +465,7 @@ def training_data(
     train = sets["train"]
     k = min(len(train), max(1, 2**21 // (seq + 1)))  # up to ~2M tokens of the training order
     H = unigram_entropy(np.concatenate([train[i] for i in range(k)]))
-
-    def desc(part):
-        ds = chosen[part][1]
-        names = ", ".join(f"{f[0]} {f[2] / sum(g[2] for g in ds):.3g}" for f in ds) if len(ds) > 1 else ds[0][0]
-        return f"{part} {len(sets[part]):,} samples from {names} ({sum(f[3] for f in ds):,} tokens)"
-
-    d = cfg.data
-    source = d.curated or (f"{len(d.blend)} datasets" if d.blend else ", ".join(d.train_files))
-    held_out = "valid from data.valid_files" if d.valid_files else f"split {d.split!r}"
-    description = (
-        f"data {source}: {desc('train')}; {desc('valid')}; samples of {seq} + 1 tokens, {held_out}, seed {cfg.seed}; "
-        f"tokenizer {tok_file} ({vocab:,} tokens)" + "".join(f"; {n}" for n in notes)
-    )
-    return TrainingData(train, sets["valid"], tok_file, H, description)
+    return TrainingData(train, sets["valid"], tok_file, H, _describe(cfg, chosen, sets, tok_file, vocab, notes))
 
 # %% ../nbs/42_data_loading.ipynb
 def check_data(cfg: Config, work_dir) -> None:

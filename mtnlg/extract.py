@@ -95,19 +95,7 @@ def shard_stem(path) -> str:
             return name[: -len(ext)]
     return Path(path).stem
 
-
-def open_stream(path):
-    "A binary stream of `path`'s bytes, decompressing .gz and .zst as it reads (never the whole file at once)."
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"shard {str(path)!r} not found")
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if path.name.endswith(".zst"):
-        return io.BufferedReader(_ZstdReader(open(path, "rb")), 1 << 20)
-    return open(path, "rb")
-
-
+# %% ../nbs/30_extract.ipynb
 class _ZstdReader(io.RawIOBase):
     """zstd frames decompressed 16 KB of input at a time (memory: 16 KB times the compression ratio, whatever the
     file's size); unlike zstandard's stream_reader, a truncated last frame is an EOFError, not a silent end."""
@@ -147,6 +135,35 @@ class _ZstdReader(io.RawIOBase):
         super().close()
 
 # %% ../nbs/30_extract.ipynb
+def open_stream(path):
+    "A binary stream of `path`'s bytes, decompressing .gz and .zst as it reads (never the whole file at once)."
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"shard {str(path)!r} not found")
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.name.endswith(".zst"):
+        return io.BufferedReader(_ZstdReader(open(path, "rb")), 1 << 20)
+    return open(path, "rb")
+
+# %% ../nbs/30_extract.ipynb
+def _parse_line(raw: bytes) -> tuple[dict | None, str | None]:
+    "`(record, None)` for a good JSONL line, else `(None, why it is bad)`."
+    if not raw.strip():
+        return None, "blank line"
+    if b"\x00" in raw:
+        return None, "binary (NUL bytes)"
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "invalid UTF-8"
+    except json.JSONDecodeError:
+        return None, "malformed JSON"
+    if not isinstance(obj, dict):
+        return None, "not a JSON object"
+    return obj, None
+
+# %% ../nbs/30_extract.ipynb
 def iter_records(path, report: ReadReport, max_line_bytes: int = 4_000_000):
     """Yield `(line_number, dict)` for each good JSONL line of `path` (plain, .gz or .zst); count bad lines in `report`
     with file and line. A corrupt or truncated compressed stream is one more bad line, and the file ends there."""
@@ -171,26 +188,13 @@ def iter_records(path, report: ReadReport, max_line_bytes: int = 4_000_000):
                     pass
                 report.drop(path, lineno, f"line over {max_line_bytes:,} bytes")
                 continue
-            if not raw.strip():
-                report.drop(path, lineno, "blank line")
-                continue
-            if b"\x00" in raw:
-                report.drop(path, lineno, "binary (NUL bytes)")
-                continue
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                report.drop(path, lineno, "invalid UTF-8")
-                continue
-            except json.JSONDecodeError:
-                report.drop(path, lineno, "malformed JSON")
-                continue
-            if not isinstance(obj, dict):
-                report.drop(path, lineno, "not a JSON object")
+            obj, bad = _parse_line(raw)
+            if bad:
+                report.drop(path, lineno, bad)
                 continue
             yield lineno, obj
 
-
+# %% ../nbs/30_extract.ipynb
 def write_jsonl(path, records) -> int:
     "Write records as JSONL atomically (a temporary file renamed into place); return the count."
     path = Path(path)
@@ -203,7 +207,7 @@ def write_jsonl(path, records) -> int:
     os.replace(tmp, path)
     return n
 
-
+# %% ../nbs/30_extract.ipynb
 BATCH_DOCS, BATCH_BYTES = 1000, 1 << 24  # the most a later stage holds at once: 1,000 documents or ~16 MB of them
 
 
@@ -274,7 +278,7 @@ def meta_encoding(body: bytes) -> webencodings.Encoding | None:
             return _META_SUBSTITUTE.get(enc.name, enc)
     return None
 
-
+# %% ../nbs/30_extract.ipynb
 def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
     """`(text, encoding name)` of an HTML payload, decoded as a browser decodes it: a byte-order mark, else the HTTP
     Content-Type's charset, else the meta tag's, else UTF-8 — each label mapped by the WHATWG Encoding Standard
@@ -294,7 +298,31 @@ class _Lines(io.BufferedReader):
     def readline(self, size=-1):
         return super().readline(size if size is not None and size >= 0 else 1 << 16)
 
+# %% ../nbs/30_extract.ipynb
+def _inflate_next(m, n: int) -> bytes:
+    "Up to `n` more bytes of gzip member `m`'s data, its file read a block at a time; b'' at its end or at a fault."
+    while m.fault is None and m.end is None:
+        if not m.inp:
+            m.inp = m.f.read(m.block)
+        if not m.inp:
+            m.fault = "truncated gzip member"
+            break
+        try:
+            data = m.d.decompress(m.inp, n)
+        except zlib.error:
+            m.fault = "corrupt gzip member"
+            break
+        if m.d.eof:
+            m.rest = m.d.unused_data
+            m.end = m.f.tell() - len(m.rest)
+            m.inp = b""
+        else:
+            m.inp = m.d.unconsumed_tail
+        if data:
+            return data
+    return b""
 
+# %% ../nbs/30_extract.ipynb
 class GzipMember(io.RawIOBase):
     """The decompressed bytes of the gzip member at byte `start` of the open file `f`, a block at a time (memory: one
     block, whatever the member inflates to); `head`: its first bytes, if already read (`f` is then just past them).
@@ -326,34 +354,16 @@ class GzipMember(io.RawIOBase):
         return self.pos
 
     def readinto(self, b):
-        while self.fault is None and self.end is None:
-            if not self.inp:
-                self.inp = self.f.read(self.block)
-            if not self.inp:
-                self.fault = "truncated gzip member"
-                break
-            try:
-                data = self.d.decompress(self.inp, len(b))
-            except zlib.error:
-                self.fault = "corrupt gzip member"
-                break
-            if self.d.eof:
-                self.rest = self.d.unused_data
-                self.end = self.f.tell() - len(self.rest)
-                self.inp = b""
-            else:
-                self.inp = self.d.unconsumed_tail
-            if data:
-                b[: len(data)] = data
-                self.pos += len(data)
-                return len(data)
-        return 0
+        data = _inflate_next(self, len(b))
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
     def where(self, pos: int) -> str:
         "A position inside the member as `@member offset` (its first byte) or `@member offset+bytes into its data`."
         return f"@{self.start}" + (f"+{pos}" if pos else "")
 
-
+# %% ../nbs/30_extract.ipynb
 def starts_warc_record(f, offset: int) -> bool:
     "Whether a gzip member that starts a WARC record (its data begins `WARC/`) begins at byte `offset` of `f`."
     f.seek(offset)
@@ -417,7 +427,7 @@ def inflate(stream, wbits: int, limit: int, partial: bool = False, block: int = 
 def _zlib_header(b: bytes) -> bool:
     return len(b) >= 2 and b[0] & 0x0F == 8 and (b[0] << 8 | b[1]) % 31 == 0
 
-
+# %% ../nbs/30_extract.ipynb
 def http_payload(stream, http, limit: int, partial: bool = False) -> bytes | None:
     """A response's payload as a browser receives it: de-chunked (Transfer-Encoding) and inflated (Content-Encoding),
     read a block at a time; None once it passes `limit` bytes, PayloadError when it cannot be read (a compressed
@@ -435,7 +445,7 @@ def http_payload(stream, http, limit: int, partial: bool = False) -> bytes | Non
     except ChunkedDataException:
         raise PayloadError("malformed chunked payload (Transfer-Encoding)") from None
 
-
+# %% ../nbs/30_extract.ipynb
 def read_response(rec, max_bytes: int, keep_truncated: bool = True) -> tuple[str, object]:
     """What a WARC response record is: `("page", (html bytes, HTTP Content-Type))` or `("drop", reason)`. The record's
     own size, the HTTP status (200 only), the MIME type (Common Crawl's `WARC-Identified-Payload-Type` first, as
@@ -508,7 +518,7 @@ def _cut_short(s, start: int, suspect: bool) -> bool:
     s.seek(end)
     return False
 
-
+# %% ../nbs/30_extract.ipynb
 def read_record(s, statusline: bytes, max_bytes: int, keep_truncated: bool = True) -> tuple[str, object]:
     """The WARC record whose version line `statusline` was just read from `s`, read to its end: `("page", (id, url,
     html bytes, Content-Type, WARC-Truncated))`, `("drop", reason)` for a response that is no page, `("note", what)`
@@ -541,7 +551,7 @@ def read_record(s, statusline: bytes, max_bytes: int, keep_truncated: bool = Tru
         what = (h.get_header("WARC-Record-ID"), h.get_header("WARC-Target-URI"), *what, h.get_header("WARC-Truncated"))
     return kind, what
 
-
+# %% ../nbs/30_extract.ipynb
 def _next_record_line(s) -> tuple[bytes, int | None, int]:
     """Read `s` to its next line that starts a WARC record (`WARC/`): `(that line, or b"" at the end; where the first
     other non-blank line began, or None; the bytes of those other lines)`."""
@@ -555,7 +565,7 @@ def _next_record_line(s) -> tuple[bytes, int | None, int]:
             skipped += len(line)
     return b"", first, skipped
 
-
+# %% ../nbs/30_extract.ipynb
 def run_pages(run, path, report: ReadReport, max_bytes: int, keep_truncated: bool = True):
     """Yield `(WARC-Record-ID, offset, url, html bytes, Content-Type)` for each page of one run of WARC records (a plain
     file, or one gzip
@@ -587,7 +597,7 @@ def run_pages(run, path, report: ReadReport, max_bytes: int, keep_truncated: boo
                 report.note(f"WARC-Truncated ({truncated}) page kept")
             yield rid, at, url, body, ctype
 
-
+# %% ../nbs/30_extract.ipynb
 def gzip_runs(f, path, report: ReadReport):
     """Each gzip member of `f` in turn. After one that cannot be read (counted, unless a record it cut was), reading
     resumes at the next member that starts a WARC record; the bytes between are counted."""
@@ -605,7 +615,7 @@ def gzip_runs(f, path, report: ReadReport):
         report.note("bytes skipped (unreadable gzip data)", (size if nxt is None else nxt) - start)
         start = nxt
 
-
+# %% ../nbs/30_extract.ipynb
 _RECORD_ID = re.compile(r"[^\s\x00-\x1f\x7f\ud800-\udfff]{1,512}")
 
 
@@ -659,16 +669,12 @@ def _column_values(array) -> list:
             out.append(_NOT_UTF8)
     return out
 
-
-def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 64, max_bytes: int = 4_000_000):
-    """Yield `(row, {column: value, "url": ...})` for each row of a parquet file, one row-group batch at a time.
-    A missing column is a ValueError naming the columns there are; a null or non-string value, one that is not
-    UTF-8, or one over `max_bytes` (in characters, a lower bound of its bytes) is counted. A file that is not parquet
-    is counted (`not_parquet`), and so is each row of a row group that cannot be read; anything else (no memory, the
-    disk failing) stops the task with it."""
+# %% ../nbs/30_extract.ipynb
+def _open_parquet(path: Path, report: ReadReport, column: str):
+    """`(pyarrow's ParquetFile, the columns to read)`, or None for a file that is not parquet (counted). A missing
+    column is a ValueError naming the columns there are."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"shard {str(path)!r} not found")
     try:
@@ -677,13 +683,25 @@ def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int
         if not not_parquet(e):
             raise
         report.drop(path, 0, f"unreadable parquet file ({type(e).__name__})")
-        return
+        return None
     names = pf.schema_arrow.names
     if column not in names:
         raise ValueError(
             f"{path.name} has no column {column!r} (columns: {', '.join(names)}); set the dataset's text_column"
         )
-    cols, row = [column] + (["url"] if "url" in names and column != "url" else []), 0
+    return pf, [column] + (["url"] if "url" in names and column != "url" else [])
+
+# %% ../nbs/30_extract.ipynb
+def iter_parquet(path, report: ReadReport, column: str = "text", batch_rows: int = 64, max_bytes: int = 4_000_000):
+    """Yield `(row, {column: value, "url": ...})` for each row of a parquet file, one row-group batch at a time.
+    A missing column is a ValueError naming the columns there are; a null or non-string value, one that is not
+    UTF-8, or one over `max_bytes` (in characters, a lower bound of its bytes) is counted. A file that is not parquet
+    is counted (`not_parquet`), and so is each row of a row group that cannot be read; anything else (no memory, the
+    disk failing) stops the task with it."""
+    path = Path(path)
+    if (opened := _open_parquet(path, report, column)) is None:
+        return
+    (pf, cols), row = opened, 0
     for g in range(pf.metadata.num_row_groups):
         first, n = row, pf.metadata.row_group(g).num_rows
         try:
@@ -756,7 +774,7 @@ def html_to_text(html: str | bytes, language: str = "English", **params) -> str:
         return ""  # "Document is empty": no elements at all (e.g. only a comment)
     return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
 
-
+# %% ../nbs/30_extract.ipynb
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
@@ -783,7 +801,7 @@ def normalize_whitespace(text: str) -> str:
         return text  # no whitespace but single spaces: nothing to replace
     return _WS_OTHER.sub(" ", _WS_NEWLINE.sub("\n", text))
 
-
+# %% ../nbs/30_extract.ipynb
 # jusText's preprocessor (lxml_html_clean's Cleaner with jusText's options) takes these out of the tree: a killed
 # element goes with all it holds (its tail stays), a removed one leaves its text and children in its place. A <param> is
 # killed unless inside an <object> (then removed), a <link> killed if a stylesheet; the Cleaner renames <image> to
@@ -817,7 +835,33 @@ class _Paragraph:
     def __len__(self):
         return len(self.text)
 
+# %% ../nbs/30_extract.ipynb
+_PARSER = None
 
+
+def _html_root(html: bytes | str, encoding):
+    """`(root, cleaned)`: the tree `justext.core.html_to_dom` parses, from a plain lxml parser (no per-element Python
+    class lookup) and not yet cleaned when the page is a whole document (as nearly all are); otherwise jusText's own
+    parse and preprocessor (a fragment, which lxml.html re-roots: rare)."""
+    global _PARSER
+    import justext.core as core
+
+    _PARSER = _PARSER or lxml.etree.HTMLParser()
+    decoded, root = core.decode_html(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS), None
+    try:
+        if _FULL_HTML(decoded):
+            root = lxml.etree.fromstring(decoded, _PARSER)
+    except ValueError:  # an XML encoding declaration in a str: jusText parses the bytes
+        if isinstance(html, str):
+            html = html.encode(encoding or core.DEFAULT_ENCODING, core.DEFAULT_ENC_ERRORS)
+        if _FULL_HTML_BYTES(html):
+            root = lxml.etree.fromstring(html, _PARSER)
+    if root is not None and root.tag == "html":
+        return root, False
+    return core.preprocessor(core.html_to_dom(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS)), True
+
+# %% ../nbs/30_extract.ipynb
+# One cell over 40 lines: the walk's state is its closures' local variables, the fastest Python has.
 def _classified_paragraphs(
     root, stoplist, length_low, length_high, stopwords_low, stopwords_high, max_link_density, no_headings, cleaned: bool
 ) -> list:
@@ -951,32 +995,7 @@ def _classified_paragraphs(
         close()
     return paragraphs
 
-
-_PARSER = None
-
-
-def _html_root(html: bytes | str, encoding):
-    """`(root, cleaned)`: the tree `justext.core.html_to_dom` parses, from a plain lxml parser (no per-element Python
-    class lookup) and not yet cleaned when the page is a whole document (as nearly all are); otherwise jusText's own
-    parse and preprocessor (a fragment, which lxml.html re-roots: rare)."""
-    global _PARSER
-    import justext.core as core
-
-    _PARSER = _PARSER or lxml.etree.HTMLParser()
-    decoded, root = core.decode_html(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS), None
-    try:
-        if _FULL_HTML(decoded):
-            root = lxml.etree.fromstring(decoded, _PARSER)
-    except ValueError:  # an XML encoding declaration in a str: jusText parses the bytes
-        if isinstance(html, str):
-            html = html.encode(encoding or core.DEFAULT_ENCODING, core.DEFAULT_ENC_ERRORS)
-        if _FULL_HTML_BYTES(html):
-            root = lxml.etree.fromstring(html, _PARSER)
-    if root is not None and root.tag == "html":
-        return root, False
-    return core.preprocessor(core.html_to_dom(html, core.DEFAULT_ENCODING, encoding, core.DEFAULT_ENC_ERRORS)), True
-
-
+# %% ../nbs/30_extract.ipynb
 def justext_paragraphs(
     html: bytes | str,
     stoplist,
@@ -1056,7 +1075,23 @@ def clean_url(url) -> str | None:
     `MAX_URL_CHARS`; anything else None."""
     return url if isinstance(url, str) and len(url) <= MAX_URL_CHARS and _URL.fullmatch(url) else None
 
+# %% ../nbs/30_extract.ipynb
+def _main_text(raw: str, format: str, min_words: int, languages) -> tuple[str | None, str | None]:
+    "`(the document's text, None)`, or `(None, why it is dropped)`."
+    try:
+        text = clean_unicode(html_to_text(raw) if format == "html" else raw).strip()
+    except lxml.etree.LxmlError as e:
+        return None, f"unparseable HTML ({type(e).__name__})"
+    if not text:
+        return None, "no main text" if format == "html" else "empty text"
+    if _fewer_words(text, min_words):
+        return None, f"under {min_words} words"
+    lang, _ = language_of(text)
+    if lang not in languages:
+        return None, f"language not {'/'.join(languages)}"
+    return text, None
 
+# %% ../nbs/30_extract.ipynb
 def extract_shard(
     src,
     dst,
@@ -1082,23 +1117,9 @@ def extract_shard(
         for loc, obj in iter_documents(src, report, reader, key, max_line_bytes, keep_truncated):
             man.docs_in += 1
             where, raw = f"{src}:{loc}", obj.get(key)
-            if not isinstance(raw, str):
-                man.drop(f"no string field {key!r}", where)
-                continue
-            try:
-                text = clean_unicode(html_to_text(raw) if format == "html" else raw).strip()
-            except lxml.etree.LxmlError as e:
-                man.drop(f"unparseable HTML ({type(e).__name__})", where)
-                continue
-            if not text:
-                man.drop("no main text" if format == "html" else "empty text", where)
-                continue
-            if _fewer_words(text, min_words):
-                man.drop(f"under {min_words} words", where)
-                continue
-            lang, _ = language_of(text)
-            if lang not in languages:
-                man.drop(f"language not {'/'.join(languages)}", where)
+            text, why = _main_text(raw, format, min_words, languages) if isinstance(raw, str) else (None, None)
+            if text is None:
+                man.drop(why or f"no string field {key!r}", where)
                 continue
             man.kept += 1
             if (url := clean_url(obj.get("url"))) is None and obj.get("url") is not None:

@@ -64,7 +64,7 @@ def failed_ranks(torchrun_stderr: str) -> dict[int, int]:
     found = re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_stderr)
     return {int(r): int(c) for r, c in found}
 
-
+# %% ../nbs/98_testing.ipynb
 def rank_failure_report(torchrun_stderr: str, rank_stderrs: list[str], lines: int = 40) -> str:
     """Each failed rank, its exit code (and signal) and its own last `lines` lines of stderr — not the ranks torchrun
     stopped (SIGTERM) after the first failed; every rank's if torchrun named none."""
@@ -86,6 +86,16 @@ def rank_failure_report(torchrun_stderr: str, rank_stderrs: list[str], lines: in
         out.append(f"--- rank {r}{how}; its last lines:\n{tail}")
     return "\n".join(out) + "\n--- torchrun: " + (torchrun_stderr.strip().splitlines() or [""])[-1]
 
+# %% ../nbs/98_testing.ipynb
+def _torchrun_command(script, nproc: int, args, logs: str) -> list[str]:
+    "torchrun running `script args...` as `nproc` ranks, their output under `logs`, each ending as `_RUN_AS_MAIN`."
+    from mtnlg.topology import free_port
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    where = ["--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--log-dir", logs, "--redirects", "3"]
+    rank = ["--no-python", sys.executable, "-c", _RUN_AS_MAIN, str(script), *map(str, args)]
+    return torchrun + where + rank
+
 
 def torchrun_script(
     script, nproc: int, *args, timeout: float = 600, env: dict | None = None, cwd=None, check: bool = True
@@ -93,30 +103,8 @@ def torchrun_script(
     """Run `script args...` as `nproc` ranks under torchrun (each rank: the script as `__main__`, then
     `end_distributed`). Returns the job with every rank's stdout and stderr, rank by rank; with `check`, a failed job
     raises AssertionError naming each failed rank, its exit code and its own last lines."""
-    from mtnlg.topology import free_port
-
     with tempfile.TemporaryDirectory(prefix="mtnlg-torchrun-") as logs:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            str(nproc),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(free_port()),
-            "--log-dir",
-            logs,
-            "--redirects",
-            "3",
-            "--no-python",
-            sys.executable,
-            "-c",
-            _RUN_AS_MAIN,
-            str(script),
-            *map(str, args),
-        ]
+        cmd = _torchrun_command(script, nproc, args, logs)
         p = subprocess.Popen(
             cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
         )
@@ -424,7 +412,7 @@ def _mean_over_ranks(x: float) -> float:
 def max_param_difference(a: dict, b: dict) -> float:
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
-
+# %% ../nbs/98_testing.ipynb
 LAUNCHER_VARIABLES = (
     "RANK",
     "WORLD_SIZE",
@@ -455,7 +443,7 @@ def single_process_env():
     finally:
         os.environ.update(hidden)
 
-
+# %% ../nbs/98_testing.ipynb
 def reference_run(config_path: str, steps: int, clip_grad: float, overrides: dict | None = None) -> dict:
     "One process, full batches, torch AdamW: per-step losses and gradient norms, final parameters."
     from mtnlg.data_parallel import make_optimizer
@@ -477,24 +465,45 @@ def reference_run(config_path: str, steps: int, clip_grad: float, overrides: dic
         losses.append(loss.item())
     return {"losses": losses, "grad_norms": norms, "params": _state(model)}
 
+# %% ../nbs/98_testing.ipynb
+def _data_parallel_optimizer(model, cfg, optimizer: str, clip_grad: float):
+    "Our ZeRO-1 (`zero1`) or an unsharded torch AdamW (`adamw`) over `model`, with `cfg`'s settings."
+    from mtnlg.data_parallel import ZeroOneAdamW, param_groups, make_optimizer
 
-def _train_data_parallel(config_path, steps, clip_grad, optimizer, overrides) -> dict:
-    from mtnlg.data_parallel import ZeroOneAdamW, allreduce_gradients, param_groups, make_optimizer
-
-    cfg, model = _setup(config_path, overrides)
-    o, rank, world = cfg.optimizer, dist.get_rank(), dist.get_world_size()
+    o = cfg.optimizer
     if optimizer == "zero1":
-        opt = ZeroOneAdamW(
+        return ZeroOneAdamW(
             param_groups(model, o.weight_decay),
             lr=o.lr,
             betas=(o.adam_beta1, o.adam_beta2),
             eps=o.adam_eps,
             clip_grad=clip_grad,
         )
-    elif optimizer == "adamw":
-        opt = make_optimizer(model, cfg)
-    else:
-        raise ValueError(f"optimizer must be 'zero1' or 'adamw', got {optimizer!r}")
+    if optimizer == "adamw":
+        return make_optimizer(model, cfg)
+    raise ValueError(f"optimizer must be 'zero1' or 'adamw', got {optimizer!r}")
+
+
+def _deepspeed_overrides(overrides: dict | None, world: int, batch: int, precision: str, clip_grad: float) -> dict:
+    "`overrides` plus what a DeepSpeed run of `world` data-parallel ranks sets: the batch split over them, no ramp-up."
+    return {
+        **(overrides or {}),
+        "parallel.data_parallel": world,
+        "precision": precision,
+        "optimizer.clip_grad": clip_grad,
+        "schedule.global_batch_size": batch,
+        "schedule.micro_batch_size": batch // world,
+        "schedule.batch_size_rampup_start": None,
+        "schedule.batch_size_rampup_increment": None,
+    }
+
+# %% ../nbs/98_testing.ipynb
+def _train_data_parallel(config_path, steps, clip_grad, optimizer, overrides) -> dict:
+    from mtnlg.data_parallel import allreduce_gradients
+
+    cfg, model = _setup(config_path, overrides)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    opt = _data_parallel_optimizer(model, cfg, optimizer, clip_grad)
     losses, norms = [], []
     for batch in training_batches(cfg, steps):
         opt.zero_grad()
@@ -521,26 +530,14 @@ def data_parallel_worker(
     'adamw' is `allreduce_gradients`, `clip_grad_norm_` and an unsharded torch AdamW on every rank."""
     return {name: _train_data_parallel(config_path, steps, clip_grad, name, overrides) for name in optimizers}
 
-
+# %% ../nbs/98_testing.ipynb
 def _train_deepspeed(config_path, steps, clip_grad, precision, overrides) -> dict:
     from mtnlg.engine import prepare_deepspeed, deepspeed_config
     from mtnlg.data_parallel import make_optimizer
 
     deepspeed = prepare_deepspeed()
     world, batch = dist.get_world_size(), 4  # training_batches' batch, split over the ranks
-    cfg, model = _setup(
-        config_path,
-        {
-            **(overrides or {}),
-            "parallel.data_parallel": world,
-            "precision": precision,
-            "optimizer.clip_grad": clip_grad,
-            "schedule.global_batch_size": batch,
-            "schedule.micro_batch_size": batch // world,
-            "schedule.batch_size_rampup_start": None,
-            "schedule.batch_size_rampup_increment": None,
-        },
-    )
+    cfg, model = _setup(config_path, _deepspeed_overrides(overrides, world, batch, precision, clip_grad))
     rank = dist.get_rank()
     with contextlib.redirect_stdout(io.StringIO()):  # DeepSpeed prints memory reports while it builds
         engine, *_ = deepspeed.initialize(
