@@ -28,7 +28,7 @@ import time
 import warnings
 import logging
 from collections import namedtuple
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from datetime import timedelta
 from itertools import product
 from pathlib import Path
@@ -204,7 +204,12 @@ def rank_start_method() -> str:
 
 
 def _plain(x):
-    "`x` with named tuples turned into tuples, so the parent can load it without unpickling any class."
+    """`x` as plain values (named tuples as tuples, dataclasses as dicts, paths as strings), so the parent can load it
+    without unpickling any class."""
+    if is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _plain(getattr(x, f.name)) for f in fields(x)}
+    if isinstance(x, Path):
+        return str(x)
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
