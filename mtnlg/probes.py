@@ -264,4 +264,3 @@ def load_operator_model(path, cfg: Config, steps: int, seed: int) -> tuple[GPT, 
         for n, w in saved["weights"].items():
             params[n].copy_(w)
     return model.eval(), saved["losses"]
-
