@@ -6,7 +6,7 @@
 __all__ = ['OPERATIONS', 'PAPER_OPERATOR_PROBES', 'SYMBOL_CHARS', 'format_number', 'operator_line', 'OperatorProbe',
            'symbol_split', 'operator_probes', 'exact_match', 'chance_accuracy', 'score_probes', 'binomial_interval',
            'hans_prompt', 'hans_probes', 'operator_tokenizer', 'episode_tokens', 'episode_batch', 'operator_config',
-           'train_operator_model', 'accuracy_by_shots']
+           'train_operator_model', 'accuracy_by_shots', 'save_operator_model', 'load_operator_model']
 
 # %% ../nbs/63_operator_probe.ipynb
 import itertools
@@ -15,6 +15,7 @@ import operator
 import random
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 import torch
 from tokenizers import Tokenizer, Regex, models, pre_tokenizers
 from tqdm.auto import trange
@@ -239,3 +240,27 @@ def accuracy_by_shots(
         probes = operator_probes(n, k, symbols, ops, seed=seed * 7919 + k)
         out[k] = score_probes(model, tokenizer, [p.prompt for p in probes], [p.answer for p in probes])
     return out
+
+# %% ../nbs/63_operator_probe.ipynb
+def save_operator_model(path, model: GPT, losses: list[float], steps: int, seed: int):
+    "`train_operator_model`'s result as a file: the weights in fp16 (half the bytes), the losses, the steps and seed."
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    weights = {n: p.detach().half() for n, p in model.named_parameters()}  # buffers: rebuilt from the config
+    torch.save({"steps": steps, "seed": seed, "losses": losses, "weights": weights}, path)
+
+
+def load_operator_model(path, cfg: Config, steps: int, seed: int) -> tuple[GPT, list[float]] | None:
+    "(model, losses) that `save_operator_model` wrote to `path` for `steps` steps from `seed`; None if there is none."
+    if path is None or not Path(path).is_file():
+        return None
+    saved = torch.load(path, weights_only=True)
+    if (saved["steps"], saved["seed"]) != (steps, seed):
+        return None
+    model = GPT(cfg.model, init_seed=seed)
+    params = dict(model.named_parameters())
+    if set(params) != set(saved["weights"]):
+        raise ValueError(f"{path} holds another model's weights than operator_config's: train it again")
+    with torch.no_grad():
+        for n, w in saved["weights"].items():
+            params[n].copy_(w)
+    return model.eval(), saved["losses"]
