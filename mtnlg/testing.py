@@ -819,7 +819,7 @@ def _allocations(mt, window: str, min_bytes: int) -> list[dict]:
     return sorted(out, key=lambda r: r["made ms"])
 
 # %% ../nbs/98_testing.ipynb
-# one class: the profiler's record, the tags and the replays that read them share its state
+# the recorder plus the replays above: `peak` and `allocations` read the record it collected
 class MemoryTracker(_MemoryRecorder):
     """Records every CPU tensor allocation and free while active (torch.profiler memory events), plus `tag`s naming
     what some storages are; `peak(window)` replays the record and returns the window's peak, by category."""
