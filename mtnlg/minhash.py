@@ -242,7 +242,7 @@ def s_curve(j, bands: int, rows: int):
     return 1 - (1 - np.asarray(j, float) ** rows) ** bands
 
 # %% ../nbs/32_dedup_method.ipynb
-# one function: either engine's components, then one rule picks each group's kept document
+# what deduplication decides: which documents stay, and each one's group
 @dataclass
 class DedupResult:
     keep: np.ndarray  # bool per document
@@ -254,7 +254,33 @@ class DedupResult:
 
 ENGINES = ("compiled", "numpy")  # the compiled kernels (below) and their numpy twins: the same results
 
+# %% ../nbs/32_dedup_method.ipynb
+def _numpy_components(sig: np.ndarray, bands: int, rows: int, threshold: float) -> tuple:
+    "The numpy engine: candidate pairs, those whose estimate reaches `threshold` as edges, the graph's components."
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
 
+    n = len(sig)
+    i, j = candidate_pairs(sig, bands, rows)
+    est = [estimate_jaccard(sig[i[s : s + 65536]], sig[j[s : s + 65536]]) for s in range(0, len(i), 65536)]
+    similar = np.concatenate(est or [np.zeros(0)]) >= threshold
+    graph = coo_matrix((np.ones(similar.sum(), np.int8), (i[similar], j[similar])), shape=(n, n))
+    _, comp = connected_components(graph, directed=False)
+    return i, comp, int(similar.sum())
+
+
+def _keep_by_priority(comp: np.ndarray, ranks: list) -> tuple[np.ndarray, np.ndarray]:
+    "Keep each component's document of the best-ranked dataset, the first in corpus order: (keep, duplicate_of)."
+    n = len(comp)
+    order = np.lexsort((np.arange(n), ranks, comp))  # component, priority, corpus order
+    first = order[np.concatenate([[True], comp[order][1:] != comp[order][:-1]])[:n]]  # each component's winner
+    best = np.empty(comp.max() + 1 if n else 0, np.int64)
+    best[comp[first]] = first
+    winner = best[comp]
+    keep = winner == np.arange(n)
+    return keep, np.where(keep, -1, winner)
+
+# %% ../nbs/32_dedup_method.ipynb
 def fuzzy_dedup(
     sig: np.ndarray,
     datasets,
@@ -269,10 +295,7 @@ def fuzzy_dedup(
     group by dataset `priority`."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    n, rank = len(sig), {d: r for r, d in enumerate(priority)}
+    rank = {d: r for r, d in enumerate(priority)}
     unknown = sorted(set(datasets) - set(rank))
     if unknown:
         raise ValueError(f"datasets {unknown} are not in the dedup priority order {list(priority)}")
@@ -280,24 +303,9 @@ def fuzzy_dedup(
         i, j = compiled_candidate_pairs(sig, bands, rows, threads=threads, sort=False)  # components need no order
         comp, n_edges = compiled_components(sig, i, j, threshold, threads)
     else:
-        i, j = candidate_pairs(sig, bands, rows)
-        similar = (
-            np.concatenate(
-                [estimate_jaccard(sig[i[s : s + 65536]], sig[j[s : s + 65536]]) for s in range(0, len(i), 65536)]
-                or [np.zeros(0)]
-            )
-            >= threshold
-        )
-        graph = coo_matrix((np.ones(similar.sum(), np.int8), (i[similar], j[similar])), shape=(n, n))
-        _, comp = connected_components(graph, directed=False)
-        n_edges = int(similar.sum())
-    order = np.lexsort((np.arange(n), [rank[d] for d in datasets], comp))  # component, priority, corpus order
-    first = order[np.concatenate([[True], comp[order][1:] != comp[order][:-1]])[:n]]  # each component's winner
-    best = np.empty(comp.max() + 1 if n else 0, np.int64)
-    best[comp[first]] = first
-    winner = best[comp]
-    keep = winner == np.arange(n)
-    return DedupResult(keep, np.where(keep, -1, winner), comp, len(i), n_edges)
+        i, comp, n_edges = _numpy_components(sig, bands, rows, threshold)
+    keep, duplicate_of = _keep_by_priority(comp, [rank[d] for d in datasets])
+    return DedupResult(keep, duplicate_of, comp, len(i), n_edges)
 
 # %% ../nbs/32_dedup_method.ipynb
 def pair_precision_recall(pred: set, truth_pairs, t: float) -> tuple[float, float]:
@@ -357,6 +365,47 @@ def _changes_under_lower(buf, i, e, cased):
     return cp < cased.shape[0] and cased[cp] == 1
 
 # %% ../nbs/32_dedup_method.ipynb
+@njit(cache=True)
+def _shingle_powers(ngram, seed):
+    "The powers Q^(ngram-1-k) that weigh word k of a shingle, and the seed's term seed Q^ngram."
+    qp = np.empty(ngram, np.uint64)
+    q = np.uint64(1)
+    for k in range(ngram - 1, -1, -1):
+        qp[k] = q
+        q *= np.uint64(_Q)
+    return qp, np.uint64(seed) * q
+
+
+@njit(cache=True)
+def _word_hash(buf, i, e, word_byte, lower, cased, check):
+    """The mixed hash of the word at byte `i` (lowercased, ASCII and Latin-1 by table), the byte after it, and (with
+    `check`) whether str.lower() would change a non-ASCII character of it."""
+    h, pw, changed = np.uint64(0), np.uint64(1), False
+    while i < e and word_byte[buf[i]]:
+        if buf[i] >= 0xC0 and check:
+            if _changes_under_lower(buf, i, e, cased):
+                changed = True
+        h += np.uint64(lower[buf[i]]) * pw
+        pw *= np.uint64(_P)
+        i += 1
+    return _mix64_jit(h), i, changed
+
+
+@njit(cache=True)
+def _densify(raw, row, num_perm, shift):
+    "Fill `row` from the bins `raw`: an empty bin takes the next full one (wrapping), its distance in the top bits."
+    nxt = 2 * num_perm
+    for p in range(2 * num_perm - 1, -1, -1):
+        if raw[p & (num_perm - 1)] != 0xFFFFFFFF:
+            nxt = p
+        if p < num_perm:
+            row[p] = (
+                raw[nxt & (num_perm - 1)] | np.uint32((nxt - p) << shift)
+                if nxt < 2 * num_perm
+                else np.uint32(0xFFFFFFFF)
+            )
+
+# %% ../nbs/32_dedup_method.ipynb
 # one pass over each text's bytes: its loops share the ring and the bins
 @njit(cache=True, nogil=True)
 def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, lower, cased, check):
@@ -369,27 +418,17 @@ def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, low
     while R < ngram:
         R *= 2
     ring = np.zeros(R, np.uint64)  # the last `ngram` word hashes, word t at t & (R - 1)
-    qp = np.empty(ngram, np.uint64)  # Q^(ngram-1-k)
-    q = np.uint64(1)
-    for k in range(ngram - 1, -1, -1):
-        qp[k] = q
-        q *= np.uint64(_Q)
-    base = np.uint64(seed) * q  # seed Q^ngram
+    qp, base = _shingle_powers(ngram, seed)
     raw = np.empty(num_perm, np.uint32)
     for d in range(n):
         raw[:] = 0xFFFFFFFF
         i, e, nw = offsets[d], offsets[d + 1], 0
         while i < e:
             if word_byte[buf[i]]:
-                h, pw = np.uint64(0), np.uint64(1)
-                while i < e and word_byte[buf[i]]:
-                    if buf[i] >= 0xC0 and check:
-                        if _changes_under_lower(buf, i, e, cased):
-                            flagged[d] = True
-                    h += np.uint64(lower[buf[i]]) * pw
-                    pw *= np.uint64(_P)
-                    i += 1
-                ring[nw & (R - 1)] = _mix64_jit(h)
+                h, i, changed = _word_hash(buf, i, e, word_byte, lower, cased, check)
+                ring[nw & (R - 1)] = h
+                if changed:
+                    flagged[d] = True
                 nw += 1
                 if nw >= ngram:
                     acc = base
@@ -403,16 +442,7 @@ def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, low
             for k in range(nw):
                 acc = acc * np.uint64(_Q) + ring[k]
             _insert(raw, acc, shift, mask)
-        row, nxt = sig[d], 2 * num_perm  # densify: the next non-empty bin at or after p, wrapping around
-        for p in range(2 * num_perm - 1, -1, -1):
-            if raw[p & (num_perm - 1)] != 0xFFFFFFFF:
-                nxt = p
-            if p < num_perm:
-                row[p] = (
-                    raw[nxt & (num_perm - 1)] | np.uint32((nxt - p) << shift)
-                    if nxt < 2 * num_perm
-                    else np.uint32(0xFFFFFFFF)
-                )
+        _densify(raw, sig[d], num_perm, shift)
     return sig, flagged
 
 # %% ../nbs/32_dedup_method.ipynb
@@ -433,7 +463,7 @@ def _signature_batch(texts, num_perm, ngram, seed):
         sig[redo] = _signature_kernel(*lowered, num_perm, ngram, seed, shift, _WB, _LOWER, cased, False)[0]
     return sig
 
-
+# %% ../nbs/32_dedup_method.ipynb
 def compiled_signatures(
     texts, num_perm: int = 128, ngram: int = 5, seed: int = 0, threads: int = 1, batch: int = 2048
 ) -> np.ndarray:
