@@ -155,7 +155,7 @@ def _text_words(buf, i, e, word_byte, lower, cased, check, wh, first, end):
     return nw, flag
 
 # %% ../nbs/33_decontaminate.ipynb
-@njit(cache=True)
+@njit(cache=True, inline="always")  # inlined: the kernel stays one compiled body
 def _kernel_setup(ns, offsets) -> tuple:
     """For `_task_ngram_kernel`: the table of each n-gram length (-1: none), its hash's seed term n Q^n, the longest
     length, and how many words the longest text can hold."""
@@ -175,7 +175,7 @@ def _kernel_setup(ns, offsets) -> tuple:
     return table_of, seed_term, maxn, longest // 2 + 1  # each word of a text needs a byte and a separator
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _listed(table, ignore, h) -> bool:
     "Whether hash `h` is in the sorted `table` and not in the sorted `ignore` (the frequent n-grams)."
     j = np.searchsorted(table, h)
