@@ -155,15 +155,11 @@ def _text_words(buf, i, e, word_byte, lower, cased, check, wh, first, end):
     return nw, flag
 
 # %% ../nbs/33_decontaminate.ipynb
-# one compiled pass per batch: the words, their n-gram hashes and the table lookups share its loops
-@njit(cache=True, nogil=True)
-def _task_ngram_kernel(
-    buf, offsets, ns, tables, table_offs, bitmaps, bitmap_offs, shifts, ignore, word_byte, lower, cased, check
-):
-    """Every task n-gram of the texts buf[offsets[d]:offsets[d+1]] as rows (text, first character, end character)
-    and hashes: what `find_task_ngrams` finds. With `check`, texts holding a non-ASCII character that str.lower()
-    changes are flagged for the caller (and skipped)."""
-    n_docs, maxn = offsets.shape[0] - 1, 0
+@njit(cache=True, inline="always")  # inlined: the kernel stays one compiled body
+def _kernel_setup(ns, offsets) -> tuple:
+    """For `_task_ngram_kernel`: the table of each n-gram length (-1: none), its hash's seed term n Q^n, the longest
+    length, and how many words the longest text can hold."""
+    maxn = 0
     for t in range(ns.shape[0]):
         maxn = max(maxn, ns[t])
     table_of, seed_term = np.full(maxn + 1, -1, np.int64), np.zeros(maxn + 1, np.uint64)  # n -> its table; n Q^n
@@ -174,9 +170,34 @@ def _task_ngram_kernel(
         q *= np.uint64(_Q)
         seed_term[k] = np.uint64(k) * q
     longest = 1
-    for d in range(n_docs):
+    for d in range(offsets.shape[0] - 1):
         longest = max(longest, offsets[d + 1] - offsets[d])
-    cap = longest // 2 + 1  # words of the longest text: each needs a byte and a separator
+    return table_of, seed_term, maxn, longest // 2 + 1  # each word of a text needs a byte and a separator
+
+
+@njit(cache=True, inline="always")
+def _listed(table, ignore, h) -> bool:
+    "Whether hash `h` is in the sorted `table` and not in the sorted `ignore` (the frequent n-grams)."
+    j = np.searchsorted(table, h)
+    if j >= table.shape[0] or table[j] != h:
+        return False
+    if ignore.shape[0]:
+        j = np.searchsorted(ignore, h)
+        if j < ignore.shape[0] and ignore[j] == h:
+            return False
+    return True
+
+# %% ../nbs/33_decontaminate.ipynb
+# one compiled pass per batch: the words, their n-gram hashes and the table lookups share its loops
+@njit(cache=True, nogil=True)
+def _task_ngram_kernel(
+    buf, offsets, ns, tables, table_offs, bitmaps, bitmap_offs, shifts, ignore, word_byte, lower, cased, check
+):
+    """Every task n-gram of the texts buf[offsets[d]:offsets[d+1]] as rows (text, first character, end character)
+    and hashes: what `find_task_ngrams` finds. With `check`, texts holding a non-ASCII character that str.lower()
+    changes are flagged for the caller (and skipped)."""
+    n_docs = offsets.shape[0] - 1
+    table_of, seed_term, maxn, cap = _kernel_setup(ns, offsets)
     wh, first, end = np.empty(cap, np.uint64), np.empty(cap, np.int64), np.empty(cap, np.int64)
     acc, g, maybe = np.empty(cap, np.uint64), np.empty(cap, np.uint64), np.empty(cap, np.uint8)
     rows, hashes, m = np.empty((64, 3), np.int64), np.empty(64, np.uint64), 0
@@ -198,17 +219,10 @@ def _task_ngram_kernel(
                 g[i] = acc[i] + seed_term[k]  # = ngram_hashes(wh, k)[i]
                 bit = g[i] >> s
                 maybe[i] = (bitmaps[b0 + np.int64(bit >> np.uint64(3))] >> (bit & np.uint64(7))) & 1
-            lo, hi = table_offs[t], table_offs[t + 1]
+            table = tables[table_offs[t] : table_offs[t + 1]]
             for i in range(c):
-                if maybe[i] == 0:
+                if maybe[i] == 0 or not _listed(table, ignore, g[i]):
                     continue
-                j = lo + np.searchsorted(tables[lo:hi], g[i])
-                if j >= hi or tables[j] != g[i]:
-                    continue
-                if ignore.shape[0]:
-                    j = np.searchsorted(ignore, g[i])
-                    if j < ignore.shape[0] and ignore[j] == g[i]:
-                        continue
                 if m == hashes.shape[0]:
                     rows = np.concatenate((rows, np.empty_like(rows)))
                     hashes = np.concatenate((hashes, np.empty_like(hashes)))
@@ -280,10 +294,9 @@ def count_task_ngrams(texts, task_ngrams: dict) -> dict[int, int]:
             counts[h] = counts.get(h, 0) + 1
     return counts
 
-
-from mtnlg.minhash import (
-    ENGINES,
-)  # chapter 32's: the compiled batch kernel, and the reference a document at a time: the same results
+# %% ../nbs/33_decontaminate.ipynb
+# chapter 32's engines: the compiled batch kernel, and the reference a document at a time: the same results
+from .minhash import ENGINES
 
 
 def _found(docs, task_ngrams, ignore, engine):

@@ -31,6 +31,8 @@ from mtnlg.counting import (
     output_layer_bytes,
     stage_params,
 )
+
+# %% ../nbs/66_eval_plan.ipynb
 from mtnlg.iteration_time import (
     SYSTEMS,
     System,
@@ -184,6 +186,27 @@ def forward_parts(
     }
 
 # %% ../nbs/66_eval_plan.ipynb
+def _layout_row(
+    model: ModelConfig, m: ModelConfig, tp: int, pp: int, g: GPU, micro_batch, gpus_per_node, asm, system
+) -> dict:
+    "One TP x PP layout of `eval_layouts`: the fullest rank's memory by term, whether it fits, tokens/s per GPU."
+    L = Setup(Layout(tp, pp, 1), micro_batch, "none")
+    mem = peak_rank_memory(model, L, asm)
+    stage = [sum(x) for x in zip(*forward_parts(m, L, g, "bf16", asm, gpus_per_node, system).values())]
+    return {
+        "tp": tp,
+        "pp": pp,
+        "gpus": tp * pp,
+        "min_nodes": min_nodes(tp, pp, gpus_per_node),
+        "peak_gib": mem["total"] / GiB,
+        "weights_gib": mem["weights"] / GiB,
+        "kv_gib": mem["KV cache"] / GiB,
+        "activations_gib": (mem["activations"] + mem["logits"]) / GiB,
+        "fits": mem["total"] <= g.memory_gib * GiB,
+        "tokens_per_s_per_gpu": micro_batch * model.seq_length / max(stage) / (tp * pp),
+    }
+
+# %% ../nbs/66_eval_plan.ipynb
 def eval_layouts(
     model: ModelConfig,
     gpu: GPU | str = "a100-80gb",
@@ -199,23 +222,7 @@ def eval_layouts(
     m, rows = inference_model(model), []
     for tp in (t for t in (1, 2, 4, 8, 16) if t <= gpus_per_node and model.num_attention_heads % t == 0):
         for pp in even_splits(model.num_layers):
-            L = Setup(Layout(tp, pp, 1), micro_batch, "none")
-            mem = peak_rank_memory(model, L, asm)
-            stage = [sum(x) for x in zip(*forward_parts(m, L, g, "bf16", asm, gpus_per_node, system).values())]
-            rows.append(
-                {
-                    "tp": tp,
-                    "pp": pp,
-                    "gpus": tp * pp,
-                    "min_nodes": min_nodes(tp, pp, gpus_per_node),
-                    "peak_gib": mem["total"] / GiB,
-                    "weights_gib": mem["weights"] / GiB,
-                    "kv_gib": mem["KV cache"] / GiB,
-                    "activations_gib": (mem["activations"] + mem["logits"]) / GiB,
-                    "fits": mem["total"] <= g.memory_gib * GiB,
-                    "tokens_per_s_per_gpu": micro_batch * model.seq_length / max(stage) / (tp * pp),
-                }
-            )
+            rows.append(_layout_row(model, m, tp, pp, g, micro_batch, gpus_per_node, asm, system))
     return sorted(rows, key=lambda r: (not r["fits"], r["min_nodes"], -r["tokens_per_s_per_gpu"]))
 
 
@@ -314,7 +321,21 @@ class TaskTokens:
     truncated: float  # share of windows cut to the model's length
     k_fits: int  # worked examples that fit beside the median document's prompt
 
+# %% ../nbs/66_eval_plan.ipynb
+def _request_windows(reqs: list, k: int, example: float, seq_length: int, chars_per_token: float) -> tuple:
+    """One document's requests with `k` worked examples of `example` characters before each: the windows' tokens (one
+    window when the choices share the context and are one token each), each continuation's tokens, and how many
+    worked examples fit beside the prompt."""
+    shared = len({c for c, _ in reqs}) == 1 and all(text_tokens(x, chars_per_token) == 1 for _, x in reqs)
+    per, conts = [], []
+    for c, x in reqs:
+        conts.append(text_tokens(x, chars_per_token))
+        per.append(min(seq_length, (k * example + len(c)) / chars_per_token + conts[-1] - 1))
+    room = seq_length - len(reqs[0][0]) / chars_per_token - text_tokens(reqs[0][1], chars_per_token)
+    fits = int(max(0, room) // (example / chars_per_token))
+    return (per[:1] if shared else per), conts, fits
 
+# %% ../nbs/66_eval_plan.ipynb
 def task_tokens(
     name: str,
     shots: str,
@@ -332,32 +353,27 @@ def task_tokens(
     windows = tokens = logits = cut = 0.0
     fits = []
     for reqs in sample:
-        shared = len({c for c, _ in reqs}) == 1 and all(text_tokens(x, chars_per_token) == 1 for _, x in reqs)
-        per = []
-        for c, x in reqs:
-            cont = text_tokens(x, chars_per_token)
-            per.append(min(seq_length, (k * example + len(c)) / chars_per_token + cont - 1))
+        per, conts, fit = _request_windows(reqs, k, example, seq_length, chars_per_token)
+        for cont in conts:
             logits += cont
-        room = seq_length - len(reqs[0][0]) / chars_per_token - text_tokens(reqs[0][1], chars_per_token)
-        fits.append(int(max(0, room) // (example / chars_per_token)))
-        if shared:
-            per = per[:1]
+        fits.append(fit)
         windows += len(per)
         tokens += sum(per)
         cut += sum(p >= seq_length for p in per)
     scale = items / len(sample)
+    requests, k_fits = round(sum(map(len, sample)) * scale), sorted(fits)[len(fits) // 2]
     return TaskTokens(
         name,
         shots,
         k,
         items,
         source,
-        round(sum(map(len, sample)) * scale),
+        requests,
         round(windows * scale),
         tokens * scale,
         logits * scale,
         cut / windows,
-        sorted(fits)[len(fits) // 2],
+        k_fits,
     )
 
 # %% ../nbs/66_eval_plan.ipynb
@@ -383,19 +399,11 @@ def setting_seconds(
     """Seconds of one task setting: its micro-batches split over `dp` replicas, each a forward pipeline
     (`pipeline_time`)."""
     m, b, micro = micro_shape(inference_model(model), t, budget_tokens)
-    parts = forward_parts(
-        m,
-        Setup(Layout(tp, pp, dp), b, "none"),
-        gpu,
-        "bf16",
-        asm,
-        gpus_per_node,
-        system,
-        logit_tokens=round(t.logit_tokens / micro),
-    )
+    L = Setup(Layout(tp, pp, dp), b, "none")
+    parts = forward_parts(m, L, gpu, "bf16", asm, gpus_per_node, system, logit_tokens=round(t.logit_tokens / micro))
     return pipeline_time([sum(x) for x in zip(*parts.values())], math.ceil(micro / dp))
 
-
+# %% ../nbs/66_eval_plan.ipynb
 def load_seconds(
     cfg: Config, tp: int, pp: int, startup_s: float = 600.0, gbps_per_gpu: float = FS_GBPS_PER_GPU
 ) -> float:
@@ -444,27 +452,36 @@ class CheckpointIndex(ShardIndex):
         return sum(math.prod(s) * getattr(torch, t).itemsize for s, _, t in held) + self.optimizer_bytes[file]
 
 # %% ../nbs/66_eval_plan.ipynb
-def checkpoint_index(cfg: Config, step: int = 0) -> CheckpointIndex:
-    """A shape-only index of the checkpoint `mtnlg train` saves for `cfg`: one file per rank, the model's slices (in the
-    dtype the engine trains them in) in the data-parallel rank-0 files under their `GPT` names, no data. Each distinct
-    layer of `gpt_layer_specs` is built once, under fake tensors on a fake TP group."""
+def _layer_params(cfg: Config, tp: int) -> list[list]:
+    """(name, shape, TP dim) of every saved layer's parameters on one TP rank, in `gpt_layer_specs` order; each distinct
+    layer built once, under fake tensors on a fake TP group."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from mtnlg.checkpoint import FORMAT, shard_name, tp_dim
-    from mtnlg.engine import gpt_layer_specs, stage_bounds
-    from mtnlg.pipeline_parallel import gpt_param_name
+    from mtnlg.checkpoint import tp_dim
+    from mtnlg.engine import gpt_layer_specs
     from mtnlg.rehearsal import fake_world
 
-    layout, L = Layout.of(cfg), cfg.model.num_layers
-    dtype = "bfloat16" if weight_bytes(cfg.precision, layout.world_size) == 2 else "float32"
     built, layers = {}, []
-    with fake_world(Layout(layout.tp, 1, 1)), FakeTensorMode():
-        for spec in gpt_layer_specs(cfg)[
-            :-1
-        ]:  # the last is the tied output layer: the embedding again, not saved twice
+    with fake_world(Layout(tp, 1, 1)), FakeTensorMode():
+        specs = gpt_layer_specs(cfg)[:-1]  # the last is the tied output layer: the embedding again, not saved twice
+        for spec in specs:
             key = (spec.typename, tuple(map(id, spec.module_args)))
             if key not in built:
                 built[key] = [(n, list(p.shape), tp_dim(p)) for n, p in spec.build().named_parameters()]
             layers.append(built[key])
+    return layers
+
+# %% ../nbs/66_eval_plan.ipynb
+def checkpoint_index(cfg: Config, step: int = 0) -> CheckpointIndex:
+    """A shape-only index of the checkpoint `mtnlg train` saves for `cfg`: one file per rank, the model's slices (in the
+    dtype the engine trains them in) in the data-parallel rank-0 files under their `GPT` names, no data. Each distinct
+    layer of `gpt_layer_specs` is built once, under fake tensors on a fake TP group."""
+    from mtnlg.checkpoint import FORMAT, shard_name
+    from mtnlg.engine import stage_bounds
+    from mtnlg.pipeline_parallel import gpt_param_name
+
+    layout, L = Layout.of(cfg), cfg.model.num_layers
+    dtype = "bfloat16" if weight_bytes(cfg.precision, layout.world_size) == 2 else "float32"
+    layers = _layer_params(cfg, layout.tp)
     bounds, stages = stage_bounds(cfg), []
     for s in range(layout.pp):
         stages.append(
@@ -539,7 +556,30 @@ class EvalPlan:
     def tokens(self) -> float:
         return sum(t.tokens for t in self.work)
 
+# %% ../nbs/66_eval_plan.ipynb
+def _paper_work(cfg: Config, docs: int) -> list:
+    "`TaskTokens` of the paper's settings, each task's requests sampled once from `docs` documents."
+    samples = {n: zero_shot_requests(n, docs) for n in dict.fromkeys(n for n, _ in paper_settings())}
+    return [task_tokens(n, s, cfg.model.seq_length, docs, sample=samples[n]) for n, s in paper_settings()]
 
+
+def _plan_row(cfg: Config, work: list, n: int, tp: int, pp: int, g: GPU, micro_batch, asm, gpus_per_node, load) -> dict:
+    "One node count's row of `eval_plan`: DP, idle GPUs, hours of evaluation, of verifying, in all, GPU-hours."
+    dp = n * gpus_per_node // (tp * pp)
+    budget = micro_batch * cfg.model.seq_length
+    s = sum(setting_seconds(cfg.model, t, tp, pp, dp, g, budget, asm, gpus_per_node) for t in work)
+    check = verify_seconds(cfg, dp * tp * pp)["seconds"]  # the checksums of what the job reads
+    return {
+        "nodes": n,
+        "dp": dp,
+        "idle_gpus": n * gpus_per_node - dp * tp * pp,
+        "eval_h": s / 3600,
+        "verify_h": check / 3600,
+        "total_h": (s + load + check) / 3600,
+        "gpu_h": (s + load + check) / 3600 * n * gpus_per_node,
+    }
+
+# %% ../nbs/66_eval_plan.ipynb
 def eval_plan(
     cfg: Config,
     nodes=(3, 15, 35, 105, 279),
@@ -563,34 +603,13 @@ def eval_plan(
     if tp > gpus_per_node:
         raise ValueError(f"TP {tp} > {gpus_per_node} GPUs per node: tensor parallelism stays inside a node")
     mem = peak_rank_memory(cfg.model, Setup(Layout(tp, pp, 1), micro_batch, "none"), asm)
-    if work is None:
-        samples = {n: zero_shot_requests(n, docs) for n in dict.fromkeys(n for n, _ in paper_settings())}
-        work = [task_tokens(n, s, cfg.model.seq_length, docs, sample=samples[n]) for n, s in paper_settings()]
+    work = _paper_work(cfg, docs) if work is None else work
     load = load_seconds(cfg, tp, pp)
-    rows = []
-    for n in nodes:
-        dp = n * gpus_per_node // (tp * pp)
-        if dp < 1:
-            continue
-        s = sum(
-            setting_seconds(cfg.model, t, tp, pp, dp, g, micro_batch * cfg.model.seq_length, asm, gpus_per_node)
-            for t in work
-        )
-        check = verify_seconds(cfg, dp * tp * pp)["seconds"]  # the checksums of what the job reads
-        rows.append(
-            {
-                "nodes": n,
-                "dp": dp,
-                "idle_gpus": n * gpus_per_node - dp * tp * pp,
-                "eval_h": s / 3600,
-                "verify_h": check / 3600,
-                "total_h": (s + load + check) / 3600,
-                "gpu_h": (s + load + check) / 3600 * n * gpus_per_node,
-            }
-        )
+    fitting = [n for n in nodes if n * gpus_per_node // (tp * pp) >= 1]  # a whole replica at least
+    rows = [_plan_row(cfg, work, n, tp, pp, g, micro_batch, asm, gpus_per_node, load) for n in fitting]
     return EvalPlan(cfg.name, g.name, tp, pp, micro_batch, mem, work, rows, load, verify_seconds(cfg, tp * pp))
 
-
+# %% ../nbs/66_eval_plan.ipynb
 def format_eval_plan(p: EvalPlan) -> str:
     "The plan as `cluster/eval.sbatch`'s dry run prints it."
     m, gib = p.memory, lambda x: f"{x / GiB:.1f} GiB"

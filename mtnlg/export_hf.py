@@ -20,7 +20,7 @@ def qkv_to_gpt2(w: torch.Tensor, heads: int) -> torch.Tensor:
     bias)."""
     return w.unflatten(0, (heads, 3, -1)).transpose(0, 1).flatten(0, 2)
 
-
+# %% ../nbs/44_export_hf.ipynb
 def gpt2_config(m: ModelConfig, eot: int):
     "A `transformers.GPT2Config` with our architecture (padded vocabulary, exact GeLU, tied embeddings)."
     from transformers import GPT2Config
@@ -45,7 +45,7 @@ def gpt2_config(m: ModelConfig, eot: int):
         architectures=["GPT2LMHeadModel"],
     )
 
-
+# %% ../nbs/44_export_hf.ipynb
 def to_gpt2_state_dict(sd: dict, m: ModelConfig) -> dict:
     "Our state dict renamed, permuted and transposed into GPT2LMHeadModel's (without the tied `lm_head`)."
     out = {
@@ -65,10 +65,24 @@ def to_gpt2_state_dict(sd: dict, m: ModelConfig) -> dict:
     return {k: v.contiguous() for k, v in out.items()}
 
 # %% ../nbs/44_export_hf.ipynb
+def _save_tokenizer(tok: Tokenizer, out: Path, seq_length: int):
+    "Our tokenizer as a fast `transformers` tokenizer whose BOS = EOS = UNK = PAD is `<|endoftext|>`."
+    from transformers import PreTrainedTokenizerFast
+
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=EOT,
+        eos_token=EOT,
+        unk_token=EOT,
+        pad_token=EOT,
+        model_max_length=seq_length,
+    ).save_pretrained(out)
+
+# %% ../nbs/44_export_hf.ipynb
 def export_hf(checkpoint, out_dir, check: bool = True, atol: float = 1e-4) -> Path:
     """Write a `transformers` GPT-2 directory (config, safetensors, tokenizer) from our checkpoint of any layout
     (a run's checkpoints/ dir or a step dir); check logits agree."""
-    from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import GPT2LMHeadModel
 
     p, out = check_checkpoint(checkpoint), Path(out_dir)
     cfg = Checkpoint(p).single_device_config  # every vocabulary row the run trained, as load_checkpoint
@@ -83,17 +97,9 @@ def export_hf(checkpoint, out_dir, check: bool = True, atol: float = 1e-4) -> Pa
     hf.tie_weights()
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out)  # config.json + model.safetensors
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=EOT,
-        eos_token=EOT,
-        unk_token=EOT,
-        pad_token=EOT,
-        model_max_length=cfg.model.seq_length,
-    ).save_pretrained(out)
-    (out / "mtnlg_export.json").write_text(
-        json.dumps({"source_checkpoint": str(p.resolve()), "meta": json.loads((p / "meta.json").read_text())}, indent=1)
-    )
+    _save_tokenizer(tok, out, cfg.model.seq_length)
+    record = {"source_checkpoint": str(p.resolve()), "meta": json.loads((p / "meta.json").read_text())}
+    (out / "mtnlg_export.json").write_text(json.dumps(record, indent=1))
     if check:
         diff = logits_difference(p, out)
         if diff > atol:

@@ -102,6 +102,8 @@ TRANSITIVE_VERBS = [
     "recognized",
     "admired",
 ]
+
+# %% ../nbs/64_hans.ipynb
 PASSIVE_VERBS = [
     "recommended",
     "helped",
@@ -199,79 +201,27 @@ LEX_PREP_TEMPLATES = [
     (1 / 6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [3, 4, 2, 6, 7, 8], "temp6"),
     (1 / 6, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, PREPS, "the", NOUNS, "."], [6, 7, 2, 0, 1, 8], "temp7"),
 ]
+
+# %% ../nbs/64_hans.ipynb
+# the relative-clause templates' four word orders (a relative clause on the subject or the object, its gap the
+# clause's object or subject), each with several hypotheses
+_RC_OBJ_REL_ON_SUBJ = ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."]
+_RC_SUBJ_REL_ON_SUBJ = ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."]
+_RC_SUBJ_REL_ON_OBJ = ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."]
+_RC_OBJ_REL_ON_OBJ = ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."]
 LEX_RC_TEMPLATES = [
-    (
-        1 / 12,
-        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [3, 4, 6, 0, 1, 9],
-        "temp8",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [7, 8, 6, 0, 1, 9],
-        "temp9",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [7, 8, 6, 3, 4, 9],
-        "temp10",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [4, 5, 6, 0, 1, 9],
-        "temp11",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [7, 8, 6, 0, 1, 9],
-        "temp12",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [7, 8, 6, 4, 5, 9],
-        "temp13",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [3, 4, 2, 0, 1, 9],
-        "temp14",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [3, 4, 2, 0, 7, 8, 9],
-        "temp15",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [7, 8, 2, 0, 1, 9],
-        "temp16",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
-        [3, 4, 2, 0, 1, 9],
-        "temp17",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
-        [3, 4, 2, 6, 7, 9],
-        "temp18",
-    ),
-    (
-        1 / 12,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
-        [6, 7, 2, 0, 1, 9],
-        "temp19",
-    ),
+    (1 / 12, _RC_OBJ_REL_ON_SUBJ, [3, 4, 6, 0, 1, 9], "temp8"),
+    (1 / 12, _RC_OBJ_REL_ON_SUBJ, [7, 8, 6, 0, 1, 9], "temp9"),
+    (1 / 12, _RC_OBJ_REL_ON_SUBJ, [7, 8, 6, 3, 4, 9], "temp10"),
+    (1 / 12, _RC_SUBJ_REL_ON_SUBJ, [4, 5, 6, 0, 1, 9], "temp11"),
+    (1 / 12, _RC_SUBJ_REL_ON_SUBJ, [7, 8, 6, 0, 1, 9], "temp12"),
+    (1 / 12, _RC_SUBJ_REL_ON_SUBJ, [7, 8, 6, 4, 5, 9], "temp13"),
+    (1 / 12, _RC_SUBJ_REL_ON_OBJ, [3, 4, 2, 0, 1, 9], "temp14"),
+    (1 / 12, _RC_SUBJ_REL_ON_OBJ, [3, 4, 2, 0, 7, 8, 9], "temp15"),
+    (1 / 12, _RC_SUBJ_REL_ON_OBJ, [7, 8, 2, 0, 1, 9], "temp16"),
+    (1 / 12, _RC_OBJ_REL_ON_OBJ, [3, 4, 2, 0, 1, 9], "temp17"),
+    (1 / 12, _RC_OBJ_REL_ON_OBJ, [3, 4, 2, 6, 7, 9], "temp18"),
+    (1 / 12, _RC_OBJ_REL_ON_OBJ, [6, 7, 2, 0, 1, 9], "temp19"),
 ]
 LEX_PASS_TEMPLATES = [
     (1 / 2, ["the", NOUNS_SG, "was", PASSIVE_VERBS, "by", "the", NOUNS, "."], [0, 1, 3, 5, 6, 7], "temp20"),
@@ -285,32 +235,11 @@ LEX_CONJ_TEMPLATES = [
 ]
 
 # %% ../nbs/64_hans.ipynb
-# data, transcribed: one entry a line, as the formatter writes a long list
 LEX_RC_ENT_TEMPLATES = [
-    (
-        1 / 4,
-        ["the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [3, 4, 5, 0, 1, 9],
-        "temp26",
-    ),
-    (
-        1 / 4,
-        ["the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [0, 1, 3, 4, 5, 9],
-        "temp27",
-    ),
-    (
-        1 / 4,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, TRANSITIVE_VERBS, "the", NOUNS, "."],
-        [3, 4, 6, 7, 8, 9],
-        "temp28",
-    ),
-    (
-        1 / 4,
-        ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, RELS, "the", NOUNS, TRANSITIVE_VERBS, "."],
-        [6, 7, 8, 3, 4, 9],
-        "temp29",
-    ),
+    (1 / 4, _RC_OBJ_REL_ON_SUBJ, [3, 4, 5, 0, 1, 9], "temp26"),
+    (1 / 4, _RC_SUBJ_REL_ON_SUBJ, [0, 1, 3, 4, 5, 9], "temp27"),
+    (1 / 4, _RC_SUBJ_REL_ON_OBJ, [3, 4, 6, 7, 8, 9], "temp28"),
+    (1 / 4, _RC_OBJ_REL_ON_OBJ, [6, 7, 8, 3, 4, 9], "temp29"),
 ]
 LEX_CROSS_PP_ENT_TEMPLATES = [
     (1, ["the", NOUNS, PREPS, "the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "."], [0, 1, 5, 6, 7, 8], "temp30"),
@@ -356,6 +285,8 @@ SUBSEQ_NPZ_TEMPLATES = [
     (6 / 7, [CONJS, "the", NOUNS, NPZ_VERBS, "the", NOUNS, "VP", "."], [1, 2, 3, 4, 5, 7], "temp42"),
     (1 / 7, [CONJS, "the", NOUNS_PL, NPZ_VERBS_PLURAL, "the", NOUNS, "VP", "."], [1, 2, 3, 4, 5, 7], "temp43"),
 ]
+
+# %% ../nbs/64_hans.ipynb
 SUBSEQ_CONJ_TEMPLATES = [
     (3 / 5, ["the", NOUNS, "and", "the", NOUNS, "VP", "."], [3, 4, 5, 6], "temp44"),
     (2 / 5, ["the", NOUNS, TRANSITIVE_VERBS, "the", NOUNS, "and", "the", NOUNS, "."], [0, 1, 2, 3, 4, 8], "temp45"),

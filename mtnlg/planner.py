@@ -37,6 +37,37 @@ def stage_splits(model: ModelConfig, pp: int) -> list[tuple[int, ...] | None]:
     return out
 
 # %% ../nbs/54_planner.ipynb
+def _plan_axes(m, tp: int | None, pp: int | None, uneven: bool) -> tuple[list, list]:
+    "The TP degrees (dividing the heads) and PP depths (dividing the layers; with `uneven`, the layers + 2) to try."
+    tps = [tp] if tp else [t for t in range(1, m.num_attention_heads + 1) if m.num_attention_heads % t == 0]
+    if pp:
+        return tps, [pp]
+    n = m.num_layers
+    return tps, [p for p in range(1, n + 1) if n % p == 0 or (uneven and (n + 2) % p == 0)]
+
+
+def _virtual_stage_counts(m, p: int, split, system: System) -> list[int]:
+    "Virtual stages per GPU to try: with a system that interleaves, every count that divides each stage's layers."
+    if not (system.interleaving and p > 1):
+        return [1]
+    layers = split or uniform_layers(m.num_layers, p)
+    least = min(layers) if p <= m.num_layers else 1
+    return [v for v in range(1, least + 1) if all(n % v == 0 for n in layers)]
+
+# %% ../nbs/54_planner.ipynb
+def _plan_setups(m, gpus, tps, pps, sequence_parallels, micro_batches, recomputes, system, uneven):
+    "Every `Setup` `plan` weighs: TP, PP, layer split, micro-batch, recomputation, virtual stages, SP, in that order."
+    for t in tps:
+        sps = [sp for sp in dict.fromkeys(sequence_parallels) if not (sp and t == 1)] or [False]
+        for p in pps:
+            if gpus % (t * p):
+                continue  # not a layout of this many GPUs at all
+            for split in (stage_splits(m, p) if uneven else [None]) or [None]:
+                vs = _virtual_stage_counts(m, p, split, system)
+                for b, r, v, sp in ((b, r, v, sp) for b in micro_batches for r in recomputes for v in vs for sp in sps):
+                    yield Setup(Layout(t, p, gpus // (t * p)), b, r, v, split, sp)
+
+# %% ../nbs/54_planner.ipynb
 def plan(
     cfg: Config,
     gpus: int,
@@ -63,44 +94,19 @@ def plan(
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"{gpus} GPUs is not a whole number of {gpus_per_node}-GPU nodes")
     m, B = cfg.model, cfg.schedule.global_batch_size
-    tps = [tp] if tp else [t for t in range(1, m.num_attention_heads + 1) if m.num_attention_heads % t == 0]
-    pps = (
-        [pp]
-        if pp
-        else [
-            p for p in range(1, m.num_layers + 1) if m.num_layers % p == 0 or (uneven and (m.num_layers + 2) % p == 0)
-        ]
-    )
+    tps, pps = _plan_axes(m, tp, pp, uneven)
+    sps = (cfg.parallel.sequence_parallel,) if sequence_parallels is None else tuple(sequence_parallels)
     feasible, infeasible = [], []
-    sequence_parallels = (cfg.parallel.sequence_parallel,) if sequence_parallels is None else tuple(sequence_parallels)
-    for t in tps:
-        sps = [sp for sp in dict.fromkeys(sequence_parallels) if not (sp and t == 1)] or [False]
-        for p in pps:
-            if gpus % (t * p):
-                continue  # not a layout of this many GPUs at all
-            splits = (stage_splits(m, p) if uneven else [None]) or [None]
-            for split in splits:
-                least = min(split or uniform_layers(m.num_layers, p)) if p <= m.num_layers else 1
-                vs = (
-                    [
-                        v
-                        for v in range(1, least + 1)
-                        if all(n % v == 0 for n in (split or uniform_layers(m.num_layers, p)))
-                    ]
-                    if system.interleaving and p > 1
-                    else [1]
-                )
-                for b, r, v, sp in ((b, r, v, sp) for b in micro_batches for r in recomputes for v in vs for sp in sps):
-                    L = Setup(Layout(t, p, gpus // (t * p)), b, r, v, split, sp)
-                    if problems := setup_problems(m, L, B, gpus_per_node):
-                        if v == 1:
-                            infeasible.append((L, problems, None))
-                        continue
-                    pr = predict(m, L, B, gpu, cfg.precision, asm, gpus_per_node, system)
-                    if pr.fits:
-                        feasible.append(pr)
-                    elif v == 1:
-                        infeasible.append((L, pr.problems, pr.iteration_s))
+    for L in _plan_setups(m, gpus, tps, pps, sps, micro_batches, recomputes, system, uneven):
+        if problems := setup_problems(m, L, B, gpus_per_node):
+            if L.virtual_stages == 1:
+                infeasible.append((L, problems, None))
+            continue
+        pr = predict(m, L, B, gpu, cfg.precision, asm, gpus_per_node, system)
+        if pr.fits:
+            feasible.append(pr)
+        elif L.virtual_stages == 1:
+            infeasible.append((L, pr.problems, pr.iteration_s))
     if tp and pp and not feasible and not any(s for *_, s in infeasible):
         if gpus % (tp * pp):
             raise ValueError(f"TP {tp} x PP {pp} = {tp * pp} GPUs does not divide {gpus} GPUs")
@@ -120,7 +126,27 @@ def _split_label(L: Setup) -> str:
         return "even"
     return f"{s[0]}/{s[1]}..{s[-1]}" if len(s) > 3 else "/".join(map(str, s))
 
+# %% ../nbs/54_planner.ipynb
+_LEGEND = (
+    "(v: virtual stages per GPU, Megatron's interleaved 1F1B; SP: sequence parallelism; "
+    "layers: per stage, first/second..last when uneven; "
+    "mem: fullest GPU; TFLOP/s: executed FLOPs incl. recomputation, the paper's accounting; "
+    "MFU: model FLOPs / peak; bubble: idle fraction (PP-1)/(v x micro-batches + PP-1))"
+)
 
+
+def _plan_line(i: int, pr) -> str:
+    "The `i`th feasible prediction's line of `format_plan`."
+    L = pr.layout
+    return (
+        f"{i:4d} {L.tp:3d} {L.pp:4d} {L.dp:5d} {L.micro_batch:5d} {L.recompute:>9s} {L.virtual_stages:2d} "
+        f"{'on' if L.sp else 'off':>3s} "
+        f"{_split_label(L):>9s} {pr.memory['total'] / GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} "
+        f"{pr.hw_tflops:7.1f} "
+        f"{pr.mfu:5.1%} {interleaved_bubble(L.pp, pr.micro_batches, L.virtual_stages):6.1%}"
+    )
+
+# %% ../nbs/54_planner.ipynb
 def format_plan(
     cfg: Config,
     gpus: int,
@@ -142,28 +168,10 @@ def format_plan(
         f"{'SP':>3s} {'layers':>9s} {'mem/GPU':>9s} "
         f"{'iteration':>10s} {'TFLOP/s':>7s} {'MFU':>5s} {'bubble':>6s}",
     ]
-    for i, pr in enumerate(feasible[:top], 1):
-        L = pr.layout
-        lines.append(
-            f"{i:4d} {L.tp:3d} {L.pp:4d} {L.dp:5d} {L.micro_batch:5d} {L.recompute:>9s} {L.virtual_stages:2d} "
-            f"{'on' if L.sp else 'off':>3s} "
-            f"{_split_label(L):>9s} {pr.memory['total'] / GiB:5.1f} GiB {_seconds(pr.iteration_s):>10s} "
-            f"{pr.hw_tflops:7.1f} "
-            f"{pr.mfu:5.1%} {interleaved_bubble(L.pp, pr.micro_batches, L.virtual_stages):6.1%}"
-        )
-    if not feasible:
-        lines.append("   (no layout fits)")
-    else:
-        lines.append(
-            "(v: virtual stages per GPU, Megatron's interleaved 1F1B; SP: sequence parallelism; "
-            "layers: per stage, first/second..last when uneven; "
-            "mem: fullest GPU; TFLOP/s: executed FLOPs incl. recomputation, the paper's accounting; "
-            "MFU: model FLOPs / peak; bubble: idle fraction (PP-1)/(v x micro-batches + PP-1))"
-        )
-    lines.append(
-        f"{len(feasible)} layouts fit; {len(infeasible)} do not"
-        + (", for example:" if infeasible and show_infeasible else "")
-    )
+    lines += [_plan_line(i, pr) for i, pr in enumerate(feasible[:top], 1)]
+    lines.append(_LEGEND if feasible else "   (no layout fits)")
+    example = ", for example:" if infeasible and show_infeasible else ""
+    lines.append(f"{len(feasible)} layouts fit; {len(infeasible)} do not{example}")
     for L, reasons, t in infeasible[:show_infeasible]:
         lines.append(f"  {L}: " + "; ".join(reasons) + (f" (would take {_seconds(t)})" if t else ""))
     if infeasible:

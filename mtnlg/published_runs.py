@@ -57,14 +57,12 @@ def best_virtual_stages(
 NARAYANAN = (
     "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM (SC'21)"
 )
-JEAN_ZAY = replace(
-    GPUS["a100-80gb"], name="A100 80GB, Jean Zay", ib_gbps=4 * 12.5 / 8
-)  # 4 x 100 Gb/s Omni-Path per 8-GPU node
+# 4 x 100 Gb/s Omni-Path per 8-GPU node
+JEAN_ZAY = replace(GPUS["a100-80gb"], name="A100 80GB, Jean Zay", ib_gbps=4 * 12.5 / 8)
 
 
-def published_runs() -> list[PublishedRun]:
-    "Published large runs other than MT-NLG, with their configurations as the sources give them."
-    a100 = GPUS["a100-80gb"]
+def _narayanan_table1() -> list[PublishedRun]:
+    "Narayanan et al.'s Table 1: ten GPT sizes, 1.7B to 1T, each on its own GPU count."
     t1 = [
         (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
         (3.6, 30, 3072, 32, 2, 1, 64, 512, 138),
@@ -77,60 +75,64 @@ def published_runs() -> list[PublishedRun]:
         (529.6, 105, 20480, 128, 8, 35, 2520, 2520, 163),
         (1008.0, 128, 25600, 160, 8, 64, 3072, 3072, 163),
     ]
-    runs = []
-    for size, l, h, a, t, p, n, B, tf in t1:
-        runs.append(
-            PublishedRun(
-                f"GPT {size:g}B, {n} GPUs",
-                f"{NARAYANAN}, Table 1 (interleaved schedule, scatter/gather: §5.1)",
-                gpt(l, h, a),
-                Setup(Layout(t, p, n // (t * p)), 1, "full"),
-                B,
-                a100,
-                "megatron-lm",
-                tf,
-                "Table 1 row checked in a stored copy of the paper; micro-batch 1 and v not given (v: "
-                "best_virtual_stages)",
-            )
+    note = "Table 1 row checked in a stored copy of the paper; micro-batch 1 and v not given (v: best_virtual_stages)"
+    source = f"{NARAYANAN}, Table 1 (interleaved schedule, scatter/gather: §5.1)"
+    return [
+        PublishedRun(
+            f"GPT {size:g}B, {n} GPUs",
+            source,
+            gpt(l, h, a),
+            Setup(Layout(t, p, n // (t * p)), 1, "full"),
+            B,
+            GPUS["a100-80gb"],
+            "megatron-lm",
+            tf,
+            note,
         )
+        for size, l, h, a, t, p, n, B, tf in t1
+    ]
+
+# %% ../nbs/52_published_runs.ipynb
+def _narayanan_table2() -> list[PublishedRun]:
+    "Narayanan et al.'s Table 2: the 175B and the 530B with PTD-P, each on three GPU counts."
+    runs, note = [], "Table 2 row (micro-batch 1) checked in a stored copy of the paper; v not given"
     for size, l, h, a, p, B, pts in (
         (174.6, 96, 12288, 96, 12, 1536, ((384, 153), (768, 149), (1536, 141))),
         (529.6, 105, 20480, 128, 35, 2240, ((560, 171), (1120, 167), (2240, 159))),
     ):
         for n, tf in pts:
+            setup = Setup(Layout(8, p, n // (8 * p)), 1, "full")
+            name, model = f"GPT {size:g}B, {n} GPUs (PTD-P)", gpt(l, h, a)
             runs.append(
-                PublishedRun(
-                    f"GPT {size:g}B, {n} GPUs (PTD-P)",
-                    f"{NARAYANAN}, Table 2",
-                    gpt(l, h, a),
-                    Setup(Layout(8, p, n // (8 * p)), 1, "full"),
-                    B,
-                    a100,
-                    "megatron-lm",
-                    tf,
-                    "Table 2 row (micro-batch 1) checked in a stored copy of the paper; v not given",
-                )
+                PublishedRun(name, f"{NARAYANAN}, Table 2", model, setup, B, GPUS["a100-80gb"], "megatron-lm", tf, note)
             )
+    return runs
+
+# %% ../nbs/52_published_runs.ipynb
+def _bloom_run() -> PublishedRun:
+    "BLOOM-176B on Jean Zay: TP 4 x PP 12 x DP 8, the embeddings counted in its uneven split of 70 layers."
     bloom = ModelConfig(
         num_layers=70, hidden_size=14336, num_attention_heads=112, seq_length=2048, vocab_size=250880, recompute="full"
     )
-    runs.append(
-        PublishedRun(
-            "BLOOM-176B, 384 GPUs",
-            "BigScience, train/tr11-176B-ml/README.md (bigscience-workshop/bigscience); "
-            "BigScience 2022, BLOOM (arXiv 2211.05100)",
-            bloom,
-            Setup(Layout(4, 12, 8), 2, "full", 1, embedding_weighted_layers(70, 12)),
-            2048,
-            JEAN_ZAY,
-            "deepspeed-2022",
-            150,
-            "TP4 PP12 DP8, MBS 2, GBS 2048, the 5/6../5 split, 4 Omni-Path links per node and ~150 TFLOP/s "
-            "checked in the stored README and BigScience's model page; 100 Gb/s per link from the BLOOM "
-            "paper (via a summary)",
-        )
+    return PublishedRun(
+        "BLOOM-176B, 384 GPUs",
+        "BigScience, train/tr11-176B-ml/README.md (bigscience-workshop/bigscience); "
+        "BigScience 2022, BLOOM (arXiv 2211.05100)",
+        bloom,
+        Setup(Layout(4, 12, 8), 2, "full", 1, embedding_weighted_layers(70, 12)),
+        2048,
+        JEAN_ZAY,
+        "deepspeed-2022",
+        150,
+        "TP4 PP12 DP8, MBS 2, GBS 2048, the 5/6../5 split, 4 Omni-Path links per node and ~150 TFLOP/s "
+        "checked in the stored README and BigScience's model page; 100 Gb/s per link from the BLOOM "
+        "paper (via a summary)",
     )
-    return runs
+
+
+def published_runs() -> list[PublishedRun]:
+    "Published large runs other than MT-NLG, with their configurations as the sources give them."
+    return _narayanan_table1() + _narayanan_table2() + [_bloom_run()]
 
 # %% ../nbs/52_published_runs.ipynb
 def validate(runs: list[PublishedRun] | None = None, asm: Assumptions = Assumptions()) -> list[dict]:
@@ -237,10 +239,17 @@ def tflops_of(model: ModelConfig, global_batch: int, recompute: str, tp: int, gp
     return flops_per_iteration(model, global_batch, recompute, tp) / (gpus * seconds) / 1e12
 
 # %% ../nbs/52_published_runs.ipynb
-def korthikanti_runs() -> list[PublishedRun]:
-    """Korthikanti et al.'s runs on Selene (Megatron-LM, 2022): each of Table 3's four models twice — full recomputation
-    without sequence parallelism, and sequence parallelism + selective recomputation — plus the 530B on 2240 GPUs
-    (DP 8, batch 2240): 39.15 s with both (§6.3), and the abstract's 42.1% MFU with full recomputation."""
+def _korthikanti_note(p: int, v: int | None, seconds: float) -> str:
+    "Where a Table 3/5 run's numbers come from, and what its virtual stages are."
+    stages = "no pipeline" if p == 1 else f"m = {v} interleaved stages (§6)" if v else _V_NOT_GIVEN
+    return f"{seconds} s per iteration (Table 5), layout and batch (Table 3), {stages}: {KORTHIKANTI_COPY}"
+
+
+_V_NOT_GIVEN = "v not given (§6 names m = 3 for the 175B and 530B only; v: best_virtual_stages)"
+
+# %% ../nbs/52_published_runs.ipynb
+def _korthikanti_table_runs() -> list[PublishedRun]:
+    "Table 3's four models twice: full recomputation alone, then sequence parallelism + selective recomputation."
     a100, runs = GPUS["a100-80gb"], []
     for name, a, h, l, t, p, n, B, b, v, full_s, sp_s in KORTHIKANTI_TABLES:
         model = gpt(l, h, a)
@@ -248,57 +257,60 @@ def korthikanti_runs() -> list[PublishedRun]:
             ("full", False, full_s, "full recompute"),
             ("selective", True, sp_s, "SP + selective"),
         ):
+            setup = Setup(Layout(t, p, n // (t * p)), b, recompute, v or 1, None, sp)
+            tflops = tflops_of(model, B, recompute, t, n, seconds)
             runs.append(
                 PublishedRun(
                     f"GPT {name}, {n} GPUs, {mode}",
                     f"{KORTHIKANTI}, Tables 3 and 5",
                     model,
-                    Setup(Layout(t, p, n // (t * p)), b, recompute, v or 1, None, sp),
+                    setup,
                     B,
                     a100,
                     "megatron-lm-2022",
-                    tflops_of(model, B, recompute, t, n, seconds),
-                    f"{seconds} s per iteration (Table 5), layout and batch (Table 3), "
-                    + (
-                        "no pipeline"
-                        if p == 1
-                        else f"m = {v} interleaved stages (§6)"
-                        if v
-                        else "v not given (§6 names m = 3 for the 175B and 530B only; v: best_virtual_stages)"
-                    )
-                    + f": {KORTHIKANTI_COPY}",
+                    tflops,
+                    _korthikanti_note(p, v, seconds),
                     given_virtual_stages=v is not None,
                 )
             )
-    model, B, n = gpt(105, 20480, 128), 2240, 2240
-    runs.append(
-        PublishedRun(
-            "GPT 530B (MT-NLG), 2240 GPUs, SP + selective",
-            f"{KORTHIKANTI}, §6.3",
-            model,
-            Setup(Layout(8, 35, 8), 1, "selective", 3, None, True),
-            B,
-            a100,
-            "megatron-lm-2022",
-            tflops_of(model, B, "selective", 8, n, KORTHIKANTI_2240["selective_s"]),
-            f"39.15 s, MFU 54.2% at DP 8 with the batch 8 x 280 (§6.3): {KORTHIKANTI_COPY}",
-            given_virtual_stages=True,
-        )
+    return runs
+
+# %% ../nbs/52_published_runs.ipynb
+def _korthikanti_530b_runs() -> list[PublishedRun]:
+    """The 530B on 2240 GPUs (DP 8, batch 2240): 39.15 s with sequence parallelism and selective recomputation
+    (§6.3), and the abstract's 42.1% MFU with full recomputation."""
+    a100, model, B, n = GPUS["a100-80gb"], gpt(105, 20480, 128), 2240, 2240
+    selective = PublishedRun(
+        "GPT 530B (MT-NLG), 2240 GPUs, SP + selective",
+        f"{KORTHIKANTI}, §6.3",
+        model,
+        Setup(Layout(8, 35, 8), 1, "selective", 3, None, True),
+        B,
+        a100,
+        "megatron-lm-2022",
+        tflops_of(model, B, "selective", 8, n, KORTHIKANTI_2240["selective_s"]),
+        f"39.15 s, MFU 54.2% at DP 8 with the batch 8 x 280 (§6.3): {KORTHIKANTI_COPY}",
+        given_virtual_stages=True,
     )
     full_s = flops_per_iteration(model, B, "none", 8) / (n * a100.peak_tflops * 1e12 * KORTHIKANTI_2240["full_mfu"])
-    runs.append(
-        PublishedRun(
-            "GPT 530B (MT-NLG), 2240 GPUs, full recompute",
-            f"{KORTHIKANTI}, abstract",
-            model,
-            Setup(Layout(8, 35, 8), 1, "full", 3),
-            B,
-            a100,
-            "megatron-lm-2022",
-            tflops_of(model, B, "full", 8, n, full_s),
-            f"MFU 42.1% with full recomputation on 2240 A100s (the abstract; the time, {full_s:.2f} s, is that "
-            f"MFU's; the layout is assumed to be §6.3's): {KORTHIKANTI_COPY}",
-            given_virtual_stages=True,
-        )
+    full = PublishedRun(
+        "GPT 530B (MT-NLG), 2240 GPUs, full recompute",
+        f"{KORTHIKANTI}, abstract",
+        model,
+        Setup(Layout(8, 35, 8), 1, "full", 3),
+        B,
+        a100,
+        "megatron-lm-2022",
+        tflops_of(model, B, "full", 8, n, full_s),
+        f"MFU 42.1% with full recomputation on 2240 A100s (the abstract; the time, {full_s:.2f} s, is that "
+        f"MFU's; the layout is assumed to be §6.3's): {KORTHIKANTI_COPY}",
+        given_virtual_stages=True,
     )
-    return runs
+    return [selective, full]
+
+# %% ../nbs/52_published_runs.ipynb
+def korthikanti_runs() -> list[PublishedRun]:
+    """Korthikanti et al.'s runs on Selene (Megatron-LM, 2022): each of Table 3's four models twice — full recomputation
+    without sequence parallelism, and sequence parallelism + selective recomputation — plus the 530B on 2240 GPUs
+    (DP 8, batch 2240): 39.15 s with both (§6.3), and the abstract's 42.1% MFU with full recomputation."""
+    return _korthikanti_table_runs() + _korthikanti_530b_runs()

@@ -70,7 +70,51 @@ def _hasher(n_features: int, word_ngrams: int):
         norm="l2",
     )
 
+# %% ../nbs/31_quality.ipynb
+def _fit_sgd(positives: list, negatives: list, seed, epoch, alpha, n_features, word_ngrams) -> tuple[np.ndarray, float]:
+    "Weights and bias of a seeded, sequential SGD fit of the log loss on the texts' hashed features."
+    from sklearn.linear_model import SGDClassifier
 
+    if not positives or not negatives:
+        raise ValueError("the quality classifier needs both positive and negative texts")
+    X = _hasher(n_features, word_ngrams).transform([_normalize(t) for t in positives + negatives])
+    y = np.r_[np.ones(len(positives), np.int8), np.zeros(len(negatives), np.int8)]
+    sgd = SGDClassifier(
+        loss="log_loss", penalty="l2", alpha=alpha, max_iter=epoch, tol=None, shuffle=True, random_state=seed
+    ).fit(X, y)
+    w, b = sgd.coef_[0], float(sgd.intercept_[0])
+    if not (np.isfinite(w).all() and np.isfinite(b)):
+        raise FloatingPointError("quality classifier weights are not finite")
+    return w, b
+
+# %% ../nbs/31_quality.ipynb
+def _save_model(path, weights: np.ndarray, bias: float, word_ngrams: int):
+    "A small `.npz` of the non-zero weights at exactly `path`, whatever its suffix."
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    idx = np.flatnonzero(weights)
+    with open(path, "wb") as f:
+        kw = dict(n_features=len(weights), word_ngrams=word_ngrams, bias=bias, index=idx, value=weights[idx])
+        np.savez(f, format=np.array(_FORMAT), **kw)
+
+
+def _load_model(path) -> tuple[np.ndarray, float, int]:
+    "Weights, bias and word n-gram length of a model `_save_model` wrote; a clear error for any other file."
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"quality model {str(path)!r} not found")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["format"]) != _FORMAT:
+                raise ValueError(str(z["format"]))
+            w = np.zeros(int(z["n_features"]))
+            w[z["index"]] = z["value"]
+            return w, float(z["bias"]), int(z["word_ngrams"])
+    except (ValueError, KeyError, OSError) as e:
+        raise ValueError(
+            f"{str(path)!r} is not a {_FORMAT} quality model (an old fastText model?): delete it and "
+            "re-run so the classifier is retrained"
+        ) from e
+
+# %% ../nbs/31_quality.ipynb
 class QualityClassifier:
     """Logistic regression on hashed word n-grams (fastText-style linear classifier); `score(texts)` is P(curated) per
     text."""
@@ -92,19 +136,7 @@ class QualityClassifier:
     ):
         """Fit by SGD on the log loss: sequential (no threads), seeded order; the same texts and seed give the same
         weights, bit for bit."""
-        from sklearn.linear_model import SGDClassifier
-
-        positives, negatives = list(positives), list(negatives)
-        if not positives or not negatives:
-            raise ValueError("the quality classifier needs both positive and negative texts")
-        X = _hasher(n_features, word_ngrams).transform([_normalize(t) for t in positives + negatives])
-        y = np.r_[np.ones(len(positives), np.int8), np.zeros(len(negatives), np.int8)]
-        sgd = SGDClassifier(
-            loss="log_loss", penalty="l2", alpha=alpha, max_iter=epoch, tol=None, shuffle=True, random_state=seed
-        ).fit(X, y)
-        w, b = sgd.coef_[0], float(sgd.intercept_[0])
-        if not (np.isfinite(w).all() and np.isfinite(b)):
-            raise FloatingPointError("quality classifier weights are not finite")
+        w, b = _fit_sgd(list(positives), list(negatives), seed, epoch, alpha, n_features, word_ngrams)
         return cls(w, b, word_ngrams)
 
     def score(self, texts) -> np.ndarray:
@@ -121,35 +153,11 @@ class QualityClassifier:
 
     def save(self, path):
         "A small `.npz` (non-zero weights only) at exactly `path`, whatever its suffix."
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        idx = np.flatnonzero(self.weights)
-        with open(path, "wb") as f:
-            np.savez(
-                f,
-                format=np.array(_FORMAT),
-                n_features=len(self.weights),
-                word_ngrams=self.word_ngrams,
-                bias=self.bias,
-                index=idx,
-                value=self.weights[idx],
-            )
+        _save_model(path, self.weights, self.bias, self.word_ngrams)
 
     @classmethod
     def load(cls, path):
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"quality model {str(path)!r} not found")
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                if str(z["format"]) != _FORMAT:
-                    raise ValueError(str(z["format"]))
-                w = np.zeros(int(z["n_features"]))
-                w[z["index"]] = z["value"]
-                return cls(w, float(z["bias"]), int(z["word_ngrams"]))
-        except (ValueError, KeyError, OSError) as e:
-            raise ValueError(
-                f"{str(path)!r} is not a {_FORMAT} quality model (an old fastText model?): delete it and "
-                "re-run so the classifier is retrained"
-            ) from e
+        return cls(*_load_model(path))
 
 # %% ../nbs/31_quality.ipynb
 def pareto_keep(scores: np.ndarray, rng: np.random.Generator, alpha: float = 9.0) -> np.ndarray:
@@ -165,7 +173,7 @@ def shard_rng(seed: int, shard: str) -> np.random.Generator:
     "A generator that depends only on the run seed and the shard name (not on scheduling order)."
     return np.random.default_rng([seed, *shard.encode()])
 
-
+# %% ../nbs/31_quality.ipynb
 def _pairwise_tree(n: int):
     """numpy's order for summing n float64s: halves (the first a multiple of 8) down to blocks of at most 128.
     Yields each block's size, is sent its sum, returns the total."""
@@ -193,7 +201,7 @@ class StreamingSum:
                     self.total = done.value
                 self.block = []
 
-
+# %% ../nbs/31_quality.ipynb
 def quality_shard(
     src, dst, clf, filter: bool = True, alpha: float = 9.0, seed: int = 0, batch: int | None = None
 ) -> Manifest:
@@ -241,17 +249,15 @@ def outside_fold(items, fold: int, folds: int):
     1: in-sample)."""
     return ((i, t) for i, t in items if folds == 1 or fold_of(i, folds) != fold)
 
-
+# %% ../nbs/31_quality.ipynb
 class CrossFitted:
     """`folds` classifiers, model k trained without fold k's documents: `score_docs` scores each document (a dict with
     `id`, `text` and maybe `url`) with the model of its own fold, so no document is scored by a model that trained on
     it. One model: in-sample."""
 
     def __init__(self, models, trained_on=None):
-        self.models, self.trained_on = (
-            list(models),
-            trained_on,
-        )  # trained_on[k]: the fold keys model k trained on (when known)
+        self.models = list(models)
+        self.trained_on = trained_on  # trained_on[k]: the fold keys model k trained on (when known)
 
     @property
     def folds(self) -> int:
@@ -272,10 +278,7 @@ class CrossFitted:
         models, trained_on = [], []
         for k in range(folds):
             pos, neg = list(outside_fold(positives, k, folds)), list(outside_fold(negatives, k, folds))
-            models.append(
-                QualityClassifier.train(
-                    [c for _, t in pos for c in chunks(t)], [c for _, t in neg for c in chunks(t)], seed=seed
-                )
-            )
+            pos_chunks, neg_chunks = [c for _, t in pos for c in chunks(t)], [c for _, t in neg for c in chunks(t)]
+            models.append(QualityClassifier.train(pos_chunks, neg_chunks, seed=seed))
             trained_on.append({i for i, _ in pos + neg})
         return cls(models, trained_on)

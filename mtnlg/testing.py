@@ -177,16 +177,9 @@ def full_tensor(t: torch.Tensor, param) -> torch.Tensor:
     "`t` (a parameter or its gradient) gathered to full size if `param` is marked as split."
     return gather(t, param.partition_dim) if getattr(param, "tensor_model_parallel", False) else t
 
-
-def toy_parallel(weights, tokens, labels, impl: str):
-    "The toy model on `impl`'s layers ('scratch' or 'megatron'); loss and gradients gathered to full size."
-    from megatron.core import ModelParallelConfig, parallel_state as ps
-    from .model import tp_layers
-
-    lib = tp_layers(impl)
-    config = ModelParallelConfig(
-        tensor_model_parallel_size=ps.get_tensor_model_parallel_world_size(), use_cpu_initialization=True
-    )
+# %% ../nbs/98_testing.ipynb
+def _toy_layers(lib, weights: dict, config) -> tuple:
+    "The toy model's embedding, fc1 and fc2 from `lib`'s TP layers, holding this rank's slices of the dense `weights`."
     copy_in = lambda full: lambda t: t.copy_(full)
     vocab, hidden = weights["embedding"].shape
     ffn = weights["fc1.weight"].shape[0]
@@ -206,15 +199,22 @@ def toy_parallel(weights, tokens, labels, impl: str):
     with torch.no_grad():  # biases start at zero in both libraries: set them
         fc1.bias.copy_(tp.shard(weights["fc1.bias"], 0))
         fc2.bias.copy_(weights["fc2.bias"])
-    loss = _toy_forward(
-        emb,
-        lambda x: fc1(x)[0],
-        lambda x: fc2(x)[0],
-        lambda x: F.linear(lib.copy_to_tp(x), emb.weight),
-        lib.vocab_parallel_cross_entropy,
-        tokens,
-        labels,
+    return emb, fc1, fc2
+
+# %% ../nbs/98_testing.ipynb
+def toy_parallel(weights, tokens, labels, impl: str):
+    "The toy model on `impl`'s layers ('scratch' or 'megatron'); loss and gradients gathered to full size."
+    from megatron.core import ModelParallelConfig, parallel_state as ps
+    from .model import tp_layers
+
+    lib = tp_layers(impl)
+    config = ModelParallelConfig(
+        tensor_model_parallel_size=ps.get_tensor_model_parallel_world_size(), use_cpu_initialization=True
     )
+    emb, fc1, fc2 = _toy_layers(lib, weights, config)
+    head = lambda x: F.linear(lib.copy_to_tp(x), emb.weight)
+    fc1_out, fc2_out = lambda x: fc1(x)[0], lambda x: fc2(x)[0]
+    loss = _toy_forward(emb, fc1_out, fc2_out, head, lib.vocab_parallel_cross_entropy, tokens, labels)
     loss.backward()
     params = {
         "embedding": emb.weight,
@@ -277,7 +277,7 @@ def gpt_loss_and_grads(model, tokens, sum_layernorm_grads: bool = True) -> tuple
     grads = {n: full_tensor(p.grad, p) for n, p in model.named_parameters()}
     return loss.detach(), params, grads
 
-
+# %% ../nbs/98_testing.ipynb
 def generate_tp_worker(
     config_path: str, tensor_parallel: int, prompts: list, max_new: int = 8, init_seed: int = 3
 ) -> dict:
@@ -313,7 +313,7 @@ def _hidden(model, tokens):
         x = block(x)
     return x
 
-
+# %% ../nbs/98_testing.ipynb
 def gpt_tp_worker(
     config_path: str, tensor_parallel: int, overrides: dict | None = None, sum_layernorm_grads: bool = True
 ):
@@ -329,7 +329,13 @@ def gpt_tp_worker(
     return gpt_loss_and_grads(model, gpt_batch(cfg), sum_layernorm_grads)
 
 # %% ../nbs/98_testing.ipynb
-# one worker: a pipeline stage's run and the one-process reference it is compared with
+def _micro_batches(cfg, num_micro: int, micro_batch: int) -> tuple:
+    "A fixed batch of `num_micro` micro-batches of `micro_batch` sequences (inputs and labels in one tensor each)."
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randint(0, cfg.model.vocab_size, (num_micro * micro_batch, cfg.model.seq_length + 1), generator=g)
+    return batch.split(micro_batch)
+
+# %% ../nbs/98_testing.ipynb
 def pipeline_worker(
     config_path: str, schedule: str = "1f1b", num_micro: int = 4, micro_batch: int = 2, overrides: dict | None = None
 ) -> dict:
@@ -347,23 +353,14 @@ def pipeline_worker(
     full = GPT(cfg.model)  # the unpipelined reference
     seed_everything(cfg.seed)
     stage = pp.GPTStage(GPT(cfg.model), rank, p)  # the same weights; keep this stage
-    g = torch.Generator().manual_seed(0)
-    batch = torch.randint(0, cfg.model.vocab_size, (num_micro * micro_batch, cfg.model.seq_length + 1), generator=g)
-    micro = batch.split(micro_batch)
+    micro = _micro_batches(cfg, num_micro, micro_batch)
     loss_fn = lambda logits, labels: full.token_losses(logits, labels).mean()
-
     steps = (pp.one_f_one_b_schedule if schedule == "1f1b" else pp.gpipe_schedule)(p, num_micro)[rank]
     tied = dist.new_group([0, p - 1]) if p > 1 else None  # every rank takes part in creating a group
     dist.barrier()
-    out = pp.run_schedule(
-        stage,
-        steps,
-        [mb[:, :-1] for mb in micro],
-        [mb[:, 1:] for mb in micro],
-        (micro_batch, cfg.model.seq_length, cfg.model.hidden_size),
-        loss_fn,
-        tied_group=tied,
-    )
+    shape = (micro_batch, cfg.model.seq_length, cfg.model.hidden_size)
+    inputs, labels = [mb[:, :-1] for mb in micro], [mb[:, 1:] for mb in micro]
+    out = pp.run_schedule(stage, steps, inputs, labels, shape, loss_fn, tied_group=tied)
     grads = {stage.full_name(n): q.grad.clone() for n, q in stage.named_parameters()}
 
     ref_loss = sum(loss_fn(full(mb[:, :-1]), mb[:, 1:]) for mb in micro) / num_micro  # the unpipelined model
@@ -596,7 +593,7 @@ def _context(n) -> str:
             out.append(n.name[1:])
     return " < ".join(out)
 
-
+# %% ../nbs/98_testing.ipynb
 def _allocator_order(allocs: list) -> int:
     """Put allocation events (time-sorted, each with the allocator's running total after it) in the allocator's own
     order, in place: events of different threads are stamped outside the allocator's lock, so two of them close in
@@ -613,10 +610,18 @@ def _allocator_order(allocs: list) -> int:
     return moved
 
 # %% ../nbs/98_testing.ipynb
-# one class: the profiler's record, the tags and the replays that read them share its state
-class MemoryTracker:
-    """Records every CPU tensor allocation and free while active (torch.profiler memory events), plus `tag`s naming
-    what some storages are; `peak(window)` replays the record and returns the window's peak, by category."""
+def _storage_categories(tensors_by_category: dict) -> dict:
+    "{storage address: category} of the tensors given by category (None and empty storages left out)."
+    return {
+        t.untyped_storage().data_ptr(): c.replace("_", " ")
+        for c, ts in tensors_by_category.items()
+        for t in ts
+        if t is not None and t.untyped_storage().nbytes()
+    }
+
+# %% ../nbs/98_testing.ipynb
+class _MemoryRecorder:
+    "The recording half of `MemoryTracker`: the profiler, and the markers (tags, scans, windows) it will replay."
 
     def __init__(self):
         self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
@@ -639,14 +644,7 @@ class MemoryTracker:
 
     def tag_tensors(self, **tensors_by_category):
         "`tag` from tensors: `tag_tensors(parameters=[w], gradients=[w.grad])` (underscores stand for spaces)."
-        self.tag(
-            {
-                t.untyped_storage().data_ptr(): c.replace("_", " ")
-                for c, ts in tensors_by_category.items()
-                for t in ts
-                if t is not None and t.untyped_storage().nbytes()
-            }
-        )
+        self.tag(_storage_categories(tensors_by_category))
 
     def check_scan(self, name: str, storages: dict):
         """Hold the record against an independent count now: `storages` ({data_ptr: nbytes}, e.g. `live_storages()`).
@@ -661,144 +659,187 @@ class MemoryTracker:
         with record_function(f"memwindow:{name}"):
             yield
 
+# %% ../nbs/98_testing.ipynb
+def _profiler_events(prof) -> tuple[list, dict, int]:
+    """The finished profile's CPU allocations and our markers, in time order: events (time, kind, address or marker,
+    bytes, op, markers around it) with kind 0 a tag, 1 an allocation or free (bytes < 0), 2 a scan; the windows'
+    (start, end) by name; and how many allocations `_allocator_order` moved."""
+    allocs, marks, windows = [], [], {}
+    for n in _walk(prof.profiler.kineto_results.experimental_event_tree()):
+        if n.tag.name == "Allocation" and str(n.extra_fields.device) == "cpu":
+            op, e = n.parent.name if n.parent is not None else "", n.extra_fields
+            allocs.append((n.start_time_ns, 1, e.ptr, e.alloc_size, op, _context(n), e.total_allocated))
+        elif n.name.startswith("memtag:"):
+            marks.append((n.start_time_ns, 0, int(n.name[7:]), 0, "", ""))
+        elif n.name.startswith("memwindow:"):
+            windows[n.name[10:]] = (n.start_time_ns, n.end_time_ns)
+        elif n.name.startswith("memscan:"):
+            marks.append((n.start_time_ns, 2, n.name[8:], 0, "", ""))
+    allocs.sort(key=lambda e: e[0])
+    reordered = _allocator_order(allocs)
+    marks.sort(key=lambda e: e[0])
+    events, k = [], 0  # merge: a tag before an allocation stamped the same nanosecond
+    for e in allocs:
+        while k < len(marks) and marks[k][0] <= e[0]:
+            events.append(marks[k])
+            k += 1
+        events.append(e[:6])
+    return events + marks[k:], windows, reordered
+
+# %% ../nbs/98_testing.ipynb
+def _scan_summary(mt, scan: dict, live: dict, sizes: dict, missed: list) -> dict:
+    "The record against a scan at its time: live recorded bytes, those the scan found, and what each saw alone."
+    return {
+        "recorded": sum(sizes[a] for a in live.values()),
+        "found by scan": sum(sizes[a] for p, a in live.items() if p in scan),
+        "scanned, not recorded": sum(n for p, n in scan.items() if p not in live),
+        "recorded, not scanned": [
+            {"bytes": sizes[a], "op": mt.op[a], "made in": mt.context[a]}
+            for a in sorted(missed, key=sizes.get, reverse=True)[:10]
+        ],
+    }
+
+# %% ../nbs/98_testing.ipynb
+def _replay_events(mt, events: list):
+    """Pass 1 over `_profiler_events`: every allocation gets an id (its event's index) and a record of +/- bytes; a
+    tag names the allocations alive at it (the earliest category of `CATEGORY_ORDER` wins); a scan is compared."""
+    live, rank, sizes, missed = {}, {}, {}, {}
+    order = {c: i for i, c in enumerate(CATEGORY_ORDER)}
+    mt.category, mt.op, mt.context = {}, {}, {}
+    mt.record = []  # (time, allocation id, +/- bytes, markers around the event)
+    mt.untracked_tagged = {}  # tagged storages not in the record: made before the tracker started
+    mt.scans, mt.unseen_free = {}, set()
+    for i, (t, kind, x, size, op, ctx) in enumerate(events):
+        if kind == 2:
+            missed[x] = [a for p, a in live.items() if p not in mt._scans[x]]
+            mt.scans[x] = _scan_summary(mt, mt._scans[x], live, sizes, missed[x])
+        elif kind == 0:
+            for ptr, cat in mt.tags[x].items():
+                if ptr not in live:
+                    mt.untracked_tagged[ptr] = cat
+                    continue
+                a = live[ptr]
+                if order.get(_top(cat), 99) < rank.get(a, 100):
+                    mt.category[a], rank[a] = cat, order.get(_top(cat), 99)
+        elif size > 0:
+            if x in live:  # its free went unseen (see below): it was freed by now at the latest
+                a = live.pop(x)
+                mt.unseen_free.add(a)
+                mt.record.append((t, a, -sizes[a], ctx))
+            live[x] = i
+            mt.op[i], mt.context[i], sizes[i] = op, ctx, size
+            mt.record.append((t, i, size, ctx))
+        elif x in live and sizes[live[x]] == -size:  # frees of blocks from before the tracker are not reported
+            mt.record.append((t, live.pop(x), size, ctx))
+    mt.live_at_end = {a: None for a in live.values()}
+    for x, ids in missed.items():  # what the scan missed because its free went unseen (known only now)
+        mt.scans[x]["not scanned, freed unseen"] = sum(sizes[a] for a in ids if a in mt.unseen_free)
+
+# %% ../nbs/98_testing.ipynb
+def _peak_index(record: list, t0: int, skip) -> tuple[int, int, int]:
+    "Replay `record` (less `skip`ped ones): live bytes at `t0`, the peak after it, how many records lead there."
+    cur, start, best, at = 0, None, None, None
+    for j, (t, a, size, _) in enumerate(record):
+        if t >= t0 and start is None:
+            start, best, at = cur, cur, j
+        if not skip(a):
+            cur += size
+        if t >= t0 and cur > best:
+            best, at = cur, j + 1
+    if start is None:
+        start = best = cur
+        at = len(record)
+    return start, best, at
+
+
+def _live_after(record: list, skip) -> dict:
+    "{allocation id: bytes} alive after `record` (less `skip`ped allocations)."
+    live = {}
+    for t, a, size, _ in record:
+        if skip(a):
+            continue
+        if size > 0:
+            live[a] = size
+        else:
+            del live[a]
+    return live
+
+# %% ../nbs/98_testing.ipynb
+def _peak(mt, window: str, exclude: tuple = (), largest: int = 5) -> dict:
+    "`MemoryTracker.peak`: the window's start and peak bytes by category, where the peak is and what is untagged there."
+    t0, t1 = mt.windows[window]
+    cat = lambda a: mt.category.get(a, ACTIVATIONS)
+    skip = lambda a: cat(a) in exclude or _top(cat(a)) in exclude
+    record = [r for r in mt.record if r[0] <= t1]
+    start, best, at = _peak_index(record, t0, skip)
+    live = _live_after(record[:at], skip)  # what is alive at the peak
+    detail = {}
+    for a, size in live.items():
+        detail[cat(a)] = detail.get(cat(a), 0) + size
+    top = {c: 0 for c in (*CATEGORY_ORDER, ACTIVATIONS)}
+    for c, b in detail.items():
+        top[_top(c)] = top.get(_top(c), 0) + b
+    assert sum(detail.values()) == best, (sum(detail.values()), best)
+    unsure = sum(size for a, size in live.items() if a in mt.unseen_free)
+    biggest = sorted(((s, mt.op[a], mt.context[a]) for a, s in live.items() if a not in mt.category), reverse=True)
+    return {
+        "start": start,
+        "peak": best,
+        "at": record[at - 1][3] if at else "",
+        "at ms": max(0.0, round((record[at - 1][0] - t0) / 1e6, 3)) if at else 0.0,
+        "of which freed unseen": unsure,
+        "categories": top,
+        "detail": dict(sorted(detail.items())),
+        "largest untagged": [{"bytes": s, "op": op, "made in": c} for s, op, c in biggest[:largest]],
+    }
+
+# %% ../nbs/98_testing.ipynb
+def _allocations(mt, window: str, min_bytes: int) -> list[dict]:
+    "`MemoryTracker.allocations`: each allocation of at least `min_bytes` alive in `window`, made and freed where."
+    t0, t1 = mt.windows[window]
+    made, out = {}, []
+    for t, a, size, ctx in mt.record + [(float("inf"), a, -1, "") for a in mt.live_at_end]:
+        if size > 0:
+            made[a] = (t, size, ctx)
+            continue
+        if a not in made or made[a][1] < min_bytes or t < t0 or made[a][0] > t1:
+            continue
+        ta, n, where = made[a]
+        out.append(
+            {
+                "bytes": n,
+                "category": mt.category.get(a, ACTIVATIONS),
+                "op": mt.op[a],
+                "made in": where,
+                "made ms": round((ta - t0) / 1e6, 3),
+                "freed in": ctx,
+                "freed ms": round((t - t0) / 1e6, 3),
+            }
+        )
+    return sorted(out, key=lambda r: r["made ms"])
+
+# %% ../nbs/98_testing.ipynb
+# the recorder plus the replays above: `peak` and `allocations` read the record it collected
+class MemoryTracker(_MemoryRecorder):
+    """Records every CPU tensor allocation and free while active (torch.profiler memory events), plus `tag`s naming
+    what some storages are; `peak(window)` replays the record and returns the window's peak, by category."""
+
     def _collect(self):
-        allocs, marks, self.windows = [], [], {}
-        for n in _walk(self.prof.profiler.kineto_results.experimental_event_tree()):
-            if n.tag.name == "Allocation" and str(n.extra_fields.device) == "cpu":
-                op, e = n.parent.name if n.parent is not None else "", n.extra_fields
-                allocs.append((n.start_time_ns, 1, e.ptr, e.alloc_size, op, _context(n), e.total_allocated))
-            elif n.name.startswith("memtag:"):
-                marks.append((n.start_time_ns, 0, int(n.name[7:]), 0, "", ""))
-            elif n.name.startswith("memwindow:"):
-                self.windows[n.name[10:]] = (n.start_time_ns, n.end_time_ns)
-            elif n.name.startswith("memscan:"):
-                marks.append((n.start_time_ns, 2, n.name[8:], 0, "", ""))
-        allocs.sort(key=lambda e: e[0])
-        self.reordered = _allocator_order(allocs)
-        marks.sort(key=lambda e: e[0])
-        events, k = [], 0  # merge: a tag before an allocation stamped the same nanosecond
-        for e in allocs:
-            while k < len(marks) and marks[k][0] <= e[0]:
-                events.append(marks[k])
-                k += 1
-            events.append(e[:6])
-        events += marks[k:]
-        # pass 1: every allocation gets an id; a tag names the allocations alive at it
-        live, rank, self.category, self.op, self.context = {}, {}, {}, {}, {}
-        order = {c: i for i, c in enumerate(CATEGORY_ORDER)}
-        self.record = []  # (time, allocation id, +/- bytes, markers around the event)
-        self.untracked_tagged = {}  # tagged storages not in the record: made before the tracker started
-        self.scans, sizes, self.unseen_free, missed = {}, {}, set(), {}
-        for i, (t, kind, x, size, op, ctx) in enumerate(events):
-            if kind == 2:
-                scan = self._scans[x]
-                missed[x] = [a for p, a in live.items() if p not in scan]
-                self.scans[x] = {
-                    "recorded": sum(sizes[a] for a in live.values()),
-                    "found by scan": sum(sizes[a] for p, a in live.items() if p in scan),
-                    "scanned, not recorded": sum(n for p, n in scan.items() if p not in live),
-                    "recorded, not scanned": [
-                        {"bytes": sizes[a], "op": self.op[a], "made in": self.context[a]}
-                        for a in sorted(missed[x], key=sizes.get, reverse=True)[:10]
-                    ],
-                }
-            elif kind == 0:
-                for ptr, cat in self.tags[x].items():
-                    if ptr not in live:
-                        self.untracked_tagged[ptr] = cat
-                        continue
-                    a = live[ptr]
-                    if order.get(_top(cat), 99) < rank.get(a, 100):
-                        self.category[a], rank[a] = cat, order.get(_top(cat), 99)
-            elif size > 0:
-                if x in live:  # its free went unseen (see below): it was freed by now at the latest
-                    a = live.pop(x)
-                    self.unseen_free.add(a)
-                    self.record.append((t, a, -sizes[a], ctx))
-                live[x] = i
-                self.op[i], self.context[i], sizes[i] = op, ctx, size
-                self.record.append((t, i, size, ctx))
-            elif x in live and sizes[live[x]] == -size:  # frees of blocks from before the tracker are not reported
-                self.record.append((t, live.pop(x), size, ctx))
-        self.live_at_end = {a: None for a in live.values()}
-        for x, ids in missed.items():  # what the scan missed because its free went unseen (known only now)
-            self.scans[x]["not scanned, freed unseen"] = sum(sizes[a] for a in ids if a in self.unseen_free)
+        events, self.windows, self.reordered = _profiler_events(self.prof)
+        _replay_events(self, events)
 
     def peak(self, window: str, exclude: tuple = (), largest: int = 5) -> dict:
         """Live bytes at the start of `window` and at its peak, by category (as tagged; untagged: activations and
         working buffers), leaving out allocations whose category or top category is in `exclude`; where the peak is
         (`at`: the enclosing markers, `at ms`: time from the window's start) and the largest untagged allocations
         there."""
-        t0, t1 = self.windows[window]
-        cat = lambda a: self.category.get(a, ACTIVATIONS)
-        skip = lambda a: cat(a) in exclude or _top(cat(a)) in exclude
-        record = [r for r in self.record if r[0] <= t1]
-        cur, start, best, at = 0, None, None, None  # at: how many records lead to the peak
-        for j, (t, a, size, _) in enumerate(record):
-            if t >= t0 and start is None:
-                start, best, at = cur, cur, j
-            if not skip(a):
-                cur += size
-            if t >= t0 and cur > best:
-                best, at = cur, j + 1
-        if start is None:
-            start = best = cur
-            at = len(record)
-        live = {}  # replay to the peak: what is alive there
-        for t, a, size, _ in record[:at]:
-            if skip(a):
-                continue
-            if size > 0:
-                live[a] = size
-            else:
-                del live[a]
-        detail = {}
-        for a, size in live.items():
-            detail[cat(a)] = detail.get(cat(a), 0) + size
-        top = {c: 0 for c in (*CATEGORY_ORDER, ACTIVATIONS)}
-        for c, b in detail.items():
-            top[_top(c)] = top.get(_top(c), 0) + b
-        assert sum(detail.values()) == best, (sum(detail.values()), best)
-        unsure = sum(size for a, size in live.items() if a in self.unseen_free)
-        biggest = sorted(
-            ((s, self.op[a], self.context[a]) for a, s in live.items() if a not in self.category), reverse=True
-        )[:largest]
-        return {
-            "start": start,
-            "peak": best,
-            "at": record[at - 1][3] if at else "",
-            "at ms": max(0.0, round((record[at - 1][0] - t0) / 1e6, 3)) if at else 0.0,
-            "of which freed unseen": unsure,
-            "categories": top,
-            "detail": dict(sorted(detail.items())),
-            "largest untagged": [{"bytes": s, "op": op, "made in": c} for s, op, c in biggest],
-        }
+        return _peak(self, window, exclude, largest)
 
     def allocations(self, window: str, min_bytes: int = 2**20) -> list[dict]:
         "Allocations of at least `min_bytes` alive at some time in `window`: category, op, where made and freed (ms)."
-        t0, t1 = self.windows[window]
-        made, out = {}, []
-        for t, a, size, ctx in self.record + [(float("inf"), a, -1, "") for a in self.live_at_end]:
-            if size > 0:
-                made[a] = (t, size, ctx)
-                continue
-            if a not in made or made[a][1] < min_bytes or t < t0 or made[a][0] > t1:
-                continue
-            ta, n, where = made[a]
-            out.append(
-                {
-                    "bytes": n,
-                    "category": self.category.get(a, ACTIVATIONS),
-                    "op": self.op[a],
-                    "made in": where,
-                    "made ms": round((ta - t0) / 1e6, 3),
-                    "freed in": ctx,
-                    "freed ms": round((t - t0) / 1e6, 3),
-                }
-            )
-        return sorted(out, key=lambda r: r["made ms"])
+        return _allocations(self, window, min_bytes)
 
-
+# %% ../nbs/98_testing.ipynb
 def memory_exactness_check(mib: int = 1) -> dict:
     """The method on a known workload: W (tagged a parameter) before the window; in it allocate A, then B, free A,
     allocate C (tagged a gradient), free B and C. The peak is W + B + C: W a parameter, C a gradient, B an
@@ -851,7 +892,7 @@ def deepspeed_storage_tags(engine) -> dict:
                 put(t, f"gradients:{name}")
     return tags
 
-
+# %% ../nbs/98_testing.ipynb
 def _tag_around(obj, name: str, tag):
     "Replace bound method `obj.name` by one that calls `tag()` before and after it."
     f = getattr(obj, name)
@@ -865,7 +906,7 @@ def _tag_around(obj, name: str, tag):
 
     setattr(obj, name, tagged)
 
-
+# %% ../nbs/98_testing.ipynb
 def tag_deepspeed_step(mt: MemoryTracker, engine):
     """Tag `engine`'s storages before and after every pipeline instruction, and inside the ZeRO optimizer around each
     gradient reduction and Adam's update (the buffers that live only inside one instruction)."""
@@ -895,7 +936,7 @@ def tag_deepspeed_step(mt: MemoryTracker, engine):
     _tag_around(zero.optimizer, "step", tag)
     return tag
 
-
+# %% ../nbs/98_testing.ipynb
 def live_storages(*extra) -> dict:
     """{data_ptr: nbytes} of the distinct CPU storages of every tensor the garbage collector sees, and of `extra`
     tensors."""
@@ -914,7 +955,7 @@ def live_storages(*extra) -> dict:
         objects.clear()
     return out
 
-
+# %% ../nbs/98_testing.ipynb
 def _count(mt: MemoryTracker, allocations) -> list[dict]:
     "Allocations grouped by (bytes, op, where made), with how many of each."
     groups = {}
@@ -939,48 +980,32 @@ def _reset_rss_peak() -> bool:
     except OSError:
         return False
 
-
-def measure_stage_memory(config_path: str, overrides: dict | None = None, steps: int = 2, largest: int = 5) -> dict:
-    """In every rank of a launch: build the 3D engine as `mtnlg train` does (`DeepSpeedBackend`), run `steps` training
-    steps at the full global batch, and return the last step's memory peak on this rank, by category (bytes), with
-    the rank's stage, TP and DP coordinates. Step 1 creates Adam's state, so measure at least 2."""
-    from mtnlg.engine import DeepSpeedBackend
-
-    quiet_libraries()
-    cfg = load_config(config_path, overrides)
-    layout = init_distributed(Layout.of(cfg))
-    rank, batch = dist.get_rank(), cfg.schedule.global_batch_size
-    c = layout.coord(rank)
-    before = live_storages()  # what an earlier run in this process left: older than the record, so not in it
-    with MemoryTracker() as mt:
-        backend = DeepSpeedBackend(cfg, layout, batch)
-        engine, zero = backend.engine, backend.engine.optimizer
-        tag = tag_deepspeed_step(mt, engine)
+# %% ../nbs/98_testing.ipynb
+def _tracked_steps(mt: MemoryTracker, backend, cfg, steps: int, before: dict) -> dict:
+    """Run `steps` training steps of `backend`, each in its own window of `mt`, its storages tagged around every
+    instruction; before the last step, scan the live storages (less `before`) and reset the RSS peak."""
+    engine, zero, batch = backend.engine, backend.engine.optimizer, cfg.schedule.global_batch_size
+    tag = tag_deepspeed_step(mt, engine)
+    tag()
+    losses = []
+    for i in range(steps):
+        if i == steps - 1:
+            grads = [p.grad for p in engine.module.parameters()]
+            scan = live_storages(*grads, *(t.grad for t in zero.single_partition_of_fp32_groups))
+            mt.check_scan("step start", {p: n for p, n in scan.items() if before.get(p) != n})
+            rss_reset, rss_start = _reset_rss_peak(), _rss("VmRSS")
+        with mt.window(f"step {i + 1}"):
+            losses.append(backend.train_step(gpt_batch(cfg, batch, seed=i), cfg.optimizer.lr)[0])
         tag()
-        losses = []
-        for i in range(steps):
-            if i == steps - 1:
-                grads = [p.grad for p in engine.module.parameters()]
-                scan = live_storages(*grads, *(t.grad for t in zero.single_partition_of_fp32_groups))
-                mt.check_scan("step start", {p: n for p, n in scan.items() if before.get(p) != n})
-                rss_reset, rss_start = _reset_rss_peak(), _rss("VmRSS")
-            with mt.window(f"step {i + 1}"):
-                losses.append(backend.train_step(gpt_batch(cfg, batch, seed=i), cfg.optimizer.lr)[0])
-            tag()
-        rss_peak = _rss("VmHWM")
-    window = f"step {steps}"
-    out = mt.peak(window, largest=largest)
+    return {"losses": losses, "rss_start": rss_start, "rss_peak": _rss("VmHWM") if rss_reset else None}
+
+
+def _memory_report(mt: MemoryTracker, engine, window: str, largest: int) -> dict:
+    "The peak of `window` by category, the activations' own peak, the scan's check and the engine's sizes."
+    zero, params = engine.optimizer, list(engine.module.parameters())
     act = mt.peak(window, exclude=CATEGORY_ORDER, largest=largest)  # activations and working buffers alone
-    params = list(engine.module.parameters())
     return {
-        "rank": rank,
-        "stage": c.pipe,
-        "tp_rank": c.model,
-        "dp_rank": c.data,
-        "layout": str(layout),
-        "recompute": cfg.model.recompute,
-        "losses": losses,
-        **out,
+        **mt.peak(window, largest=largest),
         "activation peak": {k: act[k] for k in ("peak", "at", "at ms", "of which freed unseen", "largest untagged")},
         "scan at step start": mt.scans["step start"],
         "param_numel": sum(p.numel() for p in params),
@@ -993,12 +1018,35 @@ def measure_stage_memory(config_path: str, overrides: dict | None = None, steps:
         "frees unseen": _count(mt, mt.unseen_free),
         "events reordered": mt.reordered,
         "large allocations": mt.allocations(window, 2**20),
-        "rss_start": rss_start,
-        "rss_peak": rss_peak if rss_reset else None,
     }
 
 # %% ../nbs/98_testing.ipynb
-# chapter 65's reader workers: the requests, the parallel read, one stage's load; run in spawned processes
+def measure_stage_memory(config_path: str, overrides: dict | None = None, steps: int = 2, largest: int = 5) -> dict:
+    """In every rank of a launch: build the 3D engine as `mtnlg train` does (`DeepSpeedBackend`), run `steps` training
+    steps at the full global batch, and return the last step's memory peak on this rank, by category (bytes), with
+    the rank's stage, TP and DP coordinates. Step 1 creates Adam's state, so measure at least 2."""
+    from mtnlg.engine import DeepSpeedBackend
+
+    quiet_libraries()
+    cfg = load_config(config_path, overrides)
+    layout = init_distributed(Layout.of(cfg))
+    rank = dist.get_rank()
+    c = layout.coord(rank)
+    before = live_storages()  # what an earlier run in this process left: older than the record, so not in it
+    with MemoryTracker() as mt:
+        backend = DeepSpeedBackend(cfg, layout, cfg.schedule.global_batch_size)
+        run = _tracked_steps(mt, backend, cfg, steps, before)
+    where = {"rank": rank, "stage": c.pipe, "tp_rank": c.model, "dp_rank": c.data, "layout": str(layout)}
+    return {
+        **where,
+        "recompute": cfg.model.recompute,
+        "losses": run["losses"],
+        **_memory_report(mt, backend.engine, f"step {steps}", largest),
+        "rss_start": run["rss_start"],
+        "rss_peak": run["rss_peak"],
+    }
+
+# %% ../nbs/98_testing.ipynb
 def reader_requests(checkpoint: str, n: int = 24, seed: int = 0) -> tuple[list, list]:
     "Scoring requests [(context ids, continuation ids)] and generation prompts [ids] from the checkpoint's vocabulary."
     from mtnlg.checkpoint import Checkpoint
@@ -1006,21 +1054,23 @@ def reader_requests(checkpoint: str, n: int = 24, seed: int = 0) -> tuple[list, 
     m = Checkpoint(checkpoint).config.model
     g = torch.Generator().manual_seed(seed)
     ids = lambda k: torch.randint(0, m.vocab_size, (k,), generator=g).tolist()
-    lengths = [
-        1,
-        3,
-        7,
-        20,
-        m.seq_length // 2,
-        m.seq_length - 1,
-        m.seq_length + 9,
-    ]  # the last: the context cut on the left
+    # the last length: the context cut on the left
+    lengths = [1, 3, 7, 20, m.seq_length // 2, m.seq_length - 1, m.seq_length + 9]
     requests = [(ids(lengths[i % len(lengths)]), ids(1 + i % 3)) for i in range(n)]
     requests += [(requests[0][0], ids(1)), (requests[0][0], ids(2))]  # choices sharing one input window
     requests += [(ids(3), ids(m.seq_length + 5))]  # a continuation scored in two windows
     return requests, [ids(5), ids(2), ids(9)]
 
+# %% ../nbs/98_testing.ipynb
+def _reader_predicted(lm, stage) -> int:
+    "Chapter 65's predicted weight bytes of this rank's stage (model-parallel), or what the one-process model holds."
+    from mtnlg.parallel_inference import held_bytes, predicted_bytes
 
+    if not stage:
+        return held_bytes(lm.model)
+    return predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe, lm.dtype)
+
+# %% ../nbs/98_testing.ipynb
 def parallel_reader_worker(
     checkpoint: str,
     tp: int | None,
@@ -1036,30 +1086,21 @@ def parallel_reader_worker(
     import gc
     from mtnlg.evaluate import MtnlgLM
     from mtnlg.generate import generate
-    from mtnlg.parallel_inference import held_bytes, predicted_bytes
+    from mtnlg.parallel_inference import held_bytes
 
     quiet_libraries()
     lm = MtnlgLM(
-        checkpoint,
-        batch_size=8,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-        sequence_parallel=sequence_parallel,
-        dtype=dtype,
+        checkpoint, 8, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sequence_parallel, dtype=dtype
     )
     gc.collect()
     live = sum(live_storages().values())
     stage = getattr(lm.model, "stage", None)
     greedy = generate(lm.model, prompts, max_new)
-    scored = [(c, k) for c, k in requests] + [
-        (p, g) for p, g in zip(prompts, greedy) if g
-    ]  # the last ones: greedy by construction
+    scored = [(c, k) for c, k in requests] + [(p, g) for p, g in zip(prompts, greedy) if g]  # the last: greedy
     out = {
         "held": held_bytes(lm.model),
         "live": live,
-        "predicted": predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe, lm.dtype)
-        if stage
-        else held_bytes(lm.model),
+        "predicted": _reader_predicted(lm, stage),
         "load_peak": getattr(stage, "load_peak", None),
         "load_slack": getattr(stage, "load_slack", None),
         "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in scored], disable_tqdm=True),
@@ -1070,7 +1111,7 @@ def parallel_reader_worker(
         dist.barrier()
     return out
 
-
+# %% ../nbs/98_testing.ipynb
 def stage_load_worker(checkpoint: str, tp: int, pp: int, dtype: str = "float32", whole: bool = False) -> dict:
     """Chapter 65's `load_stage` of this rank: its weights' bytes, the peak while loading and the slack allowed, or the
     guard's message (`error`). `whole`: with a reader that reads every tensor whole into memory, then cuts the slice."""
