@@ -38,7 +38,7 @@ def embedding_weighted_layers(num_layers: int, pp: int) -> tuple[int, ...]:
         raise ValueError(f"{num_layers} layers + 2 embeddings over {pp} stages leave a stage with no layer")
     return tuple(sizes)
 
-
+# %% ../nbs/50_counting.ipynb
 @dataclass(frozen=True)
 class Setup:
     """A 3D layout (chapter 10) with a micro-batch size, an activation-recomputation mode, Megatron's virtual
@@ -120,7 +120,7 @@ def setup_problems(model: ModelConfig, L: Setup, global_batch: int, gpus_per_nod
             )
     return out
 
-
+# %% ../nbs/50_counting.ipynb
 def check_setup(model: ModelConfig, L: Setup, global_batch: int, gpus_per_node: int = 8):
     "Raise ValueError naming every problem of setup `L`."
     if problems := setup_problems(model, L, global_batch, gpus_per_node):
@@ -163,7 +163,7 @@ def state_bytes(precision: str, dp: int) -> dict:
         return {"weights": 2, "gradients": 2 + 4, "optimizer": 12 / dp}  # BF16_Optimizer
     return {"weights": 4, "gradients": 4, "optimizer": 12 / dp}  # DeepSpeedZeroOptimizer
 
-
+# %% ../nbs/50_counting.ipynb
 def layer_activation_bytes(
     model: ModelConfig,
     micro_batch: int,
@@ -199,7 +199,7 @@ def layer_activation_bytes(
         "attention core": core,
     }
 
-
+# %% ../nbs/50_counting.ipynb
 def stored_activation_bytes(
     model: ModelConfig,
     micro_batch: int,
@@ -270,7 +270,7 @@ GPUS = {
     "h200": GPU("H200 SXM", 989, 495, 140, 4800, 450, 50, matmul_efficiency=0.54),
 }
 
-
+# %% ../nbs/50_counting.ipynb
 def matmul_efficiency_of(gpu: GPU | str) -> float:
     "The fitted fraction of peak `gpu`'s GEMMs achieve: its record's `matmul_efficiency`, the one home of that number."
     g = GPUS[gpu] if isinstance(gpu, str) else gpu
@@ -498,7 +498,7 @@ def format_stages(
     )
     return "\n".join(lines)
 
-
+# %% ../nbs/50_counting.ipynb
 def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float = 80):
     """Fullest-stage memory against the FLOPs recomputation adds, per mode, with FlashAttention and with the paper's
     kernels."""

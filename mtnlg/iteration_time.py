@@ -193,7 +193,7 @@ class System:
     fusion: str = "megatron"  # the kernels between the GEMMs (`layer_ops`): Megatron's fused ones, s x s attention
     grad_reduce_bytes: int = 4  # bytes per parameter the data-parallel all-reduce moves (fp32 gradients; fp16 runs: 2)
 
-
+# %% ../nbs/51_iteration_time.ipynb
 SYSTEMS = {
     # DeepSpeed's PipelineEngine, the installed 0.19 (this book's engine): TrainSchedule's SendActivation /
     # RecvActivation / SendGrad / RecvGrad are separate blocking instructions; pipe_partitioned (on by default when TP >
@@ -281,7 +281,7 @@ def matmul_flops(gpu: GPU, precision: str = "bf16") -> float:
     "FLOP/s a step's GEMMs achieve on `gpu`: its peak times its one fitted number, `matmul_efficiency_of(gpu)`."
     return peak_flops(gpu, precision) * matmul_efficiency_of(gpu)
 
-
+# %% ../nbs/51_iteration_time.ipynb
 def stage_parts(
     model: ModelConfig,
     L: Setup,
@@ -381,7 +381,7 @@ class Prediction:
     stage_s: list = field(default_factory=list)  # seconds per micro-batch of each stage
     system: str = ""
 
-
+# %% ../nbs/51_iteration_time.ipynb
 def predict(
     model: ModelConfig,
     L: Setup,

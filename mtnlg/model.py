@@ -63,7 +63,7 @@ def tp_layers(kind: str = "megatron") -> SimpleNamespace:
         **layers, **sequence, vocab_parallel_cross_entropy=lib.vocab_parallel_cross_entropy, copy_to_tp=copy
     )
 
-
+# %% ../nbs/01_model.ipynb
 class RowParallelLinearWithGroup(megatron_tp.RowParallelLinear):
     """megatron-core's row-parallel layer, which calls its own linear function with `tp_group=None` (a deprecation
     warning on every call, and a graph break under `torch.compile`): here it hands over the group it was built with."""
@@ -91,7 +91,7 @@ class _TorchOnCPU:
     def __getattr__(self, name):
         return getattr(torch, name)
 
-
+# %% ../nbs/01_model.ipynb
 def megatron_on_this_device():
     """megatron-core's sequence-parallel paths allocate their gather and reduce-scatter buffers on
     `torch.cuda.current_device()`, which a CPU-only torch does not have. Without CUDA, point that one call at the CPU
@@ -199,7 +199,7 @@ class ParallelAttention(nn.Module):
                     f"say why; model.attention_backend=auto picks one that can"
                 ) from None
 
-
+# %% ../nbs/01_model.ipynb
 def sdpa_backend(name: str):
     "A context in which SDPA runs `name`'s kernel (or raises that it cannot); auto: PyTorch picks, as without one."
     if name == "auto":
@@ -215,7 +215,7 @@ def sdpa_backend(name: str):
         }[name]
     )
 
-
+# %% ../nbs/01_model.ipynb
 class ParallelMLP(nn.Module):
     "h -> 4h (column-parallel) -> GeLU -> h (row-parallel)."
 
@@ -272,7 +272,7 @@ class LayerNorm(nn.LayerNorm):
     def forward(self, x):
         return super().forward(x) if self.fused is None else self.fused(x, self.weight, self.bias, self.eps)
 
-
+# %% ../nbs/01_model.ipynb
 class TransformerBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, mp: ModelParallelConfig):
         super().__init__()
@@ -306,7 +306,7 @@ class TransformerBlock(nn.Module):
         "Hidden dropout: one mask for the whole sequence; under sequence parallelism each rank draws its slice's own."
         return sequence_dropout(drop, self.sequence_parallel, *args)
 
-
+# %% ../nbs/01_model.ipynb
 def sequence_dropout(drop, sequence_parallel: bool, *args):
     """`drop(*args)`, from chapter 10's per-TP-rank stream when each rank holds another slice of the sequence (as
     Megatron)."""
@@ -341,7 +341,7 @@ class Embedding(nn.Module):
         "The tied output layer: logits for this rank's vocabulary slice (the pipeline's last stage calls this)."
         return parallel_lm_logits(hidden, self.tokens.weight, self.kind, self.sequence_parallel)
 
-
+# %% ../nbs/01_model.ipynb
 def parallel_lm_logits(hidden, embedding_weight, kind: str = "megatron", sequence_parallel: bool = False):
     """Logits [b, s, vocab/tp] for this rank's slice of the vocabulary, using the (tied) token-embedding matrix; under
     sequence parallelism `hidden` is this rank's [s/tp, b, h] slice, gathered inside the product (backward:

@@ -87,7 +87,7 @@ class CheckpointSize:
     def total(self) -> float:
         return self.weights + self.optimizer
 
-
+# %% ../nbs/55_run_plan.ipynb
 def checkpoint_size(cfg: Config) -> CheckpointSize:
     "What chapter 43's checkpoint of `cfg` holds, in bytes."
     p = cfg.parallel
@@ -181,7 +181,7 @@ def _positive(name: str, value: float) -> float:
         raise ValueError(f"{name} must be > 0, got {value:g}")
     return value
 
-
+# %% ../nbs/55_run_plan.ipynb
 @dataclass
 class RunPlan:
     "The whole run of a config: steps, time, allocations, checkpoints and the save interval. Seconds and bytes."
@@ -344,7 +344,7 @@ def _tokens(n: float) -> str:
 def _sizes(n: int) -> str:
     return f"{n} smaller size{'' if n == 1 else 's'}"
 
-
+# %% ../nbs/55_run_plan.ipynb
 def format_run_plan(p: RunPlan) -> str:
     "The run plan as `mtnlg plan --schedule` prints it."
     first, ramp, pad = min(p.seconds_by_batch), p.steps - p.full_batch_steps, " " * 17
@@ -533,7 +533,7 @@ class JobPlan:
     def stage_layers(self, stage: int) -> range:
         return range(stage * self.layers_per_stage + 1, (stage + 1) * self.layers_per_stage + 1)
 
-
+# %% ../nbs/55_run_plan.ipynb
 def job_plan(
     cfg: Config,
     nodes: int,
@@ -582,7 +582,7 @@ def _some(lines: list[str], head: int = 3, tail: int = 1) -> list[str]:
 def _layers(r: range) -> str:
     return f"layer {r.start}" if len(r) == 1 else f"layers {r.start}-{r.stop - 1}"
 
-
+# %% ../nbs/55_run_plan.ipynb
 def format_job_plan(j: JobPlan, full: bool = False) -> str:
     "The job, as its dry run prints it: nodes, ranks per node, TP groups, pipeline stages on nodes, seconds per step."
     L, T = j.layout, j.tasks_per_node
