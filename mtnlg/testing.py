@@ -1090,7 +1090,12 @@ def parallel_reader_worker(
 
     quiet_libraries()
     lm = MtnlgLM(
-        checkpoint, 8, tensor_parallel=tp, pipeline_parallel=pp, sequence_parallel=sequence_parallel, dtype=dtype
+        checkpoint,
+        batch_size=8,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        sequence_parallel=sequence_parallel,
+        dtype=dtype,
     )
     gc.collect()
     live = sum(live_storages().values())
