@@ -176,7 +176,7 @@ def task_seconds(sizes: list[dict], clock: str = "cpu_seconds") -> tuple[list[di
 
 def wall_fit(sizes: list[dict]) -> dict:
     "The per-GB rates fitted from the tasks' wall seconds instead, for comparison (a refusal kept as its message)."
-    from mtnlg.curate import fit_rate
+    from mtnlg.curate_plan import fit_rate
 
     gb = [s["input"]["warc_bytes"] / 1e9 for s in sizes]
     work, _ = task_seconds(sizes, "seconds")
@@ -202,7 +202,8 @@ def sampling_rate(cc_files: list, repeats: int = 3) -> dict:
     over ~62,000 shards), here over a quarter, half and all of the input's first 32 shards, the least CPU of `repeats`
     walks each (a first walk, untimed, pays the imports); the CPU seconds a shard fitted over the counts. The fitted
     sizes cannot show this: their few shards each give a model hundreds of chunks."""
-    from mtnlg.curate import _raw_items, _sample_chunks, fit_rate
+    from mtnlg.curate_plan import fit_rate
+    from mtnlg.curate_tasks import _raw_items, _sample_chunks
     from mtnlg.quality import word_chunks
 
     def walk(files: list) -> float:
@@ -223,7 +224,7 @@ def fit_plan_rates(sizes: list[dict], workers: int, sampling: dict | None = None
     """The plan's rates (chapter 36's `plan_rates` schema) fitted over the measured sizes from the tasks' CPU seconds,
     and (`local_dedup`) the dedup maps that the plan costs from bench/dedup_scale.py's rates, fitted here as work a GB
     for this machine's prediction."""
-    from mtnlg.curate import fit_rate
+    from mtnlg.curate_plan import fit_rate
 
     gb = [s["input"]["warc_bytes"] / 1e9 for s in sizes]
     shards = [s["input"]["shards"] for s in sizes]
@@ -280,7 +281,8 @@ def fit_plan_rates(sizes: list[dict], workers: int, sampling: dict | None = None
 def predict(rates: dict, size: dict, workers: int) -> dict:
     """The plan's wall time (`curation_plan` on one node of `workers` workers, no I/O bound) and peak memory of a size,
     at the rates fitted here alone: the partitioned dedup's maps as work a GB (`local_dedup`)."""
-    from mtnlg.curate import DEDUP_STAGES, Snapshot, curation_plan, load_curate_config, wall_parts
+    from mtnlg.curate_config import load_curate_config
+    from mtnlg.curate_plan import DEDUP_STAGES, Snapshot, curation_plan, wall_parts
 
     ld, cpu, fixed = rates["local_dedup"], dict(rates["cpu_seconds_per_gb"]), dict(rates["fixed_core_seconds"])
     cpu["dedup"] += ld["cpu_seconds_per_gb"]

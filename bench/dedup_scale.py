@@ -78,7 +78,7 @@ def _vmhwm() -> int:
 def _child(stage: str, files: list, work: str) -> dict:
     "One stage in this (fresh) process: seconds, tracemalloc peak, peak RSS."
     from mtnlg import dedup
-    from mtnlg.curate import LocalExecutor
+    from mtnlg.curate_config import LocalExecutor
 
     offsets = np.concatenate([[0], np.cumsum([dedup.signature_count(f) for f in files])]).astype(np.int64)
     P, keys = dedup.plan_partitions(len(files)), _key_files(work, files)
@@ -167,7 +167,8 @@ def _forget(stage: str, work, keys):
 def _curate_child(config: str) -> dict:
     """A whole curation on a pool of 2 workers, this process its driver: the driver's CPU seconds and peak RSS, the
     workers' peak RSS."""
-    from mtnlg.curate import load_curate_config, curate
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
     from curate import PeakRSS
 
     rss = PeakRSS(os.getpid(), 0.1)

@@ -246,17 +246,12 @@ def _node_counts(text: str) -> list[int]:
 
 
 def print_curation_plan(args) -> int:
-    """`mtnlg curate --plan`: chapter 36's plan for the paper's two Common Crawl snapshots, from a benchmark's measured
+    """`mtnlg curate --plan`: chapter 39's plan for the paper's two Common Crawl snapshots, from a benchmark's measured
     rates."""
-    from mtnlg.curate import (
-        CC_SNAPSHOTS,
-        PLAN_BENCH,
-        curation_plan,
-        format_curation_plan,
-        load_curate_config,
-        load_plan_rates,
-        newest_rates_file,
-    )
+    from mtnlg.curate import newest_rates_file
+    from mtnlg.curate_config import load_curate_config
+    from mtnlg.curate_plan import CC_SNAPSHOTS, PLAN_BENCH, curation_plan, load_plan_rates
+    from mtnlg.curate_plan_report import format_curation_plan
 
     path = args.rates or newest_rates_file(bench=PLAN_BENCH)
     if path is None:
@@ -285,7 +280,7 @@ def add_curate_arguments(p: argparse.ArgumentParser):
     """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh]
     [--scheduler-file F]`; `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512]
     [--fs-gbps-per-node 1.0] [--rates FILE] [--config CURATE_CFG]`: what curating the paper's two Common Crawl
-    snapshots takes with the config's settings, nothing curated (chapter 36)."""
+    snapshots takes with the config's settings, nothing curated (chapter 39)."""
     add_config_arguments(p, required=False)
     p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
     p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
@@ -324,7 +319,8 @@ def add_curate_arguments(p: argparse.ArgumentParser):
             return print_curation_plan(args)
         if not args.config:
             p.error("the following arguments are required: --config (or --plan)")
-        from mtnlg.curate import load_curate_config, curate, format_summary
+        from mtnlg.curate import curate, format_summary
+        from mtnlg.curate_config import load_curate_config
 
         cfg = load_curate_config(args.config, dict(parse_override(o) for o in args.set))
         out = Path(args.output_dir) if args.output_dir else cfg.path(cfg.output_dir)

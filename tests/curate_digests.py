@@ -61,7 +61,8 @@ def digests(out: Path, paths=()) -> dict:
 
 
 def _run(cfg_path, out, overrides=None):
-    from mtnlg.curate import load_curate_config, curate
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
 
     curate(load_curate_config(cfg_path, overrides or {}), out, "local", 1, progress=False, log=lambda *a: None)
 

@@ -64,7 +64,8 @@ def config_yaml(tmp: Path, crawl: dict, **extra) -> Path:
 
 
 def run_format(tmp: Path, fmt: str) -> Path:
-    from mtnlg.curate import load_curate_config, curate
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
 
     shutil.copytree(ROOT / "tests/fixtures/curation/raw/wikipedia", tmp / "in/wikipedia")
     shutil.copytree(FX / fmt, tmp / "in/crawl")
@@ -180,7 +181,8 @@ def test_manifest_counts_every_record_with_its_reason(runs):
 
 
 def test_bad_input_is_a_clear_error_or_counted(tmp_path):
-    from mtnlg.curate import load_curate_config, discover_shards
+    from mtnlg.curate_config import load_curate_config
+    from mtnlg.curate_stages import discover_shards
     from mtnlg.extract import iter_documents, extract_shard
 
     with pytest.raises(FileNotFoundError, match="not found"):
@@ -223,7 +225,8 @@ def test_bad_input_is_a_clear_error_or_counted(tmp_path):
 def test_curate_cc_config_reads_a_folder_of_warc_files(tmp_path):
     """scaled_configs/curate-cc.yaml validates, reads .warc.gz with its paper stages, and names gpt-1.3b's vocabulary
     size."""
-    from mtnlg.curate import load_curate_config, discover_shards
+    from mtnlg.curate_config import load_curate_config
+    from mtnlg.curate_stages import discover_shards
     from mtnlg.config import load_config
 
     cfg = load_curate_config(ROOT / "scaled_configs/curate-cc.yaml", {"input_dir": str(tmp_path)})
@@ -382,7 +385,8 @@ def test_a_gzip_bomb_payload_is_never_inflated_whole(faulty):
 def test_docs_in_counts_pages_and_the_summary_says_what_else(faulty, tmp_path):
     "A crawl's requests, metadata and warcinfo are noted beside the documents; truncated pages kept are in the summary."
     from mtnlg.extract import extract_shard
-    from mtnlg.curate import summarize, format_summary
+    from mtnlg.curate import format_summary
+    from mtnlg.curate_stages import summarize
 
     man = extract_shard(faulty["requests-and-metadata"], tmp_path / "a.jsonl", "cc")
     assert (man.docs_in, man.kept, dict(man.dropped)) == (10, 10, {})

@@ -1,4 +1,4 @@
-"""`mtnlg curate --plan` (chapter 36): the curation of the paper's two Common Crawl snapshots, planned from a
+"""`mtnlg curate --plan` (chapter 39): the curation of the paper's two Common Crawl snapshots, planned from a
 benchmark's rates."""
 
 import json
@@ -7,7 +7,9 @@ import time
 import sys
 from pathlib import Path
 import pytest
-from mtnlg.curate import (
+from mtnlg.curate import newest_rates_file
+from mtnlg.curate_config import load_curate_config
+from mtnlg.curate_plan import (
     CC_SNAPSHOTS,
     RATES_FIXTURE,
     WARC_FILE_BYTES,
@@ -15,13 +17,11 @@ from mtnlg.curate import (
     curation_plan,
     dedup_bytes_per_doc,
     fit_rate,
-    format_curation_plan,
-    load_curate_config,
     load_dedup_rates,
     load_plan_rates,
-    newest_rates_file,
     wall_parts,
 )
+from mtnlg.curate_plan_report import format_curation_plan
 from mtnlg.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,7 +263,7 @@ def _spin(cpu_seconds: float) -> float:
 
 
 def test_a_map_times_each_task_in_cpu_seconds_beside_wall_seconds():
-    from mtnlg.curate import _timed_call
+    from mtnlg.curate_stages import _timed_call
 
     r, wall, cpu = _timed_call(time.sleep, 0.3)  # waiting: wall time, no CPU
     assert r is None and wall >= 0.3 and cpu < 0.05, (wall, cpu)

@@ -6,7 +6,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from mtnlg.curate import _window, task_gpt_samples
+from mtnlg.curate_blend import _window, task_gpt_samples
 from mtnlg.indexed import blended_gpt_samples, read_index, write_indexed_dataset
 
 

@@ -132,7 +132,8 @@ def test_resume_redoes_only_what_is_missing(bad_corpus, tmp_path):
 
 
 def test_dask_matches_local_pool(tmp_path):
-    from mtnlg.curate import load_curate_config, curate
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
 
     cfg = load_curate_config(CONFIG)
     local = curate(cfg, tmp_path / "local", "local", 2, progress=False)
@@ -190,7 +191,7 @@ def test_quality_classifier_is_deterministic(tmp_path):
 
 def test_slurm_cluster_job_script_without_slurm():
     from dask_jobqueue import SLURMCluster
-    from mtnlg.curate import SlurmSpec
+    from mtnlg.curate_config import SlurmSpec
 
     s = SlurmSpec(queue="batch", cores=4, memory="16GB")
     script = SLURMCluster(
@@ -383,7 +384,7 @@ def test_blend_token_counts_match_encoding(streaming, tmp_path):
     shard where documents without tokens were dropped; its documents are read back by number."""
     from mtnlg.extract import write_jsonl
     from mtnlg.indexed import tokenize_shard
-    from mtnlg.curate import _Documents, _token_counts
+    from mtnlg.curate_blend import _Documents, _token_counts
 
     tok = streaming["tok"]
     texts = [json.loads(l)["text"] for l in open(streaming["small"])][:20]
@@ -429,7 +430,8 @@ def test_no_document_is_scored_by_a_model_that_trained_on_it(bad_corpus):
 
 def test_a_dataset_that_ends_empty_is_said_loudly(tmp_path, capsys):
     "The summary and the log say which stage emptied a dataset, and the blend says where its weight went."
-    from mtnlg.curate import load_curate_config, curate, format_summary, _HINTS
+    from mtnlg.curate import curate, format_summary, _HINTS
+    from mtnlg.curate_config import load_curate_config
 
     cfg = load_curate_config(CONFIG, {"quality.alpha": 1000.0})  # P(keep) = (2 - score)^-1000: no crawl page survives
     s = curate(cfg, tmp_path / "out", "local", 1, progress=False)

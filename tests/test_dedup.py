@@ -90,7 +90,7 @@ def test_bad_arguments():
 
 def test_curate_config_names_the_engine():
     from mtnlg.config import ConfigError
-    from mtnlg.curate import load_curate_config
+    from mtnlg.curate_config import load_curate_config
 
     cfg = Path(__file__).resolve().parent.parent / "scaled_configs/curate-tiny.yaml"
     assert load_curate_config(cfg).dedup.engine == "compiled"

@@ -43,7 +43,8 @@ def many_shards(tmp: Path, wiki_shards: int, web_shards: int) -> Path:
 def _curate_under_ulimit(config: str, limit: int) -> dict:
     """Run in a fresh interpreter: curate with at most `limit` open files; then, the limit lifted, plan_dedup on the
     same signatures."""
-    from mtnlg.curate import load_curate_config, curate
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
     from mtnlg.dedup import plan_dedup
     from curate_digests import dedup_decisions
 

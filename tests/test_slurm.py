@@ -315,7 +315,8 @@ def _without(d, keys=("seconds", "wall_seconds", "cpu_seconds", "started", "outp
 
 @pytest.mark.slow  # make test: test_curation's dask run equals the local pool
 def test_curate_sbatch_on_dask_equals_local_pool(slurm, tmp_path):
-    from mtnlg.curate import load_curate_config, curate
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
 
     cfg = "scaled_configs/curate-tiny.yaml"
     rc, job_id = sbatch(
@@ -352,7 +353,8 @@ def test_curate_executor_slurm_submits_worker_jobs_and_equals_local_pool(slurm, 
     jobs, the driver stays here, and the partitioned dedup's tasks run on those jobs; the same files as the local
     pool."""
     from dataclasses import replace
-    from mtnlg.curate import load_curate_config, curate
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
 
     for k in ("SLURM_CONF", "PYTHONPATH"):
         monkeypatch.setenv(k, slurm[k])
