@@ -4,9 +4,9 @@
 
 # %% auto 0
 __all__ = ['CC_PAGES_SOURCE', 'WARC_FILE_SOURCE', 'WARC_FILE_BYTES', 'WARC_COUNT_SOURCE', 'WARC_FILES_2021_04', 'CC_SNAPSHOTS',
-           'RATES_FIXTURE', 'PLAN_BENCH', 'DEDUP_STAGES', 'FS_GBPS_PER_NODE', 'Snapshot', 'fit_rate', 'load_plan_rates',
-           'load_dedup_rates', 'dedup_bytes_per_doc', 'workers_per_node', 'few_worker_tasks', 'snapshot_cost',
-           'wall_parts', 'wall_hours', 'curation_plan']
+           'RATES_FIXTURE', 'PLAN_BENCH', 'DEDUP_STAGES', 'FS_GBPS_PER_NODE', 'Snapshot', 'fit_rate',
+           'load_dedup_rates', 'load_plan_rates', 'dedup_bytes_per_doc', 'workers_per_node', 'few_worker_tasks',
+           'snapshot_cost', 'wall_parts', 'wall_hours', 'curation_plan']
 
 # %% ../nbs/39_curate_plan.ipynb
 import json
@@ -107,46 +107,6 @@ def fit_rate(sizes, ys, what: str, units=("GB",)) -> tuple[float, list[float]]:
     return float(coef[0]), [float(c) for c in coef[1:]]
 
 # %% ../nbs/39_curate_plan.ipynb
-def _bad_rates(r: dict) -> list[str]:
-    "The keys of `plan_rates` that do not hold what the plan needs."
-    positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
-    per_stage = lambda d: isinstance(d, dict) and d and all(positive(v) or v == 0 for v in d.values())
-    bad = [k for k in ("pages_per_gb", "kept_docs_per_page", "peak_rss_per_worker_bytes") if not positive(r.get(k))]
-    bad += [k for k in ("cpu_seconds_per_gb",) if not per_stage(r.get(k))]
-    if r.get("dedup_index_bytes_per_doc") is not None and not positive(r["dedup_index_bytes_per_doc"]):
-        bad.append("dedup_index_bytes_per_doc")
-    return bad
-
-
-def load_plan_rates(path, dedup_rates=None) -> dict:
-    """The per-GB-of-.warc.gz rates (`plan_rates`) of a bench/curate_validate.py result, checked, with `source` and
-    `fixture` (true for the test fixture) added. A missing file, a malformed one, or rates fitted over fewer than 3
-    sizes raise an error of one line that names it."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"rates file {str(p)!r} not found")
-    try:
-        data = json.loads(p.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"rates file {p}: not JSON ({e})") from None
-    r = data.get("plan_rates") if isinstance(data, dict) else None
-    if not isinstance(r, dict):
-        raise ValueError(f"rates file {p}: no `plan_rates` object (python bench/curate_validate.py --save writes one)")
-    if bad := _bad_rates(r):
-        raise ValueError(f"rates file {p}: `plan_rates` needs positive numbers for {', '.join(bad)}")
-    if len(set(r.get("fitted_from_gb") or [])) < 3:
-        raise ValueError(
-            f"rates file {p}: `plan_rates` fitted over {len(set(r.get('fitted_from_gb') or []))} sizes; the plan takes "
-            "rates fitted over >= 3 (python bench/curate_validate.py --save)"
-        )
-    root = p.parent.parent.parent if p.parent.name == "results" else None
-    named = Path(root or REPO, r["dedup_rates"]) if r.get("dedup_rates") else None  # the file it was fitted with
-    dedup = r.get("partitioned_dedup") or load_dedup_rates(
-        dedup_rates or named or newest_rates_file(root, "dedup-scale")
-    )
-    return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
-
-# %% ../nbs/39_curate_plan.ipynb
 DEDUP_STAGES = ("band_keys", "band", "verify", "components")
 
 
@@ -203,6 +163,46 @@ def load_dedup_rates(path) -> dict:
         "date": data.get("date"),
         "load_average_1min": data.get("load_average_1min"),
     }
+
+# %% ../nbs/39_curate_plan.ipynb
+def _bad_rates(r: dict) -> list[str]:
+    "The keys of `plan_rates` that do not hold what the plan needs."
+    positive = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+    per_stage = lambda d: isinstance(d, dict) and d and all(positive(v) or v == 0 for v in d.values())
+    bad = [k for k in ("pages_per_gb", "kept_docs_per_page", "peak_rss_per_worker_bytes") if not positive(r.get(k))]
+    bad += [k for k in ("cpu_seconds_per_gb",) if not per_stage(r.get(k))]
+    if r.get("dedup_index_bytes_per_doc") is not None and not positive(r["dedup_index_bytes_per_doc"]):
+        bad.append("dedup_index_bytes_per_doc")
+    return bad
+
+
+def load_plan_rates(path, dedup_rates=None) -> dict:
+    """The per-GB-of-.warc.gz rates (`plan_rates`) of a bench/curate_validate.py result, checked, with `source` and
+    `fixture` (true for the test fixture) added. A missing file, a malformed one, or rates fitted over fewer than 3
+    sizes raise an error of one line that names it."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"rates file {str(p)!r} not found")
+    try:
+        data = json.loads(p.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"rates file {p}: not JSON ({e})") from None
+    r = data.get("plan_rates") if isinstance(data, dict) else None
+    if not isinstance(r, dict):
+        raise ValueError(f"rates file {p}: no `plan_rates` object (python bench/curate_validate.py --save writes one)")
+    if bad := _bad_rates(r):
+        raise ValueError(f"rates file {p}: `plan_rates` needs positive numbers for {', '.join(bad)}")
+    if len(set(r.get("fitted_from_gb") or [])) < 3:
+        raise ValueError(
+            f"rates file {p}: `plan_rates` fitted over {len(set(r.get('fitted_from_gb') or []))} sizes; the plan takes "
+            "rates fitted over >= 3 (python bench/curate_validate.py --save)"
+        )
+    root = p.parent.parent.parent if p.parent.name == "results" else None
+    named = Path(root or REPO, r["dedup_rates"]) if r.get("dedup_rates") else None  # the file it was fitted with
+    dedup = r.get("partitioned_dedup") or load_dedup_rates(
+        dedup_rates or named or newest_rates_file(root, "dedup-scale")
+    )
+    return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
 
 # %% ../nbs/39_curate_plan.ipynb
 def dedup_bytes_per_doc(rates: dict, num_perm: int = DedupSpec.num_perm) -> tuple[float, str]:
