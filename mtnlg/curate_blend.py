@@ -185,7 +185,7 @@ def _per_shard_counts(files: dict, toks: dict, tok_path, map) -> dict:
 
 
 def _train_documents(spec, n_docs: dict, left_out: dict, valid_fraction: float) -> dict:
-    """How many train documents each dataset with documents has (not `left_out`): the first ones; the last
+    """How many train documents each dataset with documents has (not `left_out`): the first ones, while the last
     `valid_fraction` (at least one, of two or more) are held out for validation."""
     train = {}
     for d in spec:
@@ -195,8 +195,8 @@ def _train_documents(spec, n_docs: dict, left_out: dict, valid_fraction: float) 
 
 # %% ../nbs/38_curate_blend.ipynb
 def _train_tokens(weights: dict, files: dict, toks: dict, tok_path, per_shard: dict, train: dict, map) -> dict:
-    """Each blended dataset's train tokens: whole shards before the train/valid boundary added up from `per_shard`; the
-    first documents of the shard the boundary falls in counted by a task."""
+    """Each blended dataset's train tokens: whole shards before the train/valid boundary added up from `per_shard`,
+    and the first documents of the shard the boundary falls in counted by a task."""
     tokens, partial = {d: 0 for d in weights}, []
     for d in weights:
         seen = 0

@@ -130,7 +130,7 @@ class CurateConfig:
 
 # %% ../nbs/36_curate_config.ipynb
 def _check_datasets(c: CurateConfig):
-    "The dataset list: names unique, formats and readers known, weights that blend; the quality classes named."
+    "The dataset list: names unique, formats and readers known, weights that blend, the quality classes named."
     names = [d.name for d in c.datasets]
     if not names:
         raise ConfigError("`datasets` must list at least one dataset")

@@ -193,7 +193,7 @@ def quality_stage(c: Curation) -> dict:
 
 # %% ../nbs/37_curate_stages.ipynb
 def _dedup_signatures(c) -> list:
-    "Stage 0 of dedup: each shard's MinHash signatures (chapter 32), a task a shard; their files, in `c.jobs` order."
+    "Stage 0 of dedup: each shard's MinHash signatures (chapter 32), a task a shard: their files, in `c.jobs` order."
     dd = c.cfg.dedup
     return c.map(
         task_signatures,
