@@ -603,7 +603,7 @@ def _chunk_stats(z, labels, vocab_start, use_triton):
 
 # %% ../nbs/20_kernels.ipynb
 def _lce_forward(h, weight, labels, chunk, group, use_triton):
-    "(log-sum-exp, label's logit) per token of `h @ weight.T`, `chunk` rows of logits at a time; and the slice's start."
+    "(log-sum-exp, label's logit) per token of `h @ weight.T`, `chunk` rows of logits at a time, and the slice's start."
     tp = 1 if group is None else dist.get_world_size(group)
     start = (0 if group is None else dist.get_rank(group)) * weight.shape[0]
     lse = torch.empty(h.shape[0], device=h.device, dtype=torch.float32)

@@ -109,7 +109,7 @@ def deepspeed_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
 # %% ../nbs/12_pipeline_parallel.ipynb
 def _dependency(stage: int, step: Step, num_stages: int) -> tuple | None:
     """The (stage, kind, micro) that must end before `step` starts on `stage`: the previous stage's forward of the same
-    micro-batch, or the next stage's backward; None at the pipeline's ends."""
+    micro-batch, or the next stage's backward, or None at the pipeline's ends."""
     if step.kind == "F" and stage > 0:
         return stage - 1, "F", step.micro
     if step.kind == "B" and stage < num_stages - 1:
