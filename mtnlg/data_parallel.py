@@ -33,40 +33,58 @@ def allreduce_gradients(params, group=None):
     unflatten_into(flat / dist.get_world_size(group), grads)
 
 # %% ../nbs/13_data_parallel_zero.ipynb
+def _zero_shard(params: list, weight_decay: float, rank: int, world: int) -> dict:
+    "One parameter group as one flat vector, padded to a multiple of `world`: what rank `rank` owns of it."
+    n = sum(p.numel() for p in params)
+    shard = math.ceil(n / world)
+    lo, hi = rank * shard, min((rank + 1) * shard, n)
+    master = flatten([p.detach().float() for p in params])[lo:hi].clone()
+    return {
+        "params": params,
+        "numel": n,
+        "shard": shard,
+        "lo": lo,
+        "hi": hi,
+        "weight_decay": weight_decay,
+        "master": master,
+        "exp_avg": torch.zeros_like(master),
+        "exp_avg_sq": torch.zeros_like(master),
+    }
+
+# %% ../nbs/13_data_parallel_zero.ipynb
+def _adamw_shard(g: dict, scale, lr: float, betas: tuple, eps: float, t: int):
+    "AdamW's step `t` on the slice of group `g` this rank owns, its gradient multiplied by `scale` (the clipping)."
+    (beta1, beta2), grad = betas, flatten([p.grad.float() for p in g["params"]])[g["lo"] : g["hi"]] * scale
+    bc1, bc2 = 1 - beta1**t, 1 - beta2**t
+    theta, m, v = g["master"], g["exp_avg"], g["exp_avg_sq"]
+    theta.mul_(1 - lr * g["weight_decay"])  # the same operations as torch's AdamW
+    m.lerp_(grad, 1 - beta1)
+    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    theta.addcdiv_(m, (v.sqrt() / bc2**0.5).add_(eps), value=-lr / bc1)
+
+# %% ../nbs/13_data_parallel_zero.ipynb
+def _gather_shard(g: dict, world: int, group=None):
+    "Every rank's updated slice of group `g`, all-gathered (padded to equal pieces) into the parameters."
+    padded = torch.zeros(g["shard"])
+    padded[: g["master"].numel()] = g["master"]
+    pieces = [torch.empty(g["shard"]) for _ in range(world)]
+    dist.all_gather(pieces, padded, group=group)
+    unflatten_into(torch.cat(pieces)[: g["numel"]], [p.data for p in g["params"]])
+
+# %% ../nbs/13_data_parallel_zero.ipynb
 class ZeroOneAdamW:
     "AdamW whose fp32 master weights and moments are sharded over the data-parallel group: ZeRO stage 1."
 
     def __init__(
-        self,
-        param_groups: list[dict],
-        lr: float,
-        betas=(0.9, 0.999),
-        eps: float = 1e-8,
-        clip_grad: float | None = None,
-        group=None,
-    ):
+        self, param_groups: list[dict], lr: float, betas=(0.9, 0.999), eps: float = 1e-8,
+        clip_grad: float | None = None, group=None,
+    ):  # fmt: skip
         self.lr, (self.beta1, self.beta2), self.eps, self.clip_grad, self.group = lr, betas, eps, clip_grad, group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
-        self.groups, self.step_count = [], 0
-        for g in param_groups:
-            params = list(g["params"])
-            n = sum(p.numel() for p in params)
-            shard = math.ceil(n / self.world)
-            lo, hi = self.rank * shard, min((self.rank + 1) * shard, n)
-            master = flatten([p.detach().float() for p in params])[lo:hi].clone()
-            self.groups.append(
-                {
-                    "params": params,
-                    "numel": n,
-                    "shard": shard,
-                    "lo": lo,
-                    "hi": hi,
-                    "weight_decay": g.get("weight_decay", 0.0),
-                    "master": master,
-                    "exp_avg": torch.zeros_like(master),
-                    "exp_avg_sq": torch.zeros_like(master),
-                }
-            )
+        self.step_count = 0
+        self.groups = [
+            _zero_shard(list(g["params"]), g.get("weight_decay", 0.0), self.rank, self.world) for g in param_groups
+        ]
 
     def zero_grad(self):
         for g in self.groups:
@@ -85,19 +103,9 @@ class ZeroOneAdamW:
         norm = torch.nn.utils.get_total_norm([p.grad for p in all_params])  # ‖∇L‖ = sqrt(Σ_tensors ‖g‖²)
         scale = (self.clip_grad / (norm + 1e-6)).clamp(max=1.0) if self.clip_grad else 1.0  # as clip_grad_norm_
         self.step_count += 1
-        bc1, bc2 = 1 - self.beta1**self.step_count, 1 - self.beta2**self.step_count
         for g in self.groups:
-            grad = flatten([p.grad.float() for p in g["params"]])[g["lo"] : g["hi"]] * scale
-            theta, m, v = g["master"], g["exp_avg"], g["exp_avg_sq"]
-            theta.mul_(1 - self.lr * g["weight_decay"])  # the same operations as torch's AdamW
-            m.lerp_(grad, 1 - self.beta1)
-            v.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-            theta.addcdiv_(m, (v.sqrt() / bc2**0.5).add_(self.eps), value=-self.lr / bc1)
-            padded = torch.zeros(g["shard"])
-            padded[: theta.numel()] = theta
-            pieces = [torch.empty(g["shard"]) for _ in range(self.world)]
-            dist.all_gather(pieces, padded, group=self.group)
-            unflatten_into(torch.cat(pieces)[: g["numel"]], [p.data for p in g["params"]])
+            _adamw_shard(g, scale, self.lr, (self.beta1, self.beta2), self.eps, self.step_count)
+            _gather_shard(g, self.world, self.group)
         return norm.item()
 
 # %% ../nbs/13_data_parallel_zero.ipynb

@@ -50,7 +50,7 @@ def pipeline_loss(outputs, labels, model: ModelConfig, sequence_parallel: bool =
         return chunked_token_losses(*outputs, labels, model, sequence_parallel).mean()
     return token_losses(outputs, labels, model.tp_layers).mean()
 
-
+# %% ../nbs/14_engine_3d.ipynb
 def gpt_layer_specs(cfg: Config) -> list:
     "Our GPT as a flat list: tied embedding, `num_layers` blocks, final LayerNorm, tied output layer."
     m, mp = cfg.model, megatron_config(cfg.model, sequence_parallel=cfg.parallel.sequence_parallel)
@@ -59,9 +59,8 @@ def gpt_layer_specs(cfg: Config) -> list:
         [TiedLayerSpec("embed", Embedding, m, mp, **tied)]
         + [LayerSpec(TransformerBlock, m, mp) for _ in range(m.num_layers)]
         + [
-            LayerSpec(
-                LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels, mp.sequence_parallel
-            ),  # model.kernels picks its kernel
+            # model.kernels picks its kernel
+            LayerSpec(LayerNorm, m.hidden_size, m.layernorm_epsilon, m.kernels, mp.sequence_parallel),
             TiedLayerSpec("embed", Embedding, m, mp, forward_fn=partial(lm_head, chunked=m.loss_chunk > 0), **tied),
         ]
     )
@@ -77,7 +76,7 @@ def stage_bounds(cfg: Config) -> list[int]:
     blocks = partition_uniform(m.num_layers, p)
     return [0] + [b + 1 for b in blocks[1:-1]] + [m.num_layers + 3]
 
-
+# %% ../nbs/14_engine_3d.ipynb
 class GPTPipelineModule(PipelineModule):
     """DeepSpeed's `PipelineModule`, which may also be cut at explicit bounds (`partition_method` a list): its own
     methods (uniform, parameters, type:regex) weigh every counted layer alike and cannot weigh the output layer."""
@@ -103,7 +102,7 @@ def check_stages(module: PipelineModule, cfg: Config):
     "Assert the stages hold the layers `stage_bounds` says (for uniform: where DeepSpeed's type:TransformerBlock cut)."
     assert module.parts == stage_bounds(cfg), (module.parts, stage_bounds(cfg))
 
-
+# %% ../nbs/14_engine_3d.ipynb
 def gpt_pipeline(cfg: Config, layout: Layout) -> PipelineModule:
     "This rank's stage of the GPT; layer i initialised from seed cfg.seed + i, as `GPT(init_seed=cfg.seed)`."
     uniform = cfg.parallel.partition == "uniform"
@@ -208,39 +207,79 @@ def micro_batches(batch: torch.Tensor, micro: int, dp_rank: int, dp: int) -> lis
     return [(mb[:, :-1], mb[:, 1:]) for mb in batch.chunk(dp)[dp_rank].split(micro)]
 
 # %% ../nbs/14_engine_3d.ipynb
-class DeepSpeedBackend:
-    "The 3D engine as the training loop's backend: this rank's stage, DeepSpeed's 1F1B, ZeRO-1."
+def _describe(layout: Layout, parts: list) -> str:
+    "The run's one-line description: the layout, its processes and backend, and the layers each stage holds."
+    return (
+        f"{layout} = {layout.world_size} processes ({dist.get_backend()}); "
+        f"stages hold layers {[f'{a}-{b - 1}' for a, b in zip(parts, parts[1:])]}"
+    )
 
-    def __init__(self, cfg: Config, layout: Layout, first_batch_size: int):
-        self.cfg, self.layout = cfg, layout
-        self.engine, self.optimizer = build_engine(cfg, layout, first_batch_size)
-        self.coord = layout.coord(dist.get_rank())
-        self.holds_loss = self.coord == (layout.pp - 1, 0, 0)
-        parts = self.engine.module.parts
-        self.description = (
-            f"{layout} = {layout.world_size} processes ({dist.get_backend()}); "
-            f"stages hold layers {[f'{a}-{b - 1}' for a, b in zip(parts, parts[1:])]}"
-        )
 
-    def _split(self, batch):
-        return micro_batches(batch, self.cfg.schedule.micro_batch_size, self.coord.data, self.layout.dp)
+def _engine_step(engine, optimizer, micro: list, lr: float) -> tuple[float, float | None, bool]:
+    "One optimizer step of `engine` over `micro`, its (inputs, labels) micro-batches, at `lr`: (loss, norm, skipped)."
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    skipped_before = engine.skipped_steps
+    loss = engine.train_batch(iter(micro)).item()
+    gn = engine.get_global_grad_norm()
+    return loss, None if gn is None else float(gn), engine.skipped_steps > skipped_before
 
-    def train_step(self, batch: torch.Tensor, lr: float) -> tuple[float, float | None, bool]:
-        """One optimizer step on the global `batch` at learning rate `lr`; (mean loss, global gradient norm, skipped).
-        DeepSpeed's ZeRO optimizer itself skips a step whose gradient norm is NaN/Inf, and counts it."""
-        if batch.shape[0] != self.engine.train_batch_size():
-            self.engine.set_train_batch_size(batch.shape[0])
-        for g in self.optimizer.param_groups:
-            g["lr"] = lr
-        skipped_before = self.engine.skipped_steps
-        loss = self.engine.train_batch(iter(self._split(batch))).item()
-        gn = self.engine.get_global_grad_norm()
-        return loss, None if gn is None else float(gn), self.engine.skipped_steps > skipped_before
+# %% ../nbs/14_engine_3d.ipynb
+def _zero_adam_state(zero) -> dict:
+    """Adam's state of this rank's flat ZeRO-1 partitions (empty before the first step), linked to every parameter's
+    piece. (DeepSpeed links after the first param group's first step, before the second group has state: relink.)"""
+    if zero.optimizer.state:
+        zero._hp_optimizer_states_linked = False
+        zero._lazy_init_hp_params_optimizer_state()
+    return zero.optimizer.state
 
-    def eval_loss(self, batches: list) -> float:
-        "Mean loss over validation micro-batches (every replica evaluates the same ones)."
-        evals = [(b[:, :-1], b[:, 1:]) for b in batches]
-        return self.engine.eval_batch(iter(evals), num_micro_batches=len(evals)).item()
+
+def _shard_of(named: dict, states: dict, with_model: bool) -> dict:
+    "Chapter 43's shard of this rank: its parameters (GPT names) and their pieces of the masters and moments."
+    frags = {}
+    for n, p in named.items():
+        hp = getattr(p, "_hp_mapping", None)
+        if hp is None:
+            continue  # no piece of this parameter in this rank's partition
+        master = hp.get_hp_fragment()
+        frags[n] = {
+            "start": hp.lp_fragment_address.start,
+            "master": master,
+            **{k: hp.get_hp_fragment(k) if states else torch.zeros_like(master) for k in ("exp_avg", "exp_avg_sq")},
+        }
+    step = int(next(iter(states.values()))["step"]) if states else 0
+    return make_shard(named, frags, step, with_model=with_model)
+
+# %% ../nbs/14_engine_3d.ipynb
+def _seed_adam_state(zero, step: int):
+    "Adam's state of every flat fp32 partition (fp32 | bf16 optimizer), zeroed at `step`, before the first step."
+    masters = getattr(zero, "single_partition_of_fp32_groups", None) or zero.fp32_groups_flat_partition
+    for flat in masters:
+        zero.optimizer.state[flat] = {
+            "step": torch.tensor(float(step)),
+            "exp_avg": torch.zeros_like(flat),
+            "exp_avg_sq": torch.zeros_like(flat),
+        }
+
+
+@torch.no_grad()
+def _load_pieces(named: dict, ckpt, step: int, tp_rank: int, tp: int):
+    "Each parameter's TP slice, and its piece of the masters (and, after a step, of the moments), cut from `ckpt`."
+    for n, p in named.items():
+        local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p), tp_rank, tp)
+        p.copy_(local("model"))
+        hp = getattr(p, "_hp_mapping", None)
+        if hp is None:
+            continue
+        a = hp.lp_fragment_address
+        for what in ("master", "exp_avg", "exp_avg_sq") if step else ("master",):
+            hp.get_hp_fragment(None if what == "master" else what).copy_(
+                local(what).reshape(-1).narrow(0, a.start, a.numel)
+            )
+
+# %% ../nbs/14_engine_3d.ipynb
+class _ZeroCheckpoints:
+    "What a `DeepSpeedBackend` saves and loads: its parameters by `GPT` name, and chapter 43's shards."
 
     def named_parameters(self, with_tied_copy: bool = False) -> dict:
         "This rank's parameters under their `GPT` names; the last stage's copy of the tied embedding only if asked."
@@ -251,31 +290,11 @@ class DeepSpeedBackend:
             if with_tied_copy or first or not n.startswith("tied_modules.embed.")
         }
 
-    def _adam_state(self) -> dict:
-        """Adam's state of this rank's flat ZeRO-1 partitions (empty before the first step), linked to every parameter's
-        piece. (DeepSpeed links after the first param group's first step, before the second group has state: relink.)"""
-        zero = self.engine.optimizer
-        if zero.optimizer.state:
-            zero._hp_optimizer_states_linked = False
-            zero._lazy_init_hp_params_optimizer_state()
-        return zero.optimizer.state
-
     def checkpoint_shard(self) -> dict:
         """Chapter 43's shard: this rank's TP slices (from data-parallel rank 0) and, from every rank, the pieces of
         the flattened fp32 masters and Adam moments its ZeRO-1 partition owns, each with its offset in the parameter."""
-        states, frags = self._adam_state(), {}
-        for n, p in self.named_parameters().items():
-            hp = getattr(p, "_hp_mapping", None)
-            if hp is None:
-                continue  # no piece of this parameter in this rank's partition
-            master = hp.get_hp_fragment()
-            frags[n] = {
-                "start": hp.lp_fragment_address.start,
-                "master": master,
-                **{k: hp.get_hp_fragment(k) if states else torch.zeros_like(master) for k in ("exp_avg", "exp_avg_sq")},
-            }
-        step = int(next(iter(states.values()))["step"]) if states else 0
-        return make_shard(self.named_parameters(), frags, step, with_model=self.coord.data == 0)
+        states = _zero_adam_state(self.engine.optimizer)
+        return _shard_of(self.named_parameters(), states, with_model=self.coord.data == 0)
 
     @torch.no_grad()
     def load_checkpoint(self, ckpt):
@@ -283,26 +302,34 @@ class DeepSpeedBackend:
         zero, step = self.engine.optimizer, ckpt.optimizer_step
         zero.optimizer.state.clear()  # a step saved before any optimizer step has no Adam state: keep none
         if step:
-            masters = (
-                getattr(zero, "single_partition_of_fp32_groups", None) or zero.fp32_groups_flat_partition
-            )  # fp32 | bf16
-            for flat in masters:  # create Adam's state before the first step
-                zero.optimizer.state[flat] = {
-                    "step": torch.tensor(float(step)),
-                    "exp_avg": torch.zeros_like(flat),
-                    "exp_avg_sq": torch.zeros_like(flat),
-                }
-            self._adam_state()
-        for n, p in self.named_parameters(with_tied_copy=True).items():
-            local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p), self.coord.model, self.layout.tp)
-            p.copy_(local("model"))
-            hp = getattr(p, "_hp_mapping", None)
-            if hp is None:
-                continue
-            a = hp.lp_fragment_address
-            for what in ("master", "exp_avg", "exp_avg_sq") if step else ("master",):
-                hp.get_hp_fragment(None if what == "master" else what).copy_(
-                    local(what).reshape(-1).narrow(0, a.start, a.numel)
-                )
+            _seed_adam_state(zero, step)  # create Adam's state before the first step
+            _zero_adam_state(zero)
+        _load_pieces(self.named_parameters(with_tied_copy=True), ckpt, step, self.coord.model, self.layout.tp)
         self.engine.global_steps = ckpt.meta["step"]
         self.engine.global_samples = ckpt.meta["consumed_samples"]
+
+# %% ../nbs/14_engine_3d.ipynb
+class DeepSpeedBackend(_ZeroCheckpoints):
+    "The 3D engine as the training loop's backend: this rank's stage, DeepSpeed's 1F1B, ZeRO-1."
+
+    def __init__(self, cfg: Config, layout: Layout, first_batch_size: int):
+        self.cfg, self.layout = cfg, layout
+        self.engine, self.optimizer = build_engine(cfg, layout, first_batch_size)
+        self.coord = layout.coord(dist.get_rank())
+        self.holds_loss = self.coord == (layout.pp - 1, 0, 0)
+        self.description = _describe(layout, self.engine.module.parts)
+
+    def _split(self, batch):
+        return micro_batches(batch, self.cfg.schedule.micro_batch_size, self.coord.data, self.layout.dp)
+
+    def train_step(self, batch: torch.Tensor, lr: float) -> tuple[float, float | None, bool]:
+        """One optimizer step on the global `batch` at learning rate `lr`; (mean loss, global gradient norm, skipped).
+        DeepSpeed's ZeRO optimizer itself skips a step whose gradient norm is NaN/Inf, and counts it."""
+        if batch.shape[0] != self.engine.train_batch_size():
+            self.engine.set_train_batch_size(batch.shape[0])
+        return _engine_step(self.engine, self.optimizer, self._split(batch), lr)
+
+    def eval_loss(self, batches: list) -> float:
+        "Mean loss over validation micro-batches (every replica evaluates the same ones)."
+        evals = [(b[:, :-1], b[:, 1:]) for b in batches]
+        return self.engine.eval_batch(iter(evals), num_micro_batches=len(evals)).item()

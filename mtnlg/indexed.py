@@ -46,7 +46,7 @@ def token_dtype(vocab_size: int):
     "Megatron's choice: uint16 when every id fits (vocabularies under 65,500), else int32."
     return np.uint16 if vocab_size < 65500 else np.int32
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> int:
     """Write token arrays (one per document, from any iterable) as `prefix.bin` + `prefix.idx` in Megatron's format,
     each document's tokens as it comes; return the document count."""
@@ -74,7 +74,7 @@ def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> int:
     os.replace(f"{prefix}.idx.tmp", f"{prefix}.idx")
     return len(lengths)
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def read_index(prefix) -> tuple:
     """A `.idx` file's token dtype, lengths, pointers and document indices (the `.bin` untouched), the arrays
     memory-mapped as megatron-core maps them: reading the index costs the pages a reader touches, not 16 bytes a
@@ -101,7 +101,7 @@ def read_index(prefix) -> tuple:
         part(np.int64, n_doc, 34 + 12 * n_seq),
     )
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 class IndexedTokens:
     "Read-only, memory-mapped view of a Megatron indexed dataset: `ds[i]` is document i's tokens."
 
@@ -135,7 +135,7 @@ def byte_chars() -> list[str]:
     moved = iter(range(256, 512))
     return [chr(b) if b in keep else chr(next(moved)) for b in range(256)]
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def _char_class(category: str) -> str:
     "Which of the split's classes a general category falls in: letter, number, separator or other."
     return category[0] if category[0] in "LNZ" else "O"
@@ -164,7 +164,34 @@ def unvetted_chars() -> re.Pattern:
             ranges.append([c, c])
     return re.compile("[^" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]")
 
+# %% ../nbs/35_tokenize_index.ipynb
+def _plain_byte_level(j: dict) -> bool:
+    "`ByteLevelBPE.fits` on a tokenizer's JSON: a byte-level BPE pre-tokenizer and model, nothing else."
+    pre, post, model = j.get("pre_tokenizer") or {}, j.get("post_processor") or {"type": "ByteLevel"}, j["model"]
+    return (
+        j.get("normalizer") is None
+        and pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space")
+        and post.get("type") == "ByteLevel"
+        and model["type"] == "BPE"
+        and not model.get("dropout")
+        and j.get("truncation") is None
+        and j.get("padding") is None
+    )
 
+# %% ../nbs/35_tokenize_index.ipynb
+class _Pieces(dict):
+    "piece -> its ids; a piece not yet seen is merged by `merge`, which remembers it."
+
+    def __init__(self, merge):
+        super().__init__()
+        self.merge = merge
+
+    def __missing__(self, piece):
+        return self.merge(piece)
+
+# %% ../nbs/35_tokenize_index.ipynb
 class ByteLevelBPE:
     """`tok`'s ids, computed faster for a GPT-2-style byte-level BPE: the text split into pieces by the pre-tokenizer's
     own regex (in Python), each distinct piece's merges done once by `tok`'s own model and remembered (up to
@@ -180,67 +207,53 @@ class ByteLevelBPE:
         self.theirs = getattr(tok, "encode_batch_fast", tok.encode_batch)  # the same ids without character offsets
         self.split, self.chars, self.unvetted = regex.compile(GPT2_SPLIT).findall, byte_chars(), unvetted_chars().search
         self.added = [a["content"] for a in json.loads(tok.to_str())["added_tokens"]]
-        self.ids = list(
-            range(tok.get_vocab_size(with_added_tokens=True))
-        )  # one int object per id: remembered pieces share them
+        # one int object per id: remembered pieces share them
+        self.ids = list(range(tok.get_vocab_size(with_added_tokens=True)))
 
     @staticmethod
     def fits(tok) -> bool:
         """Whether `tok` is a byte-level BPE whose ids are its pieces' merges and nothing else (no normalizer, prefix
         space, dropout, template)."""
-        j = json.loads(tok.to_str())
-        pre, post, model = j.get("pre_tokenizer") or {}, j.get("post_processor") or {"type": "ByteLevel"}, j["model"]
-        return (
-            j.get("normalizer") is None
-            and pre.get("type") == "ByteLevel"
-            and pre.get("use_regex", True)
-            and not pre.get("add_prefix_space")
-            and post.get("type") == "ByteLevel"
-            and model["type"] == "BPE"
-            and not model.get("dropout")
-            and j.get("truncation") is None
-            and j.get("padding") is None
-        )
+        return _plain_byte_level(json.loads(tok.to_str()))
 
     def _merged(self, piece: str) -> tuple:
         "A piece's ids by `tok`'s model (on its bytes' stand-ins, as the pre-tokenizer hands it over), remembered."
-        ids = tuple(self.ids[t.id] for t in self.model.tokenize("".join([self.chars[b] for b in piece.encode()])))
-        if len(piece) > self.longest:
-            return ids  # a URL's or a number's long run: seldom seen twice
-        if len(self.pieces) >= self.max_pieces or self.held >= self.max_chars:
-            self.pieces.clear()
-            self.held = 0
-        self.pieces[piece] = ids
-        self.held += len(piece)
-        return ids
+        return _merge_piece(self, piece)
 
     def _own(self, text: str) -> bool:
         return (text.isascii() or not self.unvetted(text)) and not any(a in text for a in self.added)
 
     def encode_batch(self, texts) -> list[list[int]]:
         "Each text's token ids, as `tok.encode_batch(texts)` gives them."
-        texts, ids_of = list(texts), self.pieces.__getitem__
-        out = [None] * len(texts)
-        if theirs := [i for i, t in enumerate(texts) if not self._own(t)]:
-            for i, enc in zip(theirs, self.theirs([texts[i] for i in theirs])):
-                out[i] = enc.ids
-        for i, t in enumerate(texts):
-            if out[i] is None:
-                out[i] = list(itertools.chain.from_iterable(map(ids_of, self.split(t))))
-        return out
+        return _encode_batch(self, texts)
 
+# %% ../nbs/35_tokenize_index.ipynb
+def _merge_piece(bpe, piece: str) -> tuple:
+    "`ByteLevelBPE._merged`: the piece's ids by the tokenizer's model, remembered unless long or the memory is full."
+    ids = tuple(bpe.ids[t.id] for t in bpe.model.tokenize("".join([bpe.chars[b] for b in piece.encode()])))
+    if len(piece) > bpe.longest:
+        return ids  # a URL's or a number's long run: seldom seen twice
+    if len(bpe.pieces) >= bpe.max_pieces or bpe.held >= bpe.max_chars:
+        bpe.pieces.clear()
+        bpe.held = 0
+    bpe.pieces[piece] = ids
+    bpe.held += len(piece)
+    return ids
 
-class _Pieces(dict):
-    "piece -> its ids; a piece not yet seen is merged by `merge`, which remembers it."
+# %% ../nbs/35_tokenize_index.ipynb
+def _encode_batch(bpe, texts) -> list[list[int]]:
+    "`ByteLevelBPE.encode_batch`: texts it cannot vouch for go to the tokenizer in one batch, the rest are looked up."
+    texts, ids_of = list(texts), bpe.pieces.__getitem__
+    out = [None] * len(texts)
+    if theirs := [i for i, t in enumerate(texts) if not bpe._own(t)]:
+        for i, enc in zip(theirs, bpe.theirs([texts[i] for i in theirs])):
+            out[i] = enc.ids
+    for i, t in enumerate(texts):
+        if out[i] is None:
+            out[i] = list(itertools.chain.from_iterable(map(ids_of, bpe.split(t))))
+    return out
 
-    def __init__(self, merge):
-        super().__init__()
-        self.merge = merge
-
-    def __missing__(self, piece):
-        return self.merge(piece)
-
-
+# %% ../nbs/35_tokenize_index.ipynb
 _ENCODERS = {}  # id(tok) -> (tok, its batch encoder): the tokenizers of this process's last few calls
 
 
@@ -258,7 +271,7 @@ def batch_encoder(tok):
         )
     return _ENCODERS[id(tok)][1]
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def encode_documents(tok, texts) -> list[np.ndarray]:
     """Each text's BPE tokens followed by `<|endoftext|>` (Megatron's `--append-eod`); a text with no tokens gives an
     empty array."""
@@ -286,7 +299,7 @@ def tokenize_shard(src, prefix, tok, dtype=None, batch: int | None = None) -> Ma
     man.seconds = time.time() - t0
     return man.check()
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def merge_indexed(prefixes, out_prefix) -> int:
     """Concatenate indexed datasets (e.g. one dataset's shards) into one — the bytes `write_indexed_dataset` would write
     for all their documents — copying the `.bin` files whole and streaming the `.idx` sections, one part open at a
@@ -340,7 +353,7 @@ def index_headers(prefixes) -> list[tuple[str, int, int]]:
         )
     return out
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def merge_group_task(prefixes, out_prefix, first_doc: int, first_token: int, n: int) -> int:
     "Parts `prefixes` written in place, from document `first_doc` and token `first_token` of `n` documents in all."
     with open(f"{out_prefix}.bin.tmp", "r+b") as b, open(f"{out_prefix}.idx.tmp", "r+b") as x:
@@ -364,7 +377,7 @@ def merge_group_task(prefixes, out_prefix, first_doc: int, first_token: int, n: 
             first_token += int(lengths.sum())
     return len(prefixes)
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def merge_indexed_tasks(prefixes, out_prefix, map=None, group: int = 16) -> int:
     """`merge_indexed`'s output, written by tasks of `group` parts each, run as `map(fn, args_list, what)` (default: in
     this process; chapter 36 passes its executor); an existing output is counted, not merged again."""
@@ -411,7 +424,7 @@ def split_documents(split: str, n_docs: int) -> list:
         for lo, hi in zip(bounds[:-1], bounds[1:])
     ]
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def num_epochs(tokens_per_epoch: int, num_samples: int, seq_length: int) -> int:
     "Passes over the data that `num_samples` samples of `seq_length + 1` tokens need."
     return max(1, -(-(num_samples * seq_length + 1) // tokens_per_epoch))
@@ -425,7 +438,7 @@ def separate_final_epoch(tokens_per_epoch: int, num_samples: int, seq_length: in
     from_final = num_samples - ((epochs - 1) * tokens_per_epoch - 1) // seq_length
     return from_final < int(0.80 * ((tokens_per_epoch - 1) // seq_length))
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def document_index(documents, epochs: int, rs: np.random.RandomState, separate_final: bool = False) -> np.ndarray:
     "`documents` repeated `epochs` times, shuffled as one array (the last epoch on its own if `separate_final`)."
     if separate_final and epochs > 1:
@@ -434,7 +447,7 @@ def document_index(documents, epochs: int, rs: np.random.RandomState, separate_f
     rs.shuffle(index)
     return index
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def sample_index(lengths: np.ndarray, doc_index: np.ndarray, seq_length: int) -> np.ndarray:
     """[num_samples + 1, 2]: (position in `doc_index`, token offset) where each sample starts, as Megatron's
     build_sample_idx."""
@@ -445,7 +458,7 @@ def sample_index(lengths: np.ndarray, doc_index: np.ndarray, seq_length: int) ->
     p = np.searchsorted(starts, pos, side="right") - 1
     return np.stack([p, pos - starts[p]], axis=1)
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def shuffle_index(first: int, total: int, rs: np.random.RandomState) -> np.ndarray:
     "A permutation of [0, first) followed by one of [first, total)."
     a, b = np.arange(first, dtype=np.int64), np.arange(first, total, dtype=np.int64)
@@ -455,7 +468,7 @@ def shuffle_index(first: int, total: int, rs: np.random.RandomState) -> np.ndarr
     rs.shuffle(b)
     return np.concatenate([a, b])
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 class GPTSamples:
     """Megatron's GPTDataset from scratch: samples of `seq_length + 1` tokens from `documents` (default: all) of one
     indexed dataset."""
@@ -506,7 +519,7 @@ class BlendedSamples:
     def __getitem__(self, i):
         return self.datasets[self.dataset_index[i]][self.sample_index[i]]
 
-
+# %% ../nbs/35_tokenize_index.ipynb
 def blended_gpt_samples(
     prefixes: list,
     weights,

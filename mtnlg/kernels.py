@@ -31,7 +31,7 @@ def _interpreted() -> bool:
     "Whether our kernels were built for Triton's interpreter (TRITON_INTERPRET=1 before triton's import)."
     from triton.runtime.interpreter import InterpretedFunction
 
-    return isinstance(_bias_gelu_fwd, InterpretedFunction)
+    return isinstance(_softmax_fwd, InterpretedFunction)  # the chapter's first kernel
 
 
 def _check_device(*ts):
@@ -51,6 +51,17 @@ def _warps(block: int) -> int:
 ELEMENTWISE_BLOCK = 1024
 
 # %% ../nbs/20_kernels.ipynb
+def _run(fn, args, grad_seed=1):
+    "fn(*args) and the gradients of its inputs for a fixed random upstream gradient (fp32 copies of the inputs)."
+    args = [
+        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
+    ]
+    y = fn(*args)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(grad_seed)).to(y)
+    grads = torch.autograd.grad(y, [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad], dy)
+    return [y, *grads]
+
+# %% ../nbs/20_kernels.ipynb
 def softmax_reference(x: torch.Tensor, scale: float = 1.0, causal: bool = True) -> torch.Tensor:
     "softmax(scale * x) over the last dim (keys), keys after the query hidden; computed in fp32, returned in x's dtype."
     z = x.float() * scale
@@ -59,7 +70,7 @@ def softmax_reference(x: torch.Tensor, scale: float = 1.0, causal: bool = True) 
         z = z.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=x.device).triu(sk - sq + 1), float("-inf"))
     return z.softmax(-1).to(x.dtype)
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _softmax_fwd(X, Y, n_cols, sq, scale, CAUSAL: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -81,7 +92,7 @@ def _softmax_bwd(Y, DY, DX, n_cols, scale, BLOCK: tl.constexpr):
     dx = scale * y * (dy - tl.sum(dy * y, 0))
     tl.store(DX + row * n_cols + cols, dx.to(DX.dtype.element_ty), mask=cols < n_cols)
 
-
+# %% ../nbs/20_kernels.ipynb
 class _Softmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, scale, causal):
@@ -110,7 +121,7 @@ def bias_gelu_reference(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     "GeLU(x + bias), exact (erf) GeLU."
     return F.gelu(x + bias)
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _bias_gelu_fwd(X, B, Y, n, N, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -128,7 +139,7 @@ def _bias_gelu_bwd(X, B, DY, DX, n, N, BLOCK: tl.constexpr):
     dy = tl.load(DY + offs, mask=m, other=0.0).to(tl.float32)
     tl.store(DX + offs, (dy * dgelu).to(DX.dtype.element_ty), mask=m)
 
-
+# %% ../nbs/20_kernels.ipynb
 class _BiasGeLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, bias):
@@ -165,13 +176,21 @@ def bias_dropout_add_reference(
         return residual + z * mask.to(z.dtype) * (1.0 / (1.0 - p))
     return residual + F.dropout(z, p, training)
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _dropout_mask(M, n, p, seed, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     tl.store(M + offs, (tl.rand(seed, offs.to(tl.int32)) >= p).to(tl.int8), mask=offs < n)
 
 
+def dropout_mask(seed: int, shape, p: float, device="cpu") -> torch.Tensor:
+    "The keep-mask (bool) the Triton kernels draw for `seed`: what `bias_dropout_add_triton` applied."
+    mask = torch.empty(shape, dtype=torch.int8, device=device)
+    _check_device(mask)
+    _dropout_mask[(triton.cdiv(mask.numel(), ELEMENTWISE_BLOCK),)](mask, mask.numel(), p, seed, BLOCK=ELEMENTWISE_BLOCK)
+    return mask.bool()
+
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _bias_dropout_add_fwd(
     X, B, R, Y, n, N, p, scale, seed, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr, BLOCK: tl.constexpr
@@ -194,15 +213,7 @@ def _dropout_bwd(DY, DX, n, p, scale, seed, BLOCK: tl.constexpr):
     dx = tl.where(tl.rand(seed, offs.to(tl.int32)) >= p, dy * scale, 0.0)
     tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=offs < n)
 
-
-def dropout_mask(seed: int, shape, p: float, device="cpu") -> torch.Tensor:
-    "The keep-mask (bool) the Triton kernels draw for `seed`: what `bias_dropout_add_triton` applied."
-    mask = torch.empty(shape, dtype=torch.int8, device=device)
-    _check_device(mask)
-    _dropout_mask[(triton.cdiv(mask.numel(), ELEMENTWISE_BLOCK),)](mask, mask.numel(), p, seed, BLOCK=ELEMENTWISE_BLOCK)
-    return mask.bool()
-
-
+# %% ../nbs/20_kernels.ipynb
 class _BiasDropoutAdd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, bias, residual, p, seed):
@@ -210,20 +221,9 @@ class _BiasDropoutAdd(torch.autograd.Function):
         x, residual = x.contiguous(), residual.contiguous()
         y = torch.empty_like(residual, dtype=torch.promote_types(x.dtype, residual.dtype))
         n, N = x.numel(), x.shape[-1]
-        _bias_dropout_add_fwd[(triton.cdiv(n, ELEMENTWISE_BLOCK),)](
-            x,
-            x if bias is None else bias,
-            residual,
-            y,
-            n,
-            N,
-            p,
-            1.0 / (1.0 - p),
-            seed,
-            HAS_BIAS=bias is not None,
-            DROPOUT=p > 0,
-            BLOCK=ELEMENTWISE_BLOCK,
-        )
+        args = (x, x if bias is None else bias, residual, y, n, N, p, 1.0 / (1.0 - p), seed)
+        flags = dict(HAS_BIAS=bias is not None, DROPOUT=p > 0, BLOCK=ELEMENTWISE_BLOCK)
+        _bias_dropout_add_fwd[(triton.cdiv(n, ELEMENTWISE_BLOCK),)](*args, **flags)
         ctx.p, ctx.seed, ctx.has_bias, ctx.dtypes = p, seed, bias is not None, (x.dtype, residual.dtype)
         return y
 
@@ -252,7 +252,7 @@ def layer_norm_reference(x, weight, bias, eps: float = 1e-5):
     "LayerNorm over the last dim with an affine weight and bias: what `nn.LayerNorm` computes."
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _ln_fwd(X, W, B, Y, Mean, Rstd, N, eps, BLOCK: tl.constexpr):
     row, cols = tl.program_id(0).to(tl.int64), tl.arange(0, BLOCK)
@@ -268,7 +268,7 @@ def _ln_fwd(X, W, B, Y, Mean, Rstd, N, eps, BLOCK: tl.constexpr):
     )
     tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=m)
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _ln_bwd_dx(X, W, DY, DX, Mean, Rstd, N, BLOCK: tl.constexpr):
     row, cols = tl.program_id(0).to(tl.int64), tl.arange(0, BLOCK)
@@ -302,7 +302,15 @@ def _ln_bwd_dwdb(X, DY, Mean, Rstd, DW, DB, M, N, rows_per_program, BLOCK_M: tl.
     tl.store(DW + group * N + cols, tl.sum(dw, 0), mask=cols < N)
     tl.store(DB + group * N + cols, tl.sum(db, 0), mask=cols < N)
 
+# %% ../nbs/20_kernels.ipynb
+def _ln_dwdb_plan(M: int, N: int, cuda: bool) -> tuple:
+    "(BLOCK_M, BLOCK_N, groups, rows per group) for `_ln_bwd_dwdb` over an M x N input."
+    bm, bn = 32, 128 if cuda else 16
+    groups = max(1, min(triton.cdiv(M, bm), triton.cdiv(8 * 132, triton.cdiv(N, bn)))) if cuda else 2
+    rows_per = triton.cdiv(triton.cdiv(M, groups), bm) * bm  # whole BLOCK_M steps per group
+    return bm, bn, triton.cdiv(M, rows_per), rows_per
 
+# %% ../nbs/20_kernels.ipynb
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
@@ -326,10 +334,7 @@ class _LayerNorm(torch.autograd.Function):
         dy = dy.reshape(M, N).contiguous()
         dx = torch.empty_like(x)
         _ln_bwd_dx[(M,)](x, weight, dy, dx, mean, rstd, N, BLOCK=block, num_warps=_warps(block))
-        bm, bn = 32, 128 if x.is_cuda else 16
-        groups = max(1, min(triton.cdiv(M, bm), triton.cdiv(8 * 132, triton.cdiv(N, bn)))) if x.is_cuda else 2
-        rows_per = triton.cdiv(triton.cdiv(M, groups), bm) * bm  # whole BLOCK_M steps per group
-        groups = triton.cdiv(M, rows_per)
+        bm, bn, groups, rows_per = _ln_dwdb_plan(M, N, x.is_cuda)
         dw, db = (torch.empty(groups, N, dtype=torch.float32, device=x.device) for _ in range(2))
         _ln_bwd_dwdb[(triton.cdiv(N, bn), groups)](
             x, dy, mean, rstd, dw, db, M, N, rows_per, BLOCK_M=bm, BLOCK_N=bn, num_warps=8 if x.is_cuda else 4
@@ -352,6 +357,28 @@ def attention_sdpa(q, k, v):
     "PyTorch's fused causal attention (FlashAttention / memory-efficient kernels on a GPU)."
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+# %% ../nbs/20_kernels.ipynb
+ATTENTION_BLOCKS = {  # padded head size -> (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, on a GPU
+    "forward": {64: (64, 64, 4, 3), 128: (64, 64, 4, 3), 256: (64, 32, 8, 2)},
+    "dkdv": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (16, 64, 8, 1)},
+    "dq": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (64, 16, 8, 1)},
+}  # (32, 128, 8 warps, 2 stages) for dK/dV at head size 128 gave wrong bf16 gradients on Triton 3.6 / H100: avoided
+
+
+def _attn_meta(x, kernel: str) -> dict:
+    "Launch parameters: fp32 stays fp32 (no TF32); the interpreter multiplies bf16 blocks in fp32."
+    D, upcast = x.shape[-1], not x.is_cuda and x.dtype != torch.float32
+    block_d = max(16, triton.next_power_of_2(D))
+    meta = dict(
+        HEAD_DIM=D, BLOCK_D=block_d, UPCAST=upcast, PRECISION="ieee" if x.dtype == torch.float32 or upcast else "tf32"
+    )
+    if not x.is_cuda:  # unequal blocks in backward, as on a GPU, exercise the masks
+        return meta | dict(BLOCK_M=32 if kernel == "dq" else 16, BLOCK_N=32 if kernel == "dkdv" else 16, num_warps=4)
+    if block_d > 256:
+        raise ValueError(f"attention_triton supports head sizes up to 256, got {D}")
+    m, n, w, st = ATTENTION_BLOCKS[kernel][max(64, block_d)]
+    return meta | dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=st)
+
 
 @triton.jit
 def _tile_mask(idx, n, dims, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -361,30 +388,13 @@ def _tile_mask(idx, n, dims, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
         mask = mask & (dims[None, :] < HEAD_DIM)
     return mask
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _attn_fwd(
-    Q,
-    K,
-    V,
-    O,
-    LSE,
-    sb,
-    sh,
-    ss,
-    ob,
-    oh,
-    os_,
-    H,
-    S,
-    qk_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+    Q, K, V, O, LSE, sb, sh, ss, ob, oh, os_, H, S, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
     start_m, bh = tl.program_id(0) * BLOCK_M, tl.program_id(1)
     qkv, o = (bh // H).to(tl.int64) * sb + (bh % H) * sh, (bh // H).to(tl.int64) * ob + (bh % H) * oh
     rows, cols0, dims = start_m + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
@@ -414,34 +424,13 @@ def _attn_fwd(
     tl.store(O + o + rows[:, None] * os_ + dims[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty), mask=q_mask)
     tl.store(LSE + bh.to(tl.int64) * S + rows, m_i + tl.log2(l_i), mask=rows < S)
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _attn_bwd_dkdv(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    Delta,
-    DK,
-    DV,
-    sb,
-    sh,
-    ss,
-    ob,
-    oh,
-    os_,
-    H,
-    S,
-    qk_scale,
-    sm_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+    Q, K, V, DO, LSE, Delta, DK, DV, sb, sh, ss, ob, oh, os_, H, S, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
     start_n, bh = tl.program_id(0) * BLOCK_N, tl.program_id(1)
     qkv, o = (bh // H).to(tl.int64) * sb + (bh % H) * sh, (bh // H).to(tl.int64) * ob + (bh % H) * oh
     cols, rows0, dims = start_n + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D)
@@ -469,33 +458,13 @@ def _attn_bwd_dkdv(
     tl.store(DK + o + cols[:, None] * os_ + dims[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + o + cols[:, None] * os_ + dims[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _attn_bwd_dq(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    Delta,
-    DQ,
-    sb,
-    sh,
-    ss,
-    ob,
-    oh,
-    os_,
-    H,
-    S,
-    qk_scale,
-    sm_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+    Q, K, V, DO, LSE, Delta, DQ, sb, sh, ss, ob, oh, os_, H, S, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
     start_m, bh = tl.program_id(0) * BLOCK_M, tl.program_id(1)
     qkv, o = (bh // H).to(tl.int64) * sb + (bh % H) * sh, (bh // H).to(tl.int64) * ob + (bh % H) * oh
     rows, cols0, dims = start_m + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_D)
@@ -522,28 +491,6 @@ def _attn_bwd_dq(
     tl.store(DQ + o + rows[:, None] * os_ + dims[None, :], (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 # %% ../nbs/20_kernels.ipynb
-ATTENTION_BLOCKS = {  # padded head size -> (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, on a GPU
-    "forward": {64: (64, 64, 4, 3), 128: (64, 64, 4, 3), 256: (64, 32, 8, 2)},
-    "dkdv": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (16, 64, 8, 1)},
-    "dq": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (64, 16, 8, 1)},
-}  # (32, 128, 8 warps, 2 stages) for dK/dV at head size 128 gave wrong bf16 gradients on Triton 3.6 / H100: avoided
-
-
-def _attn_meta(x, kernel: str) -> dict:
-    "Launch parameters: fp32 stays fp32 (no TF32); the interpreter multiplies bf16 blocks in fp32."
-    D, upcast = x.shape[-1], not x.is_cuda and x.dtype != torch.float32
-    block_d = max(16, triton.next_power_of_2(D))
-    meta = dict(
-        HEAD_DIM=D, BLOCK_D=block_d, UPCAST=upcast, PRECISION="ieee" if x.dtype == torch.float32 or upcast else "tf32"
-    )
-    if not x.is_cuda:  # unequal blocks in backward, as on a GPU, exercise the masks
-        return meta | dict(BLOCK_M=32 if kernel == "dq" else 16, BLOCK_N=32 if kernel == "dkdv" else 16, num_warps=4)
-    if block_d > 256:
-        raise ValueError(f"attention_triton supports head sizes up to 256, got {D}")
-    m, n, w, st = ATTENTION_BLOCKS[kernel][max(64, block_d)]
-    return meta | dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=st)
-
-
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v):
@@ -554,22 +501,9 @@ class _FlashAttention(torch.autograd.Function):
         o = torch.empty(B, S, H, D, dtype=q.dtype, device=q.device).transpose(1, 2)
         lse = torch.empty(B * H, S, dtype=torch.float32, device=q.device)
         meta = _attn_meta(q, "forward")
+        qk_scale = 1.4426950408889634 / math.sqrt(D)  # log2(e) / sqrt(d)
         _attn_fwd[(triton.cdiv(S, meta["BLOCK_M"]), B * H)](
-            q,
-            k,
-            v,
-            o,
-            lse,
-            q.stride(0),
-            q.stride(1),
-            q.stride(2),
-            o.stride(0),
-            o.stride(1),
-            o.stride(2),
-            H,
-            S,
-            1.4426950408889634 / math.sqrt(D),
-            **meta,
+            q, k, v, o, lse, *q.stride()[:3], *o.stride()[:3], H, S, qk_scale, **meta
         )
         ctx.save_for_backward(q, k, v, o, lse)
         return o
@@ -582,18 +516,7 @@ class _FlashAttention(torch.autograd.Function):
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, S).contiguous()
         dq, dk, dv = (torch.empty(B, S, H, D, dtype=q.dtype, device=q.device).transpose(1, 2) for _ in range(3))
         scale = 1 / math.sqrt(D)
-        args = (
-            q.stride(0),
-            q.stride(1),
-            q.stride(2),
-            o.stride(0),
-            o.stride(1),
-            o.stride(2),
-            H,
-            S,
-            scale * 1.4426950408889634,
-            scale,
-        )
+        args = (*q.stride()[:3], *o.stride()[:3], H, S, scale * 1.4426950408889634, scale)
         meta = _attn_meta(q, "dkdv")
         _attn_bwd_dkdv[(triton.cdiv(S, meta["BLOCK_N"]), B * H)](q, k, v, do, lse, delta, dk, dv, *args, **meta)
         meta = _attn_meta(q, "dq")
@@ -611,7 +534,7 @@ def linear_cross_entropy_reference(h, weight, labels):
     model's output layer and loss."""
     return F.cross_entropy((h @ weight.t()).float(), labels, reduction="none")
 
-
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _ce_stats(Z, Labels, Max, SumExp, Target, n_cols, vocab_start, BLOCK: tl.constexpr):
     """Per row of logits: its max, the sum of exp(z - max) and the label's logit (0 where the label is another rank's),
@@ -626,13 +549,18 @@ def _ce_stats(Z, Labels, Max, SumExp, Target, n_cols, vocab_start, BLOCK: tl.con
         new = tl.maximum(m, z)
         safe = tl.where(new == -float("inf"), 0.0, new)  # a lane with nothing yet: exp(-inf - 0) = 0, not nan
         s = s * tl.exp(m - safe) + tl.exp(z - safe)
-        m, t = new, t + tl.where(cols == label, z, 0.0)
+        m, t = new, t + tl.where((cols == label) & (cols < n_cols), z, 0.0)  # a padding lane's z is -inf
     top = tl.max(m, 0)
     tl.store(Max + row, top)
     tl.store(SumExp + row, tl.sum(s * tl.exp(m - top), 0))
     tl.store(Target + row, tl.sum(t, 0))
 
 
+def _ce_launch(kernel, z, *args):
+    block = min(4096, max(16, triton.next_power_of_2(z.shape[1])))
+    kernel[(z.shape[0],)](z, *args, BLOCK=block, num_warps=_warps(block))
+
+# %% ../nbs/20_kernels.ipynb
 @triton.jit
 def _ce_grad(Z, Labels, Lse, DLoss, n_cols, vocab_start, BLOCK: tl.constexpr):
     """In place, per row: z <- (softmax(z) - onehot(label)) * dloss, the softmax from the row's log-sum-exp over the
@@ -645,7 +573,7 @@ def _ce_grad(Z, Labels, Lse, DLoss, n_cols, vocab_start, BLOCK: tl.constexpr):
         dz = (tl.exp(z - lse) - tl.where(cols == label, 1.0, 0.0)) * g
         tl.store(Z + row * n_cols + cols, dz.to(Z.dtype.element_ty), mask=cols < n_cols)
 
-
+# %% ../nbs/20_kernels.ipynb
 def _stats_torch(z, labels, vocab_start):
     "`_ce_stats` in PyTorch: (max, sum of exp(z - max), label's logit or 0) per row, in fp32; z is used up (in place)."
     z, local = z.float(), labels - vocab_start
@@ -665,11 +593,54 @@ def _grad_torch(z, labels, lse, dloss, vocab_start):
     z.copy_(dz.mul_(dloss[:, None]))
 
 
-def _ce_launch(kernel, z, *args):
-    block = min(4096, max(16, triton.next_power_of_2(z.shape[1])))
-    kernel[(z.shape[0],)](z, *args, BLOCK=block, num_warps=_warps(block))
+def _chunk_stats(z, labels, vocab_start, use_triton):
+    "(max, sum of exp(z - max), label's logit) per row of a chunk of logits, by the Triton kernel or its twin."
+    if not use_triton:
+        return _stats_torch(z, labels, vocab_start)
+    top, total, t = (torch.empty(z.shape[0], device=z.device, dtype=torch.float32) for _ in range(3))
+    _ce_launch(_ce_stats, z, labels, top, total, t, z.shape[1], vocab_start)
+    return top, total, t
 
+# %% ../nbs/20_kernels.ipynb
+def _lce_forward(h, weight, labels, chunk, group, use_triton):
+    "(log-sum-exp, label's logit) per token of `h @ weight.T`, `chunk` rows of logits at a time, and the slice's start."
+    tp = 1 if group is None else dist.get_world_size(group)
+    start = (0 if group is None else dist.get_rank(group)) * weight.shape[0]
+    lse = torch.empty(h.shape[0], device=h.device, dtype=torch.float32)
+    target = torch.empty_like(lse)
+    for r in range(0, h.shape[0], chunk):
+        z, rows = (h[r : r + chunk] @ weight.t()).contiguous(), slice(r, r + chunk)
+        top, total, t = _chunk_stats(z, labels[rows], start, use_triton)
+        if tp > 1:  # combine the vocabulary slices: global max, rescaled sums, the one label
+            local = top.clone()
+            dist.all_reduce(top, dist.ReduceOp.MAX, group=group)
+            total = total * (local - top).exp()
+            dist.all_reduce(total, group=group)
+            dist.all_reduce(t, group=group)
+        lse[rows], target[rows] = top + total.log(), t
+        del z  # before the next chunk's logits exist
+    return lse, target, start
 
+# %% ../nbs/20_kernels.ipynb
+def _lce_backward(h, weight, labels, lse, dloss, chunk, start, use_triton):
+    "(dh, dW) of the per-token losses for the upstream `dloss`, recomputing `chunk` rows of logits at a time."
+    dh, dw = torch.empty_like(h), torch.zeros(weight.shape, device=weight.device, dtype=torch.float32)
+    for r in range(0, h.shape[0], chunk):
+        rows = slice(r, r + chunk)
+        z = (h[rows] @ weight.t()).contiguous()  # recomputed: one more matmul instead of T x V kept
+        if use_triton:
+            _ce_launch(_ce_grad, z, labels[rows], lse[rows], dloss[rows], z.shape[1], start)
+        else:
+            _grad_torch(z, labels[rows], lse[rows], dloss[rows], start)
+        dh[rows] = z @ weight  # this rank's share: copy_to_tp sums them over TP
+        if dw.dtype == z.dtype:
+            dw.addmm_(z.t(), h[rows])  # fp32: straight into the accumulator
+        else:
+            dw += z.t() @ h[rows]  # bf16: one product, widened as it is added
+        del z
+    return dh, dw.to(weight.dtype)
+
+# %% ../nbs/20_kernels.ipynb
 class _LinearCrossEntropy(torch.autograd.Function):
     """Cross-entropy of `h @ weight.T` a chunk of `chunk` rows at a time: forward keeps one log-sum-exp per row and no
     logits; backward recomputes each chunk's logits, turns them in place into their gradient, and multiplies out."""
@@ -678,25 +649,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, h, weight, labels, chunk, group, use_triton):
         if use_triton:
             _check_device(h, weight)
-        tp = 1 if group is None else dist.get_world_size(group)
-        start = (0 if group is None else dist.get_rank(group)) * weight.shape[0]
-        lse = torch.empty(h.shape[0], device=h.device, dtype=torch.float32)
-        target = torch.empty_like(lse)
-        for r in range(0, h.shape[0], chunk):
-            z, rows = (h[r : r + chunk] @ weight.t()).contiguous(), slice(r, r + chunk)
-            if use_triton:
-                top, total, t = (torch.empty(z.shape[0], device=z.device, dtype=torch.float32) for _ in range(3))
-                _ce_launch(_ce_stats, z, labels[rows], top, total, t, z.shape[1], start)
-            else:
-                top, total, t = _stats_torch(z, labels[rows], start)
-            if tp > 1:  # combine the vocabulary slices: global max, rescaled sums, the one label
-                local = top.clone()
-                dist.all_reduce(top, dist.ReduceOp.MAX, group=group)
-                total = total * (local - top).exp()
-                dist.all_reduce(total, group=group)
-                dist.all_reduce(t, group=group)
-            lse[rows], target[rows] = top + total.log(), t
-            del z  # before the next chunk's logits exist
+        lse, target, start = _lce_forward(h, weight, labels, chunk, group, use_triton)
         ctx.save_for_backward(h, weight, labels, lse)
         ctx.chunk, ctx.start, ctx.use_triton = chunk, start, use_triton
         return lse - target
@@ -705,23 +658,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, dloss):
         h, weight, labels, lse = ctx.saved_tensors
         dloss = dloss.float().contiguous()
-        dh, dw = torch.empty_like(h), torch.zeros(weight.shape, device=weight.device, dtype=torch.float32)
-        for r in range(0, h.shape[0], ctx.chunk):
-            rows = slice(r, r + ctx.chunk)
-            z = (h[rows] @ weight.t()).contiguous()  # recomputed: one more matmul instead of T x V kept
-            if ctx.use_triton:
-                _ce_launch(_ce_grad, z, labels[rows], lse[rows], dloss[rows], z.shape[1], ctx.start)
-            else:
-                _grad_torch(z, labels[rows], lse[rows], dloss[rows], ctx.start)
-            dh[rows] = z @ weight  # this rank's share: copy_to_tp sums them over TP
-            if dw.dtype == z.dtype:
-                dw.addmm_(z.t(), h[rows])  # fp32: straight into the accumulator
-            else:
-                dw += z.t() @ h[rows]  # bf16: one product, widened as it is added
-            del z
-        return dh, dw.to(weight.dtype), None, None, None, None
+        dh, dw = _lce_backward(h, weight, labels, lse, dloss, ctx.chunk, ctx.start, ctx.use_triton)
+        return dh, dw, None, None, None, None
 
-
+# %% ../nbs/20_kernels.ipynb
 def linear_cross_entropy(h, weight, labels, chunk: int = 1024, group=None, kernel: str = "triton"):
     """Per-token cross-entropy of `labels` under `h @ weight.T` [tokens, vocab] without ever holding more than `chunk`
     rows of logits. With `group`, `weight` is this rank's vocabulary slice (rank r holds rows r*V/t .. (r+1)*V/t) and
@@ -790,18 +730,7 @@ def kernel_inputs(name: str, shape, dtype=torch.float32, device="cpu", seed: int
         return r(M, N), r(N), r(M, N), 0.1, 1000 + seed
     raise ValueError(f"unknown kernel {name!r}; choose among {', '.join(KERNELS)}")
 
-
-def _run(fn, args, grad_seed=1):
-    "fn(*args) and the gradients of its inputs for a fixed random upstream gradient (fp32 copies of the inputs)."
-    args = [
-        a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args
-    ]
-    y = fn(*args)
-    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(grad_seed)).to(y)
-    grads = torch.autograd.grad(y, [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad], dy)
-    return [y, *grads]
-
-
+# %% ../nbs/20_kernels.ipynb
 def kernel_errors(name: str, shape, dtype=torch.float32, variant: str = "triton", device="cpu", seed: int = 0) -> dict:
     """{"forward": e, "backward": e}: the largest |variant - reference| of the output and of every input's gradient,
     each relative to the reference's largest magnitude (absolute where that is below 1); the reference runs in fp32 on
@@ -828,7 +757,7 @@ def triton_dropout_add(x, residual, p: float = 0.0, training: bool = True):
     "residual + dropout_p(x) by the Triton kernel, its seed drawn from the default generator."
     return bias_dropout_add_triton(x, None, residual, p if training else 0.0, _seed() if training and p > 0 else 0)
 
-
+# %% ../nbs/20_kernels.ipynb
 LIGER_MISSING = (
     "model.kernels=liger needs liger-kernel, LinkedIn's maintained Triton kernels (pip install liger-kernel; "
     "optional, not in the requirements: it runs on a CUDA GPU)"
@@ -843,7 +772,7 @@ def liger():
         raise ImportError(LIGER_MISSING) from e
     return functional
 
-
+# %% ../nbs/20_kernels.ipynb
 def model_ops(kind: str) -> SimpleNamespace:
     """The kernels `model.kernels` = kind supplies: layer_norm, bias_gelu, dropout_add, attention (None: SDPA). `liger`:
     liger-kernel's LayerNorm, the rest the model's own PyTorch (its fused linear cross-entropy:

@@ -107,6 +107,16 @@ def deepspeed_schedule(num_stages: int, num_micro: int) -> list[list[Step]]:
     return out
 
 # %% ../nbs/12_pipeline_parallel.ipynb
+def _dependency(stage: int, step: Step, num_stages: int) -> tuple | None:
+    """The (stage, kind, micro) that must end before `step` starts on `stage`: the previous stage's forward of the same
+    micro-batch, or the next stage's backward, or None at the pipeline's ends."""
+    if step.kind == "F" and stage > 0:
+        return stage - 1, "F", step.micro
+    if step.kind == "B" and stage < num_stages - 1:
+        return stage + 1, "B", step.micro
+    return None
+
+# %% ../nbs/12_pipeline_parallel.ipynb
 def simulate(
     schedule: list[list[Step]], t_forward: float | list[float] = 1.0, t_backward: float | list[float] = 2.0
 ) -> dict:
@@ -124,13 +134,7 @@ def simulate(
             if pos[s] == len(schedule[s]):
                 continue
             st = schedule[s][pos[s]]
-            dep = (
-                (s - 1, "F", st.micro)
-                if st.kind == "F" and s > 0
-                else (s + 1, "B", st.micro)
-                if st.kind == "B" and s < p - 1
-                else None
-            )
+            dep = _dependency(s, st, p)
             if dep is not None and dep not in end:
                 continue
             if st.kind == "B" and (s, "F", st.micro) not in end:
@@ -144,7 +148,7 @@ def simulate(
             raise RuntimeError(f"schedule deadlocks: stages wait at steps {pos}")
     return timeline
 
-
+# %% ../nbs/12_pipeline_parallel.ipynb
 def bubble_fraction(timeline: dict, num_stages: int) -> float:
     "Idle time over stages x makespan."
     makespan = max(e for _, e in timeline.values())
@@ -192,7 +196,7 @@ def gpt_param_name(layer: int, rest: str, num_layers: int) -> str:
         return f"final_ln.{rest}"
     raise ValueError(f"layer {layer} is outside the {num_layers + 3} layers of the flat sequence")
 
-
+# %% ../nbs/12_pipeline_parallel.ipynb
 class GPTStage(nn.Module):
     """Stage `stage` of `num_stages` of our GPT: embedding on the first, blocks[lo:hi], final LayerNorm and tied output
     on the last."""
@@ -212,9 +216,8 @@ class GPTStage(nn.Module):
         return self.embedding.tokens.weight if self.first else self.output_weight
 
     def forward(self, x):
-        from mtnlg.model import (
-            parallel_lm_logits,
-        )  # here, not at the top: the throughput model imports this module without torch's model stack
+        # imported here, not at the top: the throughput model imports this module without torch's model stack
+        from mtnlg.model import parallel_lm_logits
 
         if self.first:
             x = self.embedding(x)
@@ -232,48 +235,61 @@ class GPTStage(nn.Module):
         return name
 
 # %% ../nbs/12_pipeline_parallel.ipynb
+def _forward_step(
+    stage, micro: int, micro_inputs, micro_labels, hidden_shape, loss_fn, state: dict, t0: float
+) -> float:
+    "Receive the activation (the first stage: the tokens), run the stage, keep its input and output, isend the output."
+    if stage.first:
+        x = micro_inputs[micro]
+    else:
+        x = torch.empty(hidden_shape)
+        dist.recv(x, src=dist.get_rank() - 1)  # the activation of this micro-batch
+        x.requires_grad_()
+    start = time.perf_counter() - t0  # (time spent waiting in recv is bubble, not work)
+    y = stage(x)
+    state["inputs"][micro] = x
+    if stage.last:
+        state["outputs"][micro] = state["losses"][micro] = loss_fn(y, micro_labels[micro]) / len(micro_inputs)
+    else:
+        state["outputs"][micro] = y
+        state["sends"].append(dist.isend(y.detach().contiguous(), dst=dist.get_rank() + 1))
+    return start
+
+
+def _backward_step(stage, micro: int, state: dict, t0: float) -> float:
+    "Receive the output's gradient (the last stage: start from the loss), back-propagate, isend the input's gradient."
+    y = state["outputs"].pop(micro)
+    if stage.last:
+        start = time.perf_counter() - t0
+        y.backward()
+    else:
+        grad = torch.empty_like(y)
+        dist.recv(grad, src=dist.get_rank() + 1)  # dL/d(output) of this micro-batch
+        start = time.perf_counter() - t0
+        y.backward(grad)
+    x = state["inputs"].pop(micro)
+    if not stage.first:
+        state["sends"].append(dist.isend(x.grad.contiguous(), dst=dist.get_rank() - 1))
+    return start
+
+# %% ../nbs/12_pipeline_parallel.ipynb
 def run_schedule(
     stage: GPTStage, steps: list[Step], micro_inputs: list, micro_labels: list, hidden_shape, loss_fn, tied_group=None
 ) -> dict:
     """Execute `steps` on this stage: recv -> compute -> isend. Loss is the mean over micro-batches.
     Returns this stage's loss (last stage) and the (kind, micro, start, end) of each step."""
-    rank, m = dist.get_rank(), len(micro_inputs)
-    prev, nxt = rank - 1, rank + 1
-    inputs, outputs, losses, sends, timeline = {}, {}, {}, [], []
-    t0 = time.perf_counter()
+    state = {"inputs": {}, "outputs": {}, "losses": {}, "sends": []}
+    timeline, t0 = [], time.perf_counter()
     for st in steps:
         if st.kind == "F":
-            if stage.first:
-                x = micro_inputs[st.micro]
-            else:
-                x = torch.empty(hidden_shape)
-                dist.recv(x, src=prev)  # the activation of micro-batch st.micro
-                x.requires_grad_()
-            start = time.perf_counter() - t0  # (time spent waiting in recv is bubble, not work)
-            y = stage(x)
-            inputs[st.micro] = x
-            if stage.last:
-                outputs[st.micro] = losses[st.micro] = loss_fn(y, micro_labels[st.micro]) / m
-            else:
-                outputs[st.micro] = y
-                sends.append(dist.isend(y.detach().contiguous(), dst=nxt))
+            start = _forward_step(stage, st.micro, micro_inputs, micro_labels, hidden_shape, loss_fn, state, t0)
         else:
-            y = outputs.pop(st.micro)
-            if stage.last:
-                start = time.perf_counter() - t0
-                y.backward()
-            else:
-                grad = torch.empty_like(y)
-                dist.recv(grad, src=nxt)  # dL/d(output) of micro-batch st.micro
-                start = time.perf_counter() - t0
-                y.backward(grad)
-            x = inputs.pop(st.micro)
-            if not stage.first:
-                sends.append(dist.isend(x.grad.contiguous(), dst=prev))
+            start = _backward_step(stage, st.micro, state, t0)
         timeline.append((st.kind, st.micro, start, time.perf_counter() - t0))
-    for s in sends:
+    for s in state["sends"]:
         s.wait()
     if tied_group is not None and (stage.first or stage.last) and stage.num_stages > 1:
         dist.all_reduce(stage.tied_weight().grad, group=tied_group)  # first and last stage: one gradient
+    losses, m = state["losses"], len(micro_inputs)
     loss = torch.stack([losses[i] for i in range(m)]).sum().detach() if stage.last else None
     return {"loss": loss, "timeline": timeline}

@@ -22,6 +22,15 @@ def _all_reduce(x, group):
     return x
 
 
+def tp_group(group=None):
+    "`group`, else the tensor-parallel group `init_distributed` (chapter 10) built, else the whole world."
+    if group is not None:
+        return group
+    from megatron.core import parallel_state as ps
+
+    return ps.get_tensor_model_parallel_group() if ps.model_parallel_is_initialized() else dist.group.WORLD
+
+# %% ../nbs/11_tensor_parallel.ipynb
 class _CopyToTP(torch.autograd.Function):
     "f: forward identity; backward all-reduce (sum) of the gradient over the tensor-parallel group."
 
@@ -47,6 +56,14 @@ class _ReduceFromTP(torch.autograd.Function):
         return grad, None
 
 
+def copy_to_tp(x, group=None):
+    return _CopyToTP.apply(x, tp_group(group))
+
+
+def reduce_from_tp(x, group=None):
+    return _ReduceFromTP.apply(x, tp_group(group))
+
+# %% ../nbs/11_tensor_parallel.ipynb
 class _GatherFromTP(torch.autograd.Function):
     "Forward: concatenate every rank's last-dimension slice; backward: keep this rank's slice of the gradient."
 
@@ -60,23 +77,6 @@ class _GatherFromTP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad.chunk(dist.get_world_size(ctx.group), dim=-1)[dist.get_rank(ctx.group)].contiguous(), None
-
-
-def tp_group(group=None):
-    "`group`, else the tensor-parallel group `init_distributed` (chapter 10) built, else the whole world."
-    if group is not None:
-        return group
-    from megatron.core import parallel_state as ps
-
-    return ps.get_tensor_model_parallel_group() if ps.model_parallel_is_initialized() else dist.group.WORLD
-
-
-def copy_to_tp(x, group=None):
-    return _CopyToTP.apply(x, tp_group(group))
-
-
-def reduce_from_tp(x, group=None):
-    return _ReduceFromTP.apply(x, tp_group(group))
 
 
 def gather_from_tp(x, group=None):
@@ -98,7 +98,7 @@ def split_parameter(shape: tuple, dim: int | None, init_method, dtype=torch.floa
         p.tensor_model_parallel, p.partition_dim, p.partition_stride = True, dim, 1
     return p
 
-
+# %% ../nbs/11_tensor_parallel.ipynb
 class ColumnParallelLinear(nn.Module):
     """Y = X Wᵀ + b with W split by output rows, W = [W_1; …; W_p]: rank i computes Y_i = f(X) W_iᵀ + b_i.
     f: identity forward; all-reduce backward, since ∂L/∂X = Σ_i ∂L/∂Y_i W_i. Output stays split unless gathered."""
@@ -134,7 +134,7 @@ class ColumnParallelLinear(nn.Module):
             y = gather_from_tp(y, self.group)
         return y, (self.bias if self.skip_bias_add else None)
 
-
+# %% ../nbs/11_tensor_parallel.ipynb
 class RowParallelLinear(nn.Module):
     """Y = X Wᵀ + b with W split by input columns and X arriving split the same way:
     Y = g(Σ_i X_i W_iᵀ) + b. g: all-reduce forward, identity backward. The bias is added once, after the sum."""
@@ -158,9 +158,8 @@ class RowParallelLinear(nn.Module):
         self.group, self.skip_bias_add = tp_group(group), skip_bias_add
         self.weight = split_parameter((output_size, input_size), 1, init_method, config.params_dtype, self.group)
         self.bias = split_parameter((output_size,), None, nn.init.zeros_, config.params_dtype) if bias else None
-        self.sequence_parallel = getattr(
-            config, "sequence_parallel", False
-        )  # output: reduce-scattered over the sequence
+        # output: reduce-scattered over the sequence
+        self.sequence_parallel = getattr(config, "sequence_parallel", False)
         if self.bias is not None:
             self.bias.sequence_parallel = self.sequence_parallel  # added on a slice: grads summed
 
@@ -196,7 +195,7 @@ class VocabParallelEmbedding(nn.Module):
         out = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(out, self.group)
 
-
+# %% ../nbs/11_tensor_parallel.ipynb
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     "ℓ = log Σ_v exp(z_v − m) − (z_t − m) over logits z split by vocabulary; ∂ℓ/∂z = softmax(z) − onehot(t)."
 
@@ -255,7 +254,7 @@ def _reduce_scatter_sequence(x, group):
     dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
     return out
 
-
+# %% ../nbs/11_tensor_parallel.ipynb
 class _ScatterToSequence(torch.autograd.Function):
     "Forward: keep this rank's slice of the sequence; backward: all-gather the slices' gradients."
 
@@ -282,6 +281,14 @@ class _GatherFromSequence(torch.autograd.Function):
         return _reduce_scatter_sequence(grad, ctx.group), None
 
 
+def scatter_to_sequence(x, group=None):
+    return _ScatterToSequence.apply(x, tp_group(group))
+
+
+def gather_from_sequence(x, group=None):
+    return _GatherFromSequence.apply(x, tp_group(group))
+
+# %% ../nbs/11_tensor_parallel.ipynb
 class _ReduceScatterToSequence(torch.autograd.Function):
     "ḡ: forward reduce-scatter of the partial sums over the sequence; backward all-gather."
 
@@ -295,6 +302,10 @@ class _ReduceScatterToSequence(torch.autograd.Function):
         return _gather_sequence(grad, ctx.group), None
 
 
+def reduce_scatter_to_sequence(x, group=None):
+    return _ReduceScatterToSequence.apply(x, tp_group(group))
+
+# %% ../nbs/11_tensor_parallel.ipynb
 class _LinearGatheringSequence(torch.autograd.Function):
     """g then a linear layer: Y = all-gather(X) Wᵀ + b, keeping only this rank's slice X for backward, which gathers it
     again for ∂L/∂W = Σ_tokens ∂L/∂Y ⊗ X and reduce-scatters ∂L/∂X = ∂L/∂Y W over the sequence."""
@@ -313,18 +324,6 @@ class _LinearGatheringSequence(torch.autograd.Function):
         grad_2d = grad.reshape(-1, grad.shape[-1])
         grad_w = grad_2d.t().matmul(whole.reshape(-1, whole.shape[-1]))
         return grad_x, grad_w, grad_2d.sum(0) if ctx.has_bias else None, None
-
-
-def scatter_to_sequence(x, group=None):
-    return _ScatterToSequence.apply(x, tp_group(group))
-
-
-def gather_from_sequence(x, group=None):
-    return _GatherFromSequence.apply(x, tp_group(group))
-
-
-def reduce_scatter_to_sequence(x, group=None):
-    return _ReduceScatterToSequence.apply(x, tp_group(group))
 
 
 def linear_gathering_sequence(x, weight, bias=None, group=None):
