@@ -9,8 +9,8 @@ __all__ = ['FEMALE_WORDS', 'MALE_WORDS', 'OCCUPATION_TEMPLATES', 'WORD', 'Scorer
            'sample_continuations', 'pos_tags', 'descriptive_words', 'descriptive_counts', 'log_odds', 'top_words',
            'word_sentiment', 'text_words', 'sentiment_by_group', 'corpus_files', 'training_corpus', 'read_corpus',
            'plural', 'corpus_gender_counts', 'corpus_lean', 'corpus_windows', 'Section', 'BiasMeasurements',
-           'measure_bias', 'gender_stats', 'cooccurrence_stats', 'gender_figure', 'sentiment_figure', 'bias_sections',
-           'write_report']
+           'bias_settings', 'measure_bias', 'model_vs_corpus', 'gender_stats', 'cooccurrence_stats', 'gender_figure',
+           'sentiment_figure', 'bias_sections', 'write_report']
 
 # %% ../nbs/70_bias.ipynb
 import csv
@@ -84,7 +84,7 @@ def _logsumexp(x: np.ndarray, axis: int = -1) -> np.ndarray:
     m = x.max(axis, keepdims=True)
     return (m + np.log(np.exp(x - m).sum(axis, keepdims=True))).squeeze(axis)
 
-
+# %% ../nbs/70_bias.ipynb
 @dataclass
 class GenderLean:
     "log P(female words) and log P(male words) after each (occupation, template) prompt."
@@ -115,7 +115,7 @@ class GenderLean:
     def relative_lean(self) -> np.ndarray:
         return self.lean - self.baseline  # the occupation's own pull, beyond "person"
 
-
+# %% ../nbs/70_bias.ipynb
 def gender_lean(
     score: Scorer,
     occupations,
@@ -170,7 +170,7 @@ def probe_prompts() -> dict:
         "religion": {r: [t.format(group=p) for t in RELIGION_TEMPLATES] for r, p in RELIGIONS.items()},
     }
 
-
+# %% ../nbs/70_bias.ipynb
 def sample_continuations(
     model,
     tokenizer,
@@ -318,7 +318,7 @@ CORPUS_TERMS = {  # how each probe's groups are found in running text: case-sens
 }
 TOKEN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*|[.,;:!?]")  # words and sentence punctuation
 
-
+# %% ../nbs/70_bias.ipynb
 def corpus_files(path) -> list[Path]:
     "The JSONL files of `path` (a file, or a folder searched recursively)."
     path = Path(path)
@@ -341,7 +341,7 @@ def training_corpus(cfg=None) -> list[Path]:
             return files
     return corpus_files(data_path("wikipedia"))
 
-
+# %% ../nbs/70_bias.ipynb
 def read_corpus(paths, max_chars: int | None = None, text_key: str = "text") -> list[list[str]]:
     """Each document of the JSONL `paths` as its tokens (words and sentence punctuation), at most `max_chars` characters
     in all."""
@@ -364,7 +364,7 @@ def read_corpus(paths, max_chars: int | None = None, text_key: str = "text") -> 
         raise ValueError(f"corpus {paths} holds no documents")
     return docs
 
-
+# %% ../nbs/70_bias.ipynb
 def plural(word: str) -> str:
     return (
         word[:-1] + "ies"
@@ -401,7 +401,7 @@ def corpus_lean(counts: dict) -> dict:
     "`{occupation: log((female + 1/2) / (male + 1/2))}`."
     return {o: math.log((c["female"] + 0.5) / (c["male"] + 0.5)) for o, c in counts.items()}
 
-
+# %% ../nbs/70_bias.ipynb
 def corpus_windows(docs, terms: dict = CORPUS_TERMS, window: int = 10, max_mentions: int = 800, seed: int = 0) -> dict:
     """`{probe: {group: [(term, next window tokens)]}}` for mentions of each group's terms; at most `max_mentions` per
     group."""
@@ -441,7 +441,26 @@ class BiasMeasurements:
     corpus_windows: dict  # {probe: {group: [(term, following text)]}}
     settings: dict
 
+# %% ../nbs/70_bias.ipynb
+def bias_settings(tokenizer, samples, seed, max_new_tokens, temperature, top_p, window, max_mentions) -> dict:
+    "The settings a bias report states, with the token count of each identifier in `tokenizer`."
+    return dict(
+        samples=samples,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        window=window,
+        max_mentions=max_mentions,
+        female_words=FEMALE_WORDS,
+        identifier_tokens={w: len(tokenizer.encode(" " + w).ids) for w in FEMALE_WORDS + MALE_WORDS},
+        male_words=MALE_WORDS,
+        templates=OCCUPATION_TEMPLATES,
+        corpus_female=CORPUS_FEMALE,
+        corpus_male=CORPUS_MALE,
+    )
 
+# %% ../nbs/70_bias.ipynb
 def measure_bias(
     lm,
     occupations,
@@ -474,21 +493,7 @@ def measure_bias(
         {"files": files, "documents": len(docs), "tokens": sum(map(len, docs))},
         corpus_gender_counts(docs, occupations, window),
         corpus_windows(docs, window=window, max_mentions=max_mentions, seed=seed),
-        dict(
-            samples=samples,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            window=window,
-            max_mentions=max_mentions,
-            female_words=FEMALE_WORDS,
-            identifier_tokens={w: len(lm.tokenizer_bpe.encode(" " + w).ids) for w in FEMALE_WORDS + MALE_WORDS},
-            male_words=MALE_WORDS,
-            templates=OCCUPATION_TEMPLATES,
-            corpus_female=CORPUS_FEMALE,
-            corpus_male=CORPUS_MALE,
-        ),
+        bias_settings(lm.tokenizer_bpe, samples, seed, max_new_tokens, temperature, top_p, window, max_mentions),
     )
 
 # %% ../nbs/70_bias.ipynb
@@ -506,12 +511,10 @@ def _interval(p: float, n: int) -> list:
 
     return [round(v, 3) for v in binomial_interval(p, n)]
 
-
-def gender_stats(m: BiasMeasurements, min_mentions: int = 3) -> dict:
-    "The numbers of the gender/occupation and data-versus-model sections."
-    lean, occ = m.lean, {o["occupation"]: o for o in m.occupations}
-    bls = np.array([occ[o]["bls_pct_female"] for o in lean.occupations])
-    clean = corpus_lean(m.corpus_counts)
+# %% ../nbs/70_bias.ipynb
+def model_vs_corpus(m: BiasMeasurements, min_mentions: int = 3) -> dict:
+    "How the model's relative lean agrees with the corpus's, over occupations with `min_mentions` gendered mentions."
+    lean, clean = m.lean, corpus_lean(m.corpus_counts)
     seen = [
         i
         for i, o in enumerate(lean.occupations)
@@ -519,6 +522,22 @@ def gender_stats(m: BiasMeasurements, min_mentions: int = 3) -> dict:
         and m.corpus_counts[o]["female"] + m.corpus_counts[o]["male"] > 0
     ]
     mod, cor = lean.relative_lean[seen], np.array([clean[lean.occupations[i]] for i in seen])
+    return {
+        "min_mentions": min_mentions,
+        "occupations_counted": len(seen),
+        "fraction_male": float((cor < 0).mean()) if seen else None,
+        "spearman_model_corpus": _spearman(mod, cor),
+        "learned": int((np.sign(mod) == np.sign(cor)).sum()),
+        "amplified": int(((np.sign(mod) == np.sign(cor)) & (np.abs(mod) > np.abs(cor))).sum()),
+        "reversed": int((np.sign(mod) == -np.sign(cor)).sum()),
+    }
+
+# %% ../nbs/70_bias.ipynb
+def gender_stats(m: BiasMeasurements, min_mentions: int = 3) -> dict:
+    "The numbers of the gender/occupation and data-versus-model sections."
+    lean, occ = m.lean, {o["occupation"]: o for o in m.occupations}
+    bls = np.array([occ[o]["bls_pct_female"] for o in lean.occupations])
+    clean = corpus_lean(m.corpus_counts)
     n, rel_male = len(lean.occupations), float((lean.relative_lean < 0).mean())
     return {
         "occupations": n,
@@ -534,15 +553,7 @@ def gender_stats(m: BiasMeasurements, min_mentions: int = 3) -> dict:
         "within_occupation_sd": float(lean.log_ratio.std(1, ddof=1).mean()) if len(lean.templates) > 1 else 0.0,
         "templates_agree": int(((lean.log_ratio < 0).all(1) | (lean.log_ratio > 0).all(1)).sum()),
         "per_template_fraction_male": dict(zip(lean.templates, (lean.log_ratio < 0).mean(0).round(3).tolist())),
-        "corpus": {
-            "min_mentions": min_mentions,
-            "occupations_counted": len(seen),
-            "fraction_male": float((cor < 0).mean()) if seen else None,
-            "spearman_model_corpus": _spearman(mod, cor),
-            "learned": int((np.sign(mod) == np.sign(cor)).sum()),
-            "amplified": int(((np.sign(mod) == np.sign(cor)) & (np.abs(mod) > np.abs(cor))).sum()),
-            "reversed": int((np.sign(mod) == -np.sign(cor)).sum()),
-        },
+        "corpus": model_vs_corpus(m, min_mentions),
         "per_occupation": [
             {
                 "occupation": o,
@@ -557,7 +568,7 @@ def gender_stats(m: BiasMeasurements, min_mentions: int = 3) -> dict:
         ],
     }
 
-
+# %% ../nbs/70_bias.ipynb
 def cooccurrence_stats(groups: dict, k: int = 8, min_count: int = 2) -> dict:
     "For `{probe: {group: [(prompt, continuation)]}}`: descriptive-word counts, top over-represented words, sentiment."
     out = {}
@@ -575,12 +586,9 @@ def _signed(x) -> str:
     return "n/a" if x is None or x != x else f"{x:+.2f}"
 
 
-def gender_figure(stats: dict, label: str = "model"):
-    "Model lean vs BLS % female (template range as bars), and model lean vs corpus lean."
-    import matplotlib.pyplot as plt
-
+def _lean_panel(ax, stats: dict, label: str):
+    "The model's lean of each occupation against its BLS share of women, bars spanning the templates."
     rows = stats["per_occupation"]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.6))
     x, y = [r["bls_pct_female"] for r in rows], [r["lean"] for r in rows]
     lo, hi = [r["lean"] - min(r["per_template"]) for r in rows], [max(r["per_template"]) - r["lean"] for r in rows]
     ax.errorbar(
@@ -604,6 +612,11 @@ def gender_figure(stats: dict, label: str = "model"):
         title=f"Gender lean per occupation: {stats['fraction_male']:.0%} lean male, Spearman vs BLS {_signed(rho)}",
     )
     ax.legend(fontsize=8, loc="lower right")
+
+# %% ../nbs/70_bias.ipynb
+def _corpus_panel(bx, stats: dict, label: str):
+    "The model's relative lean against the corpus's lean, for the occupations the corpus mentions enough."
+    rows = stats["per_occupation"]
     seen = [
         r
         for r in rows
@@ -628,11 +641,20 @@ def gender_figure(stats: dict, label: str = "model"):
         title=f"Data vs model ({c['occupations_counted']} occupations with >= {c['min_mentions']} mentions; "
         f"Spearman {_signed(rho)})",
     )
+
+
+def gender_figure(stats: dict, label: str = "model"):
+    "Model lean vs BLS % female (template range as bars), and model lean vs corpus lean."
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.6))
+    _lean_panel(ax, stats, label)
+    _corpus_panel(bx, stats, label)
     fig.tight_layout()
     plt.close(fig)
     return fig
 
-
+# %% ../nbs/70_bias.ipynb
 def sentiment_figure(model: dict, corpus: dict, label: str = "model"):
     "Mean VADER sentiment per ethnic group and religion, model samples beside the corpus, 95% bootstrap intervals."
     import matplotlib.pyplot as plt
@@ -671,15 +693,14 @@ def _top_list(items) -> str:
     return ", ".join(f"{w} ({n})" for w, n, _ in items) or "–"
 
 
-def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
-    "The report's sections: gender_occupation, cooccurrence, sentiment, data_vs_model, limits."
-    g = gender_stats(m)
-    model, corpus = cooccurrence_stats(m.samples), cooccurrence_stats(m.corpus_windows)
+def _fmt(x, spec: str = "+.2f") -> str:
+    return "n/a" if x is None or x != x else format(x, spec)
+
+# %% ../nbs/70_bias.ipynb
+def _gender_markdown(g: dict, s: dict) -> str:
+    "The gender/occupation section's text from `gender_stats` `g` and the settings `s`."
     rows = sorted(g["per_occupation"], key=lambda r: r["lean"])
-    c, s = g["corpus"], m.settings
-    fig_gender = gender_figure(g, label)
-    fmt = lambda x, spec="+.2f": "n/a" if x is None or x != x else format(x, spec)
-    gender_md = (
+    return (
         f"Prompts {', '.join(repr(t) for t in s['templates'])} with female words "
         f"{', '.join(s['female_words'])} against "
         f"{', '.join(s['male_words'])}. **{g['fraction_male']:.0%} of {g['occupations']} occupations lean male** "
@@ -689,8 +710,8 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
         f"{g['fraction_male_relative']:.0%} lean "
         f"male (95% CI "
         f"{g['fraction_male_relative_ci95'][0]:.0%}–{g['fraction_male_relative_ci95'][1]:.0%}). Spearman "
-        f"correlation with the BLS share of women: {fmt(g['spearman_bls']['rho'])} "
-        f"(p = {fmt(g['spearman_bls']['p'], '.2g')}). The lean varies by {g['within_occupation_sd']:.2f} "
+        f"correlation with the BLS share of women: {_fmt(g['spearman_bls']['rho'])} "
+        f"(p = {_fmt(g['spearman_bls']['p'], '.2g')}). The lean varies by {g['within_occupation_sd']:.2f} "
         f"between templates and by "
         f"{g['between_occupation_sd']:.2f} between occupations; all templates agree in sign for "
         f"{g['templates_agree']} of "
@@ -700,7 +721,11 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
         + ", ".join(f"{r['occupation']} ({r['lean']:+.2f})" for r in rows[:5])
         + "."
     )
-    cooc_md = "\n\n".join(
+
+# %% ../nbs/70_bias.ipynb
+def _cooccurrence_markdown(model: dict, corpus: dict, label: str) -> str:
+    "One table per probe: each group's descriptive-word count and most over-represented words, model and corpus."
+    return "\n\n".join(
         f"**{probe}** (adjectives and adverbs, over-represented by log-odds z; count in brackets)\n\n"
         + _md_table(
             ["group", "descriptive words", f"{label}: most over-represented", "corpus: most over-represented"],
@@ -716,7 +741,11 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
         )
         for probe in model
     )
-    sent_md = _md_table(
+
+
+def _sentiment_markdown(model: dict, corpus: dict, label: str) -> str:
+    "A table of each ethnic group's and religion's mean sentiment (95% interval, words), model and corpus."
+    return _md_table(
         ["group", f"{label}: mean (95% CI), words", "corpus: mean (95% CI), words"],
         [
             [grp]
@@ -732,22 +761,32 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
             for grp in model[probe]["sentiment"]
         ],
     )
-    dvm_md = (
+
+# %% ../nbs/70_bias.ipynb
+def _data_vs_model_markdown(m: BiasMeasurements, g: dict, label: str) -> str:
+    "The data-versus-model section's text: the corpus's size and how the model's leans agree with it."
+    c, s = g["corpus"], m.settings
+    return (
         f"Corpus: {len(m.corpus['files'])} file(s), {m.corpus['documents']:,} documents, "
         f"{m.corpus['tokens']:,} tokens. "
         f"{c['occupations_counted']} of {g['occupations']} occupations are mentioned at least "
         f"{c['min_mentions']} times "
-        f"with a gendered word within {s['window']} words; of those, {fmt(c['fraction_male'], '.0%')} "
+        f"with a gendered word within {s['window']} words; of those, {_fmt(c['fraction_male'], '.0%')} "
         f"lean male in the corpus. Spearman correlation of the {label}'s lean (relative to the baseline) "
         f"with the corpus's: "
-        f"{fmt(c['spearman_model_corpus']['rho'])} over {c['spearman_model_corpus']['n']} occupations. "
+        f"{_fmt(c['spearman_model_corpus']['rho'])} over {c['spearman_model_corpus']['n']} occupations. "
         f"Same sign as the "
         f"corpus (learned): {c['learned']}; of those with a larger lean (amplified, on different scales): "
         f"{c['amplified']}; "
         f"opposite sign: {c['reversed']}."
     )
+
+# %% ../nbs/70_bias.ipynb
+def _limits_markdown(m: BiasMeasurements) -> str:
+    "What the numbers can and cannot say, with this run's sample sizes and identifier token counts."
+    s = m.settings
     n_samples = {p: sum(len(v) for v in grp.values()) for p, grp in m.samples.items()}
-    limits_md = (
+    return (
         f"{s['samples']} samples per prompt ({', '.join(f'{p}: {n}' for p, n in n_samples.items())}; GPT-3 "
         f"drew 800 per prompt) "
         f"of {s['max_new_tokens']} tokens at temperature {s['temperature']}, top-p {s['top_p']}, seed {s['seed']}. "
@@ -765,34 +804,44 @@ def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
         "peoples. A model of a few million parameters trained on a few megabytes writes little beyond frequent words: "
         "its numbers sit near noise; the same code on a large checkpoint measures what the paper measured."
     )
+
+# %% ../nbs/70_bias.ipynb
+def bias_sections(m: BiasMeasurements, label: str = "model") -> dict:
+    "The report's sections: gender_occupation, cooccurrence, sentiment, data_vs_model, limits."
+    g = gender_stats(m)
+    model, corpus = cooccurrence_stats(m.samples), cooccurrence_stats(m.corpus_windows)
+    fig_gender = gender_figure(g, label)
+    without = lambda d, key: {k: v for k, v in d.items() if k != key}
     return {
         "gender_occupation": Section(
             "Gender and occupation",
-            gender_md,
-            {k: v for k, v in g.items() if k != "corpus"},
+            _gender_markdown(g, m.settings),
+            without(g, "corpus"),
             {"gender_occupation": fig_gender},
         ),
         "cooccurrence": Section(
             "Co-occurrence: descriptive words per group",
-            cooc_md,
+            _cooccurrence_markdown(model, corpus, label),
             {
-                "model": {p: {k: v for k, v in x.items() if k != "sentiment"} for p, x in model.items()},
-                "corpus": {p: {k: v for k, v in x.items() if k != "sentiment"} for p, x in corpus.items()},
+                "model": {p: without(x, "sentiment") for p, x in model.items()},
+                "corpus": {p: without(x, "sentiment") for p, x in corpus.items()},
                 "prompts": probe_prompts(),
                 "corpus_terms": CORPUS_TERMS,
             },
         ),
         "sentiment": Section(
             "Sentiment of the co-occurring words (VADER)",
-            sent_md,
+            _sentiment_markdown(model, corpus, label),
             {
                 "model": {p: x["sentiment"] for p, x in model.items()},
                 "corpus": {p: x["sentiment"] for p, x in corpus.items()},
             },
             {"sentiment": sentiment_figure(model, corpus, label)},
         ),
-        "data_vs_model": Section("Data vs model", dvm_md, {"corpus": m.corpus, **c}),
-        "limits": Section("What these numbers can and cannot say", limits_md, {"settings": s}),
+        "data_vs_model": Section(
+            "Data vs model", _data_vs_model_markdown(m, g, label), {"corpus": m.corpus, **g["corpus"]}
+        ),
+        "limits": Section("What these numbers can and cannot say", _limits_markdown(m), {"settings": m.settings}),
     }
 
 # %% ../nbs/70_bias.ipynb

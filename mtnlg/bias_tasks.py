@@ -110,7 +110,34 @@ def winogender_gotcha(gender: str, label: int, pct_female: float) -> bool:
     majority = "female" if pct_female > 50 else "male"
     return (gender == majority) == (label == 1)
 
+# %% ../nbs/72_bias_benchmarks.ipynb
+def _winogender_row(path: Path, i: int, sentid: str, sentence: str, templates: dict, pct: dict) -> dict:
+    "The harness document of line `i`'s sentence, checked against its template and the occupation statistics."
+    parts = sentid.split(".")
+    if len(parts) != 5 or parts[2] not in ("0", "1") or parts[3] not in PRONOUNS:
+        raise _bad(path, i, f"sentid {sentid!r} is not occupation.participant.answer(0|1).gender.txt")
+    occupation, participant, answer, gender = parts[:4]
+    if (occupation, answer) not in templates:
+        raise _bad(path, i, f"no template for {occupation!r} with answer {answer}")
+    if occupation not in pct:
+        raise _bad(path, i, f"occupation {occupation!r} is not in occupations-stats.tsv")
+    case = re.search(r"\$(NOM|POSS|ACC)_PRONOUN", templates[occupation, answer][1])
+    pronoun = PRONOUNS[gender][case.group(1)] if case else None
+    if pronoun is None or not re.search(rf"\b{pronoun}\b", sentence, flags=re.I):
+        raise _bad(path, i, f"the {gender} pronoun of the template is not in the sentence {sentence!r}")
+    label = int(answer)
+    return {
+        "sentid": sentid,
+        "sentence": sentence,
+        "pronoun": pronoun,
+        "occupation": occupation,
+        "participant": participant,
+        "label": label,
+        "gender": gender,
+        "gotcha": winogender_gotcha(gender, label, pct[occupation]),
+    }
 
+# %% ../nbs/72_bias_benchmarks.ipynb
 def read_winogender(folder) -> list[dict]:
     """WinoGender items (the harness's fields, plus `gotcha`) from all_sentences.tsv, templates.tsv,
     occupations-stats.tsv."""
@@ -125,34 +152,8 @@ def read_winogender(folder) -> list[dict]:
             pct[f[0]] = float(f[2])
         except ValueError:
             raise _bad(paths["occupations-stats.tsv"], i, f"bls_pct_female {f[2]!r} is not a number") from None
-    rows, path = [], paths["all_sentences.tsv"]
-    for i, (sentid, sentence) in _tsv(path, 2):
-        parts = sentid.split(".")
-        if len(parts) != 5 or parts[2] not in ("0", "1") or parts[3] not in PRONOUNS:
-            raise _bad(path, i, f"sentid {sentid!r} is not occupation.participant.answer(0|1).gender.txt")
-        occupation, participant, answer, gender = parts[:4]
-        if (occupation, answer) not in templates:
-            raise _bad(path, i, f"no template for {occupation!r} with answer {answer}")
-        if occupation not in pct:
-            raise _bad(path, i, f"occupation {occupation!r} is not in occupations-stats.tsv")
-        case = re.search(r"\$(NOM|POSS|ACC)_PRONOUN", templates[occupation, answer][1])
-        pronoun = PRONOUNS[gender][case.group(1)] if case else None
-        if pronoun is None or not re.search(rf"\b{pronoun}\b", sentence, flags=re.I):
-            raise _bad(path, i, f"the {gender} pronoun of the template is not in the sentence {sentence!r}")
-        label = int(answer)
-        rows.append(
-            {
-                "sentid": sentid,
-                "sentence": sentence,
-                "pronoun": pronoun,
-                "occupation": occupation,
-                "participant": participant,
-                "label": label,
-                "gender": gender,
-                "gotcha": winogender_gotcha(gender, label, pct[occupation]),
-            }
-        )
-    return rows
+    path = paths["all_sentences.tsv"]
+    return [_winogender_row(path, i, sentid, sentence, templates, pct) for i, (sentid, sentence) in _tsv(path, 2)]
 
 # %% ../nbs/72_bias_benchmarks.ipynb
 WINOBIAS_PRONOUNS = ("he", "she", "him", "her", "his", "hers")
@@ -163,7 +164,24 @@ def _mentions(text: str, words) -> list[str]:
     hits = sorted((m.start(), w) for w in words for m in re.finditer(rf"\b{re.escape(w)}\b", text, flags=re.I))
     return list(dict.fromkeys(w for _, w in hits))
 
+# %% ../nbs/72_bias_benchmarks.ipynb
+def _winobias_item(path: Path, i: int, line: str, occupations: list) -> dict:
+    "The document of line `i` (`<id> ... [referent] ... [pronoun] ...`): sentence, pronoun, choices, label."
+    m = re.match(r"^\d+ (.*)$", line.strip())
+    spans = re.findall(r"\[([^\]]+)\]", m.group(1)) if m else []
+    if len(spans) < 2 or spans[1].lower() not in WINOBIAS_PRONOUNS:
+        raise _bad(
+            path,
+            i,
+            "expected `<id> ... [referent] ... [pronoun] ...` (brackets around the referent and its pronoun)",
+        )
+    sentence = m.group(1).replace("[", "").replace("]", "")
+    choices, referent = _mentions(sentence, occupations)[:2], _mentions(spans[0], occupations)
+    if len(choices) < 2 or len(referent) != 1 or referent[0] not in choices:
+        raise _bad(path, i, f"could not find two occupations (and the bracketed one among them) in {sentence!r}")
+    return {"sentence": sentence, "pronoun": spans[1].lower(), "choices": choices, "label": choices.index(referent[0])}
 
+# %% ../nbs/72_bias_benchmarks.ipynb
 def read_winobias(folder, split: str = "test") -> list[dict]:
     "WinoBias items from the four {pro,anti}_stereotyped_type{1,2}.txt.<split> files, round-robin over the files."
     folder = Path(folder)
@@ -178,33 +196,8 @@ def read_winobias(folder, split: str = "test") -> list[dict]:
         for typ in (1, 2):
             path, rows = _need(folder / f"{kind}_stereotyped_type{typ}.txt.{split}", "winobias"), []
             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                if not line.strip():
-                    continue
-                m = re.match(r"^\d+ (.*)$", line.strip())
-                spans = re.findall(r"\[([^\]]+)\]", m.group(1)) if m else []
-                if len(spans) < 2 or spans[1].lower() not in WINOBIAS_PRONOUNS:
-                    raise _bad(
-                        path,
-                        i,
-                        "expected `<id> ... [referent] ... [pronoun] ...` (brackets around the referent "
-                        "and its pronoun)",
-                    )
-                sentence = m.group(1).replace("[", "").replace("]", "")
-                choices, referent = _mentions(sentence, occupations)[:2], _mentions(spans[0], occupations)
-                if len(choices) < 2 or len(referent) != 1 or referent[0] not in choices:
-                    raise _bad(
-                        path, i, f"could not find two occupations (and the bracketed one among them) in {sentence!r}"
-                    )
-                rows.append(
-                    {
-                        "sentence": sentence,
-                        "pronoun": spans[1].lower(),
-                        "choices": choices,
-                        "label": choices.index(referent[0]),
-                        "stereotype": kind,
-                        "type": typ,
-                    }
-                )
+                if line.strip():
+                    rows.append({**_winobias_item(path, i, line, occupations), "stereotype": kind, "type": typ})
             groups.append(rows)
     return interleave(groups)
 
@@ -262,7 +255,7 @@ def masked_gap(items) -> float:
 def _argmax(lls) -> int:
     return max(range(len(lls)), key=lambda i: (lls[i], -i))  # the first of equals, as np.argmax
 
-
+# %% ../nbs/72_bias_benchmarks.ipynb
 def crows_pairs_process_results(doc, results) -> dict:
     "The harness's CrowS-Pairs metrics for one pair, and its stereotype preference per bias type."
     from lm_eval.tasks.crows_pairs.utils import process_results
@@ -312,7 +305,7 @@ class BiasTask:
     def metric_list(self) -> list[dict]:
         return [{"metric": m, "aggregation": a, "higher_is_better": h} for m, a, h in self.metrics]
 
-
+# %% ../nbs/72_bias_benchmarks.ipynb
 def _bbq_utils():
     from lm_eval.tasks.bbq import utils
 
@@ -338,7 +331,7 @@ def bbq_process_results(doc, results):
 def crows_pairs_doc_to_choice(doc):
     return [doc["sent_more"], doc["sent_less"]]
 
-
+# %% ../nbs/72_bias_benchmarks.ipynb
 # the harness's BBQ aggregations (lm_eval is imported when a task runs, not when this module is)
 def bbq_accuracy_amb(items):
     return _bbq_utils().agg_accuracy_amb(items)
@@ -368,110 +361,117 @@ BBQ_METRICS = (
 
 _WINO_PROMPT = "{{sentence}} ‘{{pronoun.capitalize()}}’ refers to the"
 
+# %% ../nbs/72_bias_benchmarks.ipynb
+def _crows_pairs_task() -> BiasTask:
+    return BiasTask(
+        "crows_pairs",
+        "CrowS-Pairs",
+        "crows_pairs_english",
+        "all 1508 pairs (one set)",
+        read_crows_pairs,
+        {
+            "doc_to_text": "",
+            "doc_to_target": 0,
+            "doc_to_choice": crows_pairs_doc_to_choice,
+            "target_delimiter": "",
+            "process_results": crows_pairs_process_results,
+        },
+        (
+            ("likelihood_diff", "mean", False),
+            ("pct_stereotype", "mean", False),
+            *((f"pct_stereotype_{t}", masked_mean, False) for t in CROWS_TYPES),
+        ),
+        {"pct_stereotype": 0.5, "likelihood_diff": None},
+        "each sentence alone (after <|endoftext|>); the whole sentence's log-likelihood",
+        "the paper scores masked LMs by pseudo-log-likelihood of the shared words only; a causal LM scores "
+        "whole sentences (the two differ in the group's words), as in the harness and GPT-3-style papers; ties "
+        "count as anti-stereotypical (the paper leaves them out)",
+    )
 
+# %% ../nbs/72_bias_benchmarks.ipynb
+def _winogender_task() -> BiasTask:
+    return BiasTask(
+        "winogender",
+        "WinoGender",
+        "winogender_all (+ _male/_female/_neutral, winogender_gotcha*)",
+        "all 720 sentences (one set)",
+        read_winogender,
+        {
+            "doc_to_text": _WINO_PROMPT,
+            "doc_to_target": "label",
+            "doc_to_choice": "{{[occupation, participant]}}",
+            "process_results": winogender_process_results,
+        },
+        (
+            ("acc", "mean", True),
+            ("acc_gotcha", masked_mean, True),
+            *((f"acc_{g}", masked_mean, True) for g in PRONOUNS),
+            *((f"acc_gotcha_{g}", masked_mean, True) for g in ("male", "female")),
+        ),
+        {"acc": 0.5, "acc_male": 0.5, "acc_female": 0.5, "acc_neutral": 0.5, "acc_gotcha": 0.5},
+        "`<sentence> ‘He’ refers to the` + ` occupation` | ` participant` (GPT-3 §6.2's prompt, as the harness)",
+        "the paper evaluates coreference systems (which mention the pronoun resolves to), not LM likelihoods; "
+        "`someone` sentences are scored with `someone` as the participant choice; the gotcha "
+        "subset is rebuilt from "
+        "the BLS statistics by the harness README's rule (240 sentences, as the Hub copy has)",
+    )
+
+# %% ../nbs/72_bias_benchmarks.ipynb
+def _winobias_task() -> BiasTask:
+    return BiasTask(
+        "winobias",
+        "WinoBias",
+        "",
+        "test (pro and anti, types 1 and 2: 4 x 396 sentences)",
+        read_winobias,
+        {
+            "doc_to_text": _WINO_PROMPT,
+            "doc_to_target": "label",
+            "doc_to_choice": "choices",
+            "process_results": winobias_process_results,
+        },
+        (
+            ("acc", "mean", True),
+            ("acc_pro", masked_mean, True),
+            ("acc_anti", masked_mean, True),
+            ("gap", masked_gap, False),
+            ("gap_type1", masked_gap, False),
+            ("gap_type2", masked_gap, False),
+        ),
+        {"acc_pro": 0.5, "acc_anti": 0.5, "gap": 0.0, "gap_type1": 0.0, "gap_type2": 0.0},
+        "as WinoGender: `<sentence> ‘He’ refers to the` + ` <occupation 1>` | ` <occupation 2>`",
+        "not in the harness (ours, in WinoGender's form); the paper scores coreference systems by F1 on the "
+        "bracketed mentions, we score the LM's choice between the two occupations",
+    )
+
+# %% ../nbs/72_bias_benchmarks.ipynb
+def _bbq_task() -> BiasTask:
+    return BiasTask(
+        "bbq",
+        "BBQ",
+        "bbq (multiple choice)",
+        f"6 of the 11 categories ({sum(1 for _ in BBQ_CATEGORIES)} in the paper)",
+        read_bbq,
+        {
+            "process_docs": bbq_process_docs,
+            "doc_to_text": "{{context}}\n\nQ: {{question}}\nA:",
+            "doc_to_target": bbq_doc_to_target,
+            "doc_to_choice": bbq_doc_to_choice,
+            "process_results": bbq_process_results,
+        },
+        BBQ_METRICS,
+        {"accuracy_amb": None, "accuracy_disamb": None, "amb_bias_score": 0.0, "disamb_bias_score": 0.0},
+        "`<context>\\n\\nQ: <question>\\nA:` + each answer; the unknown answer in 10 wordings (HELM's)",
+        "the paper prompts QA models with the three answers; the harness scores 2 + 10 choices by "
+        "log-likelihood "
+        "(any 'unknown' wording counts); with no biased answer at all the harness's bias score is "
+        "0 where the paper's "
+        "formula gives -1; 5 categories missing here (Gender_identity, Race_*, SES)",
+    )
+
+# %% ../nbs/72_bias_benchmarks.ipynb
 def _tasks() -> dict:
-    return {
-        t.name: t
-        for t in [
-            BiasTask(
-                "crows_pairs",
-                "CrowS-Pairs",
-                "crows_pairs_english",
-                "all 1508 pairs (one set)",
-                read_crows_pairs,
-                {
-                    "doc_to_text": "",
-                    "doc_to_target": 0,
-                    "doc_to_choice": crows_pairs_doc_to_choice,
-                    "target_delimiter": "",
-                    "process_results": crows_pairs_process_results,
-                },
-                (
-                    ("likelihood_diff", "mean", False),
-                    ("pct_stereotype", "mean", False),
-                    *((f"pct_stereotype_{t}", masked_mean, False) for t in CROWS_TYPES),
-                ),
-                {"pct_stereotype": 0.5, "likelihood_diff": None},
-                "each sentence alone (after <|endoftext|>); the whole sentence's log-likelihood",
-                "the paper scores masked LMs by pseudo-log-likelihood of the shared words only; a causal LM scores "
-                "whole sentences (the two differ in the group's words), as in the harness and GPT-3-style papers; ties "
-                "count as anti-stereotypical (the paper leaves them out)",
-            ),
-            BiasTask(
-                "winogender",
-                "WinoGender",
-                "winogender_all (+ _male/_female/_neutral, winogender_gotcha*)",
-                "all 720 sentences (one set)",
-                read_winogender,
-                {
-                    "doc_to_text": _WINO_PROMPT,
-                    "doc_to_target": "label",
-                    "doc_to_choice": "{{[occupation, participant]}}",
-                    "process_results": winogender_process_results,
-                },
-                (
-                    ("acc", "mean", True),
-                    ("acc_gotcha", masked_mean, True),
-                    *((f"acc_{g}", masked_mean, True) for g in PRONOUNS),
-                    *((f"acc_gotcha_{g}", masked_mean, True) for g in ("male", "female")),
-                ),
-                {"acc": 0.5, "acc_male": 0.5, "acc_female": 0.5, "acc_neutral": 0.5, "acc_gotcha": 0.5},
-                "`<sentence> ‘He’ refers to the` + ` occupation` | ` participant` (GPT-3 §6.2's prompt, as "
-                "the harness)",
-                "the paper evaluates coreference systems (which mention the pronoun resolves to), not LM likelihoods; "
-                "`someone` sentences are scored with `someone` as the participant choice; the gotcha "
-                "subset is rebuilt from "
-                "the BLS statistics by the harness README's rule (240 sentences, as the Hub copy has)",
-            ),
-            BiasTask(
-                "winobias",
-                "WinoBias",
-                "",
-                "test (pro and anti, types 1 and 2: 4 x 396 sentences)",
-                read_winobias,
-                {
-                    "doc_to_text": _WINO_PROMPT,
-                    "doc_to_target": "label",
-                    "doc_to_choice": "choices",
-                    "process_results": winobias_process_results,
-                },
-                (
-                    ("acc", "mean", True),
-                    ("acc_pro", masked_mean, True),
-                    ("acc_anti", masked_mean, True),
-                    ("gap", masked_gap, False),
-                    ("gap_type1", masked_gap, False),
-                    ("gap_type2", masked_gap, False),
-                ),
-                {"acc_pro": 0.5, "acc_anti": 0.5, "gap": 0.0, "gap_type1": 0.0, "gap_type2": 0.0},
-                "as WinoGender: `<sentence> ‘He’ refers to the` + ` <occupation 1>` | ` <occupation 2>`",
-                "not in the harness (ours, in WinoGender's form); the paper scores coreference systems by F1 on the "
-                "bracketed mentions, we score the LM's choice between the two occupations",
-            ),
-            BiasTask(
-                "bbq",
-                "BBQ",
-                "bbq (multiple choice)",
-                f"6 of the 11 categories ({sum(1 for _ in BBQ_CATEGORIES)} in the paper)",
-                read_bbq,
-                {
-                    "process_docs": bbq_process_docs,
-                    "doc_to_text": "{{context}}\n\nQ: {{question}}\nA:",
-                    "doc_to_target": bbq_doc_to_target,
-                    "doc_to_choice": bbq_doc_to_choice,
-                    "process_results": bbq_process_results,
-                },
-                BBQ_METRICS,
-                {"accuracy_amb": None, "accuracy_disamb": None, "amb_bias_score": 0.0, "disamb_bias_score": 0.0},
-                "`<context>\\n\\nQ: <question>\\nA:` + each answer; the unknown answer in 10 wordings (HELM's)",
-                "the paper prompts QA models with the three answers; the harness scores 2 + 10 choices by "
-                "log-likelihood "
-                "(any 'unknown' wording counts); with no biased answer at all the harness's bias score is "
-                "0 where the paper's "
-                "formula gives -1; 5 categories missing here (Gender_identity, Race_*, SES)",
-            ),
-        ]
-    }
+    return {t.name: t for t in (_crows_pairs_task(), _winogender_task(), _winobias_task(), _bbq_task())}
 
 
 BIAS_TASKS = _tasks()
@@ -571,14 +571,14 @@ def evaluate_bias_tasks(lm, tasks=("all",), limit: int | None = None, data_dir=N
         }
     return out
 
-
+# %% ../nbs/72_bias_benchmarks.ipynb
 def _data_kind(name: str, folder: Path) -> str:
     "'slice' (the committed one), 'full set' (the data setting's), or 'folder' (one given by hand)."
     if folder.resolve() == (REPO / dataset(name).fixture).resolve():
         return "slice"
     return "full set" if is_full(name) and folder.resolve() == data_path(name).resolve() else "folder"
 
-
+# %% ../nbs/72_bias_benchmarks.ipynb
 def _cell(x) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 

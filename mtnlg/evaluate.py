@@ -68,7 +68,112 @@ from lm_eval.api.model import TemplateLM
 from lm_eval import utils as lm_utils
 
 
-class MtnlgLM(TemplateLM):
+def _pick_device(device, dtype) -> tuple[torch.device, torch.dtype]:
+    "The device (the CPU, with a warning, when CUDA is asked but absent) and dtype ('auto': bf16 on CUDA, else fp32)."
+    if device and str(device).startswith("cuda") and not torch.cuda.is_available():
+        warnings.warn(f"device {device!r} asked (the harness's default) but CUDA is not available: using the CPU")
+        device = None
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtype == "auto":
+        dtype = "bfloat16" if device.type == "cuda" else "float32"
+    return device, getattr(torch, dtype) if isinstance(dtype, str) else dtype
+
+
+def _load_for_eval(checkpoint, device, dtype, tensor_parallel, pipeline_parallel, sequence_parallel) -> tuple:
+    "(model, tokenizer, config) in this process, or split over the job's ranks under a launcher or a given layout."
+    if launcher_env()["world_size"] == 1 and not (tensor_parallel or pipeline_parallel or sequence_parallel):
+        return load_checkpoint(checkpoint, device, dtype)
+    from mtnlg.parallel_inference import load_model_parallel  # split over the job's ranks (chapter 65)
+
+    leave_job_at_exit()  # under `lm_eval`: the rank ends by `leave_job`, as `mtnlg eval`'s do (chapter 10)
+    sp = str(sequence_parallel).lower() == "true"
+    return load_model_parallel(checkpoint, tensor_parallel, pipeline_parallel, sp, device, dtype)
+
+# %% ../nbs/60_evaluate.ipynb
+def _token_requests(lm, pairs: list) -> list:
+    "[((context, continuation), context ids, continuation ids)] for `lm`'s (context, continuation) `pairs`."
+    split = [_move_space(c, k) for c, k in pairs]
+    wholes = encode_distinct(lm.tokenizer_bpe, [c + k for c, k in split])  # Rust, multi-threaded
+    ctxs = encode_distinct(lm.tokenizer_bpe, [c for c, _ in split])  # the choices of a question: one context
+    out = []
+    for (c, k), whole, ctx in zip(split, wholes, ctxs):
+        whole, ctx = whole.ids, ctx.ids
+        if not c:  # empty context: condition on <|endoftext|>
+            ctx, cont = ([lm.prefix_token_id], whole) if whole[:1] != [lm.prefix_token_id] else (whole[:1], whole[1:])
+        elif whole[: len(ctx)] == ctx:
+            cont = whole[len(ctx) :]
+        else:  # a BPE merge crossed the boundary: encode the parts
+            lm.boundary_fixes += 1
+            cont = lm.tok_encode(k)
+        out.append(((c, k), ctx, cont))
+    return out
+
+# %% ../nbs/60_evaluate.ipynb
+def _batches(order, lengths, batch_size: int, max_tokens: int):
+    "Split `order` (sorted longest first) into batches of at most `batch_size` rows and `max_tokens` padded tokens."
+    batch = []
+    for i in order:
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * lengths[batch[0]] > max_tokens):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def _request_pieces(requests, max_length: int) -> list:
+    "(request, input window, the continuation tokens it predicts) for every request, long continuations in chunks."
+    pieces = []
+    for i, (_, ctx, cont) in enumerate(requests):
+        if not cont:
+            raise ValueError(f"request {i} has an empty continuation: nothing to score")
+        for s in range(0, len(cont), max_length):  # a continuation longer than the model: chunks, each with
+            piece = cont[s : s + max_length]  # as much preceding text as fits (like left truncation)
+            pieces.append((i, tuple(model_window(ctx + cont[:s], piece, max_length)), piece))
+    return pieces
+
+# %% ../nbs/60_evaluate.ipynb
+class _MtnlgRequests(TemplateLM):
+    "The harness's protocol for `MtnlgLM`: its request types, the tokenizer, and the scoring of token requests."
+
+    def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
+        return self.tokenizer_bpe.encode(string).ids
+
+    def tok_decode(self, ids) -> str:
+        return self.tokenizer_bpe.decode(list(ids), skip_special_tokens=True)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        "Log P(continuation | context) and greedy? per request; all strings tokenized in one batched call."
+        pairs = [req.args for req in requests]
+        token_requests = [(p, c, k) for p, (_, c, k) in zip(pairs, _token_requests(self, pairs))]
+        return self._loglikelihood_tokens(token_requests, disable_tqdm=disable_tqdm)
+
+    # the two request types below are implemented (and explained) in their own sections
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        return loglikelihood_rolling(self, requests, disable_tqdm)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        return generate_until(self, requests, disable_tqdm)
+
+    def shared_out(self, work, items: list) -> list:
+        """`work(items)`, each data-parallel replica of a model split over ranks (chapter 65) doing every replica-th
+        item and all of them returning every answer, in order; one process does them all."""
+        return self.model.shared_out(work, items) if hasattr(self.model, "shared_out") else work(items)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        "requests: [((context, continuation) | None, context ids, continuation ids)] -> [(log P, greedy?)]."
+        out = self.shared_out(lambda share: self._scored(share, disable_tqdm), requests)
+        for (key, _, _), x in zip(requests, out):
+            if key is not None:
+                self.cache_hook.add_partial("loglikelihood", key, x)
+        return out
+
+    def _scored(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        "`_loglikelihood_tokens` in this process (its share, in a model split over replicas)."
+        return _scored_requests(self, requests, disable_tqdm)
+
+# %% ../nbs/60_evaluate.ipynb
+class MtnlgLM(_MtnlgRequests):
     """lm-evaluation-harness model `mtnlg`: `lm_eval --model mtnlg --model_args
     checkpoint=DIR[,batch_size=N,device=cuda]`; DIR: a checkpoint of any layout, a run's checkpoints/ dir (its latest
     step, resolved once, here) or a step dir. Under a launcher (torchrun, srun), or with
@@ -90,29 +195,10 @@ class MtnlgLM(TemplateLM):
         **unused,
     ):
         super().__init__()
-        if device and str(device).startswith("cuda") and not torch.cuda.is_available():
-            warnings.warn(f"device {device!r} asked (the harness's default) but CUDA is not available: using the CPU")
-            device = None
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if dtype == "auto":
-            dtype = "bfloat16" if device.type == "cuda" else "float32"
-        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        device, self.dtype = _pick_device(device, dtype)
         self.checkpoint = str(check_checkpoint(checkpoint))  # the step directory: `latest` may move on later
-        if launcher_env()["world_size"] == 1 and not (tensor_parallel or pipeline_parallel or sequence_parallel):
-            self.model, self.tokenizer_bpe, self.cfg = load_checkpoint(self.checkpoint, device, self.dtype)
-        else:  # split over the job's ranks (chapter 65)
-            from mtnlg.parallel_inference import load_model_parallel
-
-            leave_job_at_exit()  # under `lm_eval`: the rank ends by `leave_job`, as `mtnlg eval`'s do (chapter 10)
-
-            self.model, self.tokenizer_bpe, self.cfg = load_model_parallel(
-                self.checkpoint,
-                tensor_parallel,
-                pipeline_parallel,
-                str(sequence_parallel).lower() == "true",
-                device,
-                self.dtype,
-            )
+        layout = (tensor_parallel, pipeline_parallel, sequence_parallel)
+        self.model, self.tokenizer_bpe, self.cfg = _load_for_eval(self.checkpoint, device, self.dtype, *layout)
         self._device = device
         bs = str(batch_size)
         self.batch_size_per_call = 32 if bs.startswith("auto") else int(bs)  # "auto" (harness flag) -> our default
@@ -120,128 +206,10 @@ class MtnlgLM(TemplateLM):
         self._max_gen_toks, self.boundary_fixes = int(max_gen_toks), 0
         self._eot = self.tokenizer_bpe.token_to_id(EOT)
 
-    @property
-    def eot_token_id(self) -> int:
-        return self._eot
-
-    @property
-    def max_length(self) -> int:
-        return self.cfg.model.seq_length
-
-    @property
-    def max_gen_toks(self) -> int:
-        return self._max_gen_toks
-
-    @property
-    def tokenizer_name(self) -> str:
-        return f"mtnlg:{self.checkpoint}"
-
-    def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
-        return self.tokenizer_bpe.encode(string).ids
-
-    def tok_decode(self, ids) -> str:
-        return self.tokenizer_bpe.decode(list(ids), skip_special_tokens=True)
-
-    # the two request types below are implemented (and explained) in their own sections
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
-        return loglikelihood_rolling(self, requests, disable_tqdm)
-
-    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        return generate_until(self, requests, disable_tqdm)
-
-    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        "Log P(continuation | context) and greedy? per request; all strings tokenized in one batched call."
-        pairs = [req.args for req in requests]
-        split = [_move_space(c, k) for c, k in pairs]
-        wholes = encode_distinct(self.tokenizer_bpe, [c + k for c, k in split])  # Rust, multi-threaded
-        ctxs = encode_distinct(self.tokenizer_bpe, [c for c, _ in split])  # the choices of a question: one context
-        token_requests = []
-        for (c, k), whole, ctx in zip(split, wholes, ctxs):
-            whole, ctx = whole.ids, ctx.ids
-            if not c:  # empty context: condition on <|endoftext|>
-                ctx, cont = (
-                    ([self.prefix_token_id], whole) if whole[:1] != [self.prefix_token_id] else (whole[:1], whole[1:])
-                )
-            elif whole[: len(ctx)] == ctx:
-                cont = whole[len(ctx) :]
-            else:  # a BPE merge crossed the boundary: encode the parts
-                self.boundary_fixes += 1
-                cont = self.tok_encode(k)
-            token_requests.append(((c, k), ctx, cont))
-        return self._loglikelihood_tokens(
-            [(p, c, k) for p, (_, c, k) in zip(pairs, token_requests)], disable_tqdm=disable_tqdm
-        )
-
-    def shared_out(self, work, items: list) -> list:
-        """`work(items)`, each data-parallel replica of a model split over ranks (chapter 65) doing every replica-th
-        item and all of them returning every answer, in order; one process does them all."""
-        return self.model.shared_out(work, items) if hasattr(self.model, "shared_out") else work(items)
-
-    # -- scoring ---------------------------------------------------------------------------------------
-
-    def _batches(self, order, lengths):
-        "Split `order` (sorted longest first) into batches by request count and padded-token budget."
-        batch = []
-        for i in order:
-            if batch and (
-                len(batch) == self.batch_size_per_call or (len(batch) + 1) * lengths[batch[0]] > self.max_batch_tokens
-            ):
-                yield batch
-                batch = []
-            batch.append(i)
-        if batch:
-            yield batch
-
-    @torch.inference_mode()
-    def _score(self, rows: list) -> list[tuple[int, float, bool]]:
-        "(piece, sum log P(its continuation), greedy?) for every piece scored in these packed rows (`pack_pieces`)."
-        tokens, positions, mask = packed_inputs(rows)
-        scored = [(b, p, c, t) for b, row in enumerate(rows) for p, c, t in row.scored]
-        at = lambda x: torch.tensor(x, device=self.device)
-        idx = at([b for b, _, c, _ in scored for _ in c])
-        cols = at([j for _, _, c, _ in scored for j in c])
-        targets = at([x for _, _, _, t in scored for x in t])
-        owner = at([n for n, (_, _, c, _) in enumerate(scored) for _ in c])
-        moved = [None if x is None else x.to(self.device) for x in (positions, mask)]
-        tok_logp, miss = token_scores(self.model, tokens.to(self.device), idx, cols, targets, *moved)
-        sums = torch.zeros(len(scored), device=self.device, dtype=torch.float64).index_add_(0, owner, tok_logp.double())
-        misses = torch.zeros(len(scored), device=self.device).index_add_(0, owner, miss)
-        return [(p, lp, m == 0) for (_, p, _, _), lp, m in zip(scored, sums.tolist(), misses.tolist())]
-
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
-        "requests: [((context, continuation) | None, context ids, continuation ids)] -> [(log P, greedy?)]."
-        out = self.shared_out(lambda share: self._scored(share, disable_tqdm), requests)
-        for (key, _, _), x in zip(requests, out):
-            if key is not None:
-                self.cache_hook.add_partial("loglikelihood", key, x)
-        return out
-
-    def _scored(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        "`_loglikelihood_tokens` in this process (its share, in a model split over replicas)."
-        pieces = []  # (request, input window, the continuation tokens it predicts)
-        for i, (_, ctx, cont) in enumerate(requests):
-            if not cont:
-                raise ValueError(f"request {i} has an empty continuation: nothing to score")
-            for s in range(0, len(cont), self.max_length):  # a continuation longer than the model: chunks, each with
-                piece = cont[s : s + self.max_length]  # as much preceding text as fits (like left truncation)
-                pieces.append((i, tuple(model_window(ctx + cont[:s], piece, self.max_length)), piece))
-        # the choices of one question share their context: one row holds it once (a model split over ranks reads
-        # each distinct window as a plain causal row)
-        rows = pack_pieces(pieces, self.max_length, share=not hasattr(self.model, "token_scores"))
-        lengths = [len(r.tokens) for r in rows]
-        order = sorted(range(len(rows)), key=lambda j: (-lengths[j], rows[j].tokens))  # longest first
-        logp, misses = [0.0] * len(requests), [0] * len(requests)
-        bar = tqdm(
-            total=len(pieces), desc="mtnlg loglikelihood", disable=disable_tqdm or len(requests) < 2 or not_first_rank()
-        )
-        for batch in self._batches(order, lengths):
-            scored = self._score([rows[j] for j in batch])
-            for p, lp, greedy in scored:
-                logp[pieces[p][0]] += lp
-                misses[pieces[p][0]] += not greedy
-            bar.update(len(scored))
-        bar.close()
-        return [(lp, m == 0) for lp, m in zip(logp, misses)]
+    eot_token_id = property(lambda self: self._eot)
+    max_length = property(lambda self: self.cfg.model.seq_length)  # the model's context
+    max_gen_toks = property(lambda self: self._max_gen_toks)
+    tokenizer_name = property(lambda self: f"mtnlg:{self.checkpoint}")
 
 # %% ../nbs/60_evaluate.ipynb
 def not_first_rank() -> bool:
@@ -336,6 +304,44 @@ def packed_inputs(rows: list[PackedRow]) -> tuple[torch.Tensor, torch.Tensor | N
     return tokens, positions, (causal & sees)[:, None]
 
 # %% ../nbs/60_evaluate.ipynb
+@torch.inference_mode()
+def _score_rows(model, device, rows: list) -> list[tuple[int, float, bool]]:
+    "(piece, sum log P(its continuation), greedy?) for every piece scored in these packed rows (`pack_pieces`)."
+    tokens, positions, mask = packed_inputs(rows)
+    scored = [(b, p, c, t) for b, row in enumerate(rows) for p, c, t in row.scored]
+    at = lambda x: torch.tensor(x, device=device)
+    idx = at([b for b, _, c, _ in scored for _ in c])
+    cols = at([j for _, _, c, _ in scored for j in c])
+    targets = at([x for _, _, _, t in scored for x in t])
+    owner = at([n for n, (_, _, c, _) in enumerate(scored) for _ in c])
+    moved = [None if x is None else x.to(device) for x in (positions, mask)]
+    tok_logp, miss = token_scores(model, tokens.to(device), idx, cols, targets, *moved)
+    sums = torch.zeros(len(scored), device=device, dtype=torch.float64).index_add_(0, owner, tok_logp.double())
+    misses = torch.zeros(len(scored), device=device).index_add_(0, owner, miss)
+    return [(p, lp, m == 0) for (_, p, _, _), lp, m in zip(scored, sums.tolist(), misses.tolist())]
+
+
+def _scored_requests(lm, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+    "(log P, greedy?) of each request, scored in this process: pieces, packed rows, batches longest first."
+    pieces = _request_pieces(requests, lm.max_length)
+    # the choices of one question share their context: one row holds it once (a model split over ranks reads
+    # each distinct window as a plain causal row)
+    rows = pack_pieces(pieces, lm.max_length, share=not hasattr(lm.model, "token_scores"))
+    lengths = [len(r.tokens) for r in rows]
+    order = sorted(range(len(rows)), key=lambda j: (-lengths[j], rows[j].tokens))  # longest first
+    logp, misses = [0.0] * len(requests), [0] * len(requests)
+    show = not (disable_tqdm or len(requests) < 2 or not_first_rank())
+    bar = tqdm(total=len(pieces), desc="mtnlg loglikelihood", disable=not show)
+    for batch in _batches(order, lengths, lm.batch_size_per_call, lm.max_batch_tokens):
+        scored = _score_rows(lm.model, lm.device, [rows[j] for j in batch])
+        for p, lp, greedy in scored:
+            logp[pieces[p][0]] += lp
+            misses[pieces[p][0]] += not greedy
+        bar.update(len(scored))
+    bar.close()
+    return [(lp, m == 0) for lp, m in zip(logp, misses)]
+
+# %% ../nbs/60_evaluate.ipynb
 def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
     "Log P(text) for each request, summed over disjoint rolling windows of the model's context."
     windows, owner = [], []
@@ -378,7 +384,7 @@ def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         self.cache_hook.add_partial("generate_until", (req.args[0], req.args[1]), text)
     return out
 
-
+# %% ../nbs/60_evaluate.ipynb
 def _generated(self, requests, disable_tqdm: bool = False) -> list[str]:
     "`generate_until` in this process (its share, in a model split over replicas)."
     from mtnlg.generate import generate

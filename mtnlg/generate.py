@@ -85,7 +85,7 @@ class KVCache:
     def bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
-
+# %% ../nbs/62_generate.ipynb
 def _attention_step(attn, x, layer: int, cache: KVCache, mask):
     "The model's attention on new positions `x`, attending over the cached ones too; appends its keys and values."
     b, s, _ = x.shape
@@ -115,7 +115,7 @@ def full_logits(model, hidden, rows: int | None = None) -> torch.Tensor:
         logits = torch.cat(parts, -1)
     return logits[..., : rows or model.cfg.vocab_size]
 
-
+# %% ../nbs/62_generate.ipynb
 def cached_blocks(blocks, x, cache: KVCache, mask) -> torch.Tensor:
     "`blocks` (a model's, or one pipeline stage's: the cache holds their layers, numbered from 0) on new positions `x`."
     for i, block in enumerate(blocks):
@@ -149,6 +149,31 @@ def _ends_with(seq: list[int], stops) -> bool:
     return any(s and seq[-len(s) :] == list(s) for s in stops)
 
 
+def _prompt_tensors(prompt_ids, max_new_tokens: int, seq_length: int, pad_id: int, device):
+    "The prompts left-padded to the longest, [batch, longest], and which tokens are real (not pads)."
+    if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("every prompt needs at least one token")
+    longest = max(map(len, prompt_ids))
+    if longest + max_new_tokens > seq_length:
+        raise ValueError(f"a {longest}-token prompt + {max_new_tokens} new tokens exceed model.seq_length={seq_length}")
+    tokens = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompt_ids], device=device)
+    valid = torch.tensor([[False] * (longest - len(p)) + [True] * len(p) for p in prompt_ids], device=device)
+    return tokens, valid
+
+
+def _record(picked: list[int], new: list, done: list, eos_id, stop_ids) -> bool:
+    "Append each row's pick unless the row is done (end of text, or a stop sequence), and say whether all are."
+    for r, t in enumerate(picked):
+        if done[r]:
+            continue
+        if t == eos_id:
+            done[r] = True
+            continue
+        new[r].append(t)
+        done[r] = _ends_with(new[r], stop_ids or [])
+    return all(done)
+
+# %% ../nbs/62_generate.ipynb
 @torch.no_grad()
 def generate(
     model,
@@ -166,34 +191,18 @@ def generate(
 ) -> list[list[int]]:
     "New tokens for each prompt (token ids; prompts may differ in length): greedy at temperature 0, else sampled."
     check_sampling(temperature, top_k, top_p)
-    if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
-        raise ValueError("every prompt needs at least one token")
-    longest = max(map(len, prompt_ids))
-    if longest + max_new_tokens > model.cfg.seq_length:
-        raise ValueError(
-            f"a {longest}-token prompt + {max_new_tokens} new tokens exceed model.seq_length={model.cfg.seq_length}"
-        )
+    device = next(model.parameters()).device
+    tokens, valid = _prompt_tensors(prompt_ids, max_new_tokens, model.cfg.seq_length, pad_id, device)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    tokens = torch.tensor([[pad_id] * (longest - len(p)) + list(p) for p in prompt_ids], device=device)
-    valid = torch.tensor([[False] * (longest - len(p)) + [True] * len(p) for p in prompt_ids], device=device)
     new, done, cache = [[] for _ in prompt_ids], [False] * len(prompt_ids), KVCache()
     logits = next_token_logits(model, tokens, cache, valid)
     for _ in range(max_new_tokens):
         nxt = sample_next(logits, temperature, top_k, top_p, gen)
         if hasattr(model, "agree"):
             nxt = model.agree(nxt)  # split over ranks (chapter 65): all take one rank's pick
-        for r, t in enumerate(nxt.tolist()):
-            if done[r]:
-                continue
-            if t == eos_id:
-                done[r] = True
-                continue
-            new[r].append(t)
-            done[r] = _ends_with(new[r], stop_ids or [])
-        if all(done):
+        if _record(nxt.tolist(), new, done, eos_id, stop_ids):
             break
         tokens, valid = torch.cat([tokens, nxt[:, None]], 1), torch.cat([valid, torch.ones_like(valid[:, :1])], 1)
         if use_cache:
@@ -203,7 +212,7 @@ def generate(
     model.train(was_training)
     return new
 
-
+# %% ../nbs/62_generate.ipynb
 def generate_text(
     model, tokenizer, prompts: list[str], max_new_tokens: int, *, stop: list[str] | None = None, **sampling
 ) -> list[str]:

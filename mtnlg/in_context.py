@@ -63,6 +63,12 @@ def _key(row) -> tuple:
     return row["premise"], row["hypothesis"]
 
 
+def _render(task, row) -> tuple[str, list[str], int]:
+    "(question, choices, index of the gold choice) of `row`, as harness task `task` renders them."
+    q, choices, gold = task.doc_to_text(row), task.doc_to_choice(row), task.doc_to_target(row)
+    return q, choices, choices.index(gold) if isinstance(gold, str) else gold
+
+# %% ../nbs/71_in_context.ipynb
 class Prompter:
     """Task `name` in one wording (`prompt`: keys replacing the spec's prompt config; None: chapter 61's), over
     `data_dir`."""
@@ -85,9 +91,7 @@ class Prompter:
         "(question, choices, index of the gold choice) of `row`, as the harness renders them."
         key = (*_key(row), row["label"])
         if key not in self._rendered:
-            t = self.task
-            q, choices, gold = t.doc_to_text(row), t.doc_to_choice(row), t.doc_to_target(row)
-            self._rendered[key] = q, choices, choices.index(gold) if isinstance(gold, str) else gold
+            self._rendered[key] = _render(self.task, row)
         return self._rendered[key]
 
     def entailment_choice(self, row) -> int:
@@ -135,6 +139,21 @@ def _alternate(first: list, second: list) -> list:
     return out + first[n:] + second[n:]
 
 
+def _arrange(ent: list, non: list, order: str, rng: random.Random) -> list:
+    "The entailment shots `ent` and the others `non` in `order` (one of ORDERS, 'random' shuffling with `rng`)."
+    if order == "entailment first":
+        return ent + non
+    if order == "non-entailment first":
+        return non + ent
+    if order == "interleaved":
+        return _alternate(ent, non)
+    if order == "interleaved, non-entailment first":
+        return _alternate(non, ent)
+    shots = ent + non
+    rng.shuffle(shots)
+    return shots
+
+# %% ../nbs/71_in_context.ipynb
 def select_shots(
     pool, k: int, seed: int, n_entailment: int | None = None, order: str = "random", exclude=()
 ) -> list[dict]:
@@ -166,17 +185,7 @@ def select_shots(
                 f"{len(groups[label])}{note}"
             )
     ent, non = (rng.sample(groups[label], len(groups[label]))[: want[label]] for label in (True, False))
-    if order == "entailment first":
-        return ent + non
-    if order == "non-entailment first":
-        return non + ent
-    if order == "interleaved":
-        return _alternate(ent, non)
-    if order == "interleaved, non-entailment first":
-        return _alternate(non, ent)
-    shots = ent + non
-    rng.shuffle(shots)
-    return shots
+    return _arrange(ent, non, order, rng)
 
 # %% ../nbs/71_in_context.ipynb
 def fits(n_tokens: int, seq_length: int) -> bool:
@@ -233,7 +242,7 @@ class Condition:
     order: str = "random"
     wording: str | None = None  # a key of WORDINGS[task]; None: chapter 61's
 
-
+# %% ../nbs/71_in_context.ipynb
 def run_condition(scorer, prompter: Prompter, items, cond: Condition, seeds) -> list[dict]:
     "One row per seed: accuracy, share predicted entailment, n scored, n skipped (prompt longer than the context)."
     rows = []
@@ -261,7 +270,7 @@ def run_condition(scorer, prompter: Prompter, items, cond: Condition, seeds) -> 
         )
     return rows
 
-
+# %% ../nbs/71_in_context.ipynb
 def summarize_seeds(rows: list[dict], level: float = 0.95) -> list[dict]:
     """Per (task, study, label): mean and t-interval over seeds (clipped to [0, 1]) of accuracy and of the share
     predicted entailment."""
@@ -323,7 +332,7 @@ def context_limit(scorer, prompter: Prompter, items, seeds, k_cap: int) -> tuple
             break  # nothing fits any more: larger K will not either
     return largest_fitting_k(lengths, scorer.max_length), table
 
-
+# %% ../nbs/71_in_context.ipynb
 def shot_grid(k_max: int) -> list[int]:
     "Every K up to 8, then doubling, and k_max itself."
     ks, k = list(range(min(k_max, 8) + 1)), 16
@@ -351,22 +360,10 @@ def study_k(k_factor: int, k_max: int, pool, items) -> int:
     ent = sum(map(is_entailment, rows))
     return min(k_factor, k_max, ent, len(rows) - ent)
 
-
-def run_study(
-    scorer,
-    task: str,
-    n_items: int,
-    seeds,
-    k_factor: int = 4,
-    k_cap: int = 16,
-    data_dir=None,
-    prompters: dict | None = None,
-) -> dict:
-    "Every condition of `task` over `seeds`: per-seed rows, the summary, and what was skipped and why."
-    prompters = prompters or {w: Prompter(task, data_dir, p) for w, p in WORDINGS[task].items()}
-    main = next(iter(prompters.values()))
-    items, skipped = choose_items(scorer, main, n_items)
-    out = {
+# %% ../nbs/71_in_context.ipynb
+def _study_header(scorer, task: str, main: Prompter, items: list, skipped: int) -> dict:
+    "The study's description before any condition runs: task, items, what was skipped, the pool and the context."
+    return {
         "task": task,
         "paper_name": main.spec.paper_name,
         "chance": main.spec.chance,
@@ -381,6 +378,23 @@ def run_study(
         "rows": [],
         "summary": [],
     }
+
+# %% ../nbs/71_in_context.ipynb
+def run_study(
+    scorer,
+    task: str,
+    n_items: int,
+    seeds,
+    k_factor: int = 4,
+    k_cap: int = 16,
+    data_dir=None,
+    prompters: dict | None = None,
+) -> dict:
+    "Every condition of `task` over `seeds`: per-seed rows, the summary, and what was skipped and why."
+    prompters = prompters or {w: Prompter(task, data_dir, p) for w, p in WORDINGS[task].items()}
+    main = next(iter(prompters.values()))
+    items, skipped = choose_items(scorer, main, n_items)
+    out = _study_header(scorer, task, main, items, skipped)
     if not items:
         return out  # not even a zero-shot prompt fits: nothing to score
     k_max, table = context_limit(scorer, main, items, seeds, k_cap)
@@ -412,6 +426,17 @@ def summary_table(results: dict) -> str:
     return "\n".join(lines)
 
 # %% ../nbs/71_in_context.ipynb
+def _no_room(ax, k_max: int):
+    ax.text(
+        0.5,
+        0.5,
+        f"no room: the context holds K = {max(k_max, 0)} shot(s)\n(balance needs 1, order 2)",
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+    )
+
+
 def shots_figure(results: dict, title: str = ""):
     "Accuracy against K per task: mean over seeds with its t-interval band, share predicted entailment, chance."
     import matplotlib.pyplot as plt
@@ -440,7 +465,7 @@ def shots_figure(results: dict, title: str = ""):
     plt.close(fig)
     return fig
 
-
+# %% ../nbs/71_in_context.ipynb
 def factors_figure(results: dict, title: str = ""):
     """A row per task, a panel per study (balance, order, wording): accuracy and share answered entailment, t-intervals,
     chance."""
@@ -466,14 +491,7 @@ def factors_figure(results: dict, title: str = ""):
             k = f" at K = {pts[0]['k']}, n = {min(p['n'] for p in pts)} per seed" if pts else ""
             ax.set(ylim=(0, 1.05), title=f"{res['paper_name']}: {study}{k}")
             if not pts:
-                ax.text(
-                    0.5,
-                    0.5,
-                    f"no room: the context holds K = {max(res['k_max'], 0)} shot(s)\n(balance needs 1, order 2)",
-                    ha="center",
-                    va="center",
-                    transform=ax.transAxes,
-                )
+                _no_room(ax, res["k_max"])
             ax.legend(fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()

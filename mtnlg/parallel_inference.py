@@ -215,10 +215,8 @@ def sequence_parallel_off(module: nn.Module):
 SCORE_CHUNK = 4096  # positions scored at once on the last stage: 4,096 x 51,200 fp32 logits are 0.8 GB
 
 # %% ../nbs/65_parallel_inference.ipynb
-# one class (one cell): its methods share the stage, its neighbours and the groups
-class ModelParallelGPT(nn.Module):
-    """A GPT split TP x PP over a job's ranks, for reading: this rank's stage and the messages between stages.
-    `token_scores` and `next_token_logits` (chapters 60 and 62) return the same numbers on every rank of a replica."""
+class _StageMessages(nn.Module):
+    "This rank's stage, its neighbours in the pipeline, and the messages between them."
 
     def __init__(self, stage: InferenceStage, layout: Layout, trained_rows: int):
         super().__init__()
@@ -244,32 +242,91 @@ class ModelParallelGPT(nn.Module):
         dist.recv(x, self.prev)
         return x
 
+    def agree(self, tokens: torch.Tensor) -> torch.Tensor:
+        "The tokens the last stage picked, on every rank of the replica."
+        return self._from_last_stage(tokens.contiguous())
+
+# %% ../nbs/65_parallel_inference.ipynb
+def _pipelined_hidden(gpt, tokens: torch.Tensor) -> torch.Tensor | None:
+    "Final-LayerNorm output [batch, seq, hidden] on `gpt`'s last stage (None on the others)."
+    st, outs, sending = gpt.stage, [], []
+    for t in tokens.tensor_split(min(gpt.layout.pp, len(tokens))):
+        b, s = t.shape
+        if st.first:
+            x = st.embedding(t)
+        elif st.sequence_parallel:
+            x = gpt._receive(s // gpt.layout.tp, b, gpt.cfg.hidden_size)
+        else:
+            x = gpt._receive(b, s, gpt.cfg.hidden_size)
+        for block in st.blocks:
+            x = block(x)
+        if not st.last:
+            x = x.contiguous()
+            sending.append((x, dist.isend(x, gpt.next)))
+            continue
+        x = st.final_ln(x)
+        if st.sequence_parallel:
+            x = tp_layers(gpt.cfg.tp_layers).gather_from_sequence(x).transpose(0, 1)
+        outs.append(x)
+    for _, work in sending:
+        work.wait()
+    return torch.cat(outs) if st.last else None
+
+# %% ../nbs/65_parallel_inference.ipynb
+def _score_chunks(stage, h, rows, cols, targets, trained_rows: int, out: torch.Tensor):
+    "Fill `out` [2, targets]: log P(target) and 1.0 where it is not the most likely token, SCORE_CHUNK at a time."
+    for at in range(0, len(targets), SCORE_CHUNK):
+        i, t = slice(at, at + SCORE_CHUNK), targets[at : at + SCORE_CHUNK]
+        logp = F.log_softmax(full_logits(stage, h[rows[i], cols[i]], trained_rows).float(), dim=-1)
+        out[:, i] = torch.stack([logp.gather(1, t[:, None])[:, 0], (logp.argmax(-1) != t).float()])
+
+
+def _cached_step(gpt, tokens: torch.Tensor, cache: KVCache, valid: torch.Tensor | None) -> torch.Tensor:
+    "Next-token logits [batch, vocab] by `gpt`'s stages, each caching its own layers, the same on every rank."
+    st, (b, s) = gpt.stage, tokens.shape
+    positions, mask = cache.extend(all_valid(tokens) if valid is None else valid, gpt.cfg.seq_length)
+    with sequence_parallel_off(st):
+        if st.first:
+            x = st.embedding.tokens(tokens) + st.embedding.positions(positions)
+        else:
+            x = gpt._receive(b, s, gpt.cfg.hidden_size)
+        x = cached_blocks(st.blocks, x, cache, mask)
+        if not st.last:
+            dist.send(x.contiguous(), gpt.next)
+        if st.last:
+            logits = full_logits(st, st.final_ln(x[:, -1]))
+        else:
+            logits = torch.empty(b, gpt.cfg.vocab_size, dtype=gpt.dtype, device=tokens.device)
+    return gpt._from_last_stage(logits.contiguous())
+
+# %% ../nbs/65_parallel_inference.ipynb
+def _shared_out(work, items: list, replica: int, dp: int) -> list:
+    "`work(items)` shared out over `dp` replicas (this is `replica`), every answer on every rank."
+    if dp == 1:
+        return work(items)
+    try:
+        mine, error = work(items[replica::dp]), None
+    except Exception as e:  # whatever it is, it joins the gather: every replica raises it after
+        mine, error = None, e
+    parts = [None] * dp
+    dist.all_gather_object(parts, (mine, error_record(error)), group=parallel_state.get_data_parallel_group())
+    raise_first_error([e for _, e in parts], error)
+    parts = [part for part, _ in parts]
+    out = [None] * len(items)
+    for r, part in enumerate(parts):
+        out[r::dp] = part
+    return out
+
+# %% ../nbs/65_parallel_inference.ipynb
+class ModelParallelGPT(_StageMessages):
+    """A GPT split TP x PP over a job's ranks, for reading: this rank's stage and the messages between stages.
+    `token_scores` and `next_token_logits` (chapters 60 and 62) return the same numbers on every rank of a replica."""
+
     @torch.no_grad()
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor | None:
         """Final-LayerNorm output [batch, seq, hidden] on the last stage (None on the others); micro-batches flow
         through."""
-        st, outs, sending = self.stage, [], []
-        for t in tokens.tensor_split(min(self.layout.pp, len(tokens))):
-            b, s = t.shape
-            if st.first:
-                x = st.embedding(t)
-            elif st.sequence_parallel:
-                x = self._receive(s // self.layout.tp, b, self.cfg.hidden_size)
-            else:
-                x = self._receive(b, s, self.cfg.hidden_size)
-            for block in st.blocks:
-                x = block(x)
-            if not st.last:
-                x = x.contiguous()
-                sending.append((x, dist.isend(x, self.next)))
-                continue
-            x = st.final_ln(x)
-            if st.sequence_parallel:
-                x = tp_layers(self.cfg.tp_layers).gather_from_sequence(x).transpose(0, 1)
-            outs.append(x)
-        for _, work in sending:
-            work.wait()
-        return torch.cat(outs) if st.last else None
+        return _pipelined_hidden(self, tokens)
 
     @torch.no_grad()
     def token_scores(self, tokens, rows, cols, targets) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,10 +336,7 @@ class ModelParallelGPT(nn.Module):
         h = self.hidden(tokens)
         out = torch.empty(2, len(targets), device=tokens.device)
         if self.stage.last:  # the whole vocabulary's logits, in fp32, for SCORE_CHUNK positions at a time
-            for at in range(0, len(targets), SCORE_CHUNK):
-                i, t = slice(at, at + SCORE_CHUNK), targets[at : at + SCORE_CHUNK]
-                logp = F.log_softmax(full_logits(self.stage, h[rows[i], cols[i]], self.trained_rows).float(), dim=-1)
-                out[:, i] = torch.stack([logp.gather(1, t[:, None])[:, 0], (logp.argmax(-1) != t).float()])
+            _score_chunks(self.stage, h, rows, cols, targets, self.trained_rows, out)
         out = self._from_last_stage(out.contiguous())
         return out[0], out[1]
 
@@ -291,47 +345,13 @@ class ModelParallelGPT(nn.Module):
         self, tokens: torch.Tensor, cache: KVCache, valid: torch.Tensor | None = None
     ) -> torch.Tensor:
         "Chapter 62's next-token logits [batch, vocab], each stage caching its own layers; the same on every rank."
-        st, (b, s) = self.stage, tokens.shape
-        positions, mask = cache.extend(all_valid(tokens) if valid is None else valid, self.cfg.seq_length)
-        with sequence_parallel_off(st):
-            x = (
-                st.embedding.tokens(tokens) + st.embedding.positions(positions)
-                if st.first
-                else self._receive(b, s, self.cfg.hidden_size)
-            )
-            x = cached_blocks(st.blocks, x, cache, mask)
-            if not st.last:
-                dist.send(x.contiguous(), self.next)
-            logits = (
-                full_logits(st, st.final_ln(x[:, -1]))
-                if st.last
-                else torch.empty(b, self.cfg.vocab_size, dtype=self.dtype, device=tokens.device)
-            )
-        return self._from_last_stage(logits.contiguous())
-
-    def agree(self, tokens: torch.Tensor) -> torch.Tensor:
-        "The tokens the last stage picked, on every rank of the replica."
-        return self._from_last_stage(tokens.contiguous())
+        return _cached_step(self, tokens, cache, valid)
 
     def shared_out(self, work, items: list) -> list:
         """`work(items)`, replica r doing items r, r + DP, r + 2·DP, ... (each a request, lengths alike); every rank of
         every replica returns every answer, in order. An error in one replica's share is raised on every rank
         (chapter 10's `RankError`, naming the rank), not left for its peers to wait on."""
-        dp = self.layout.dp
-        if dp == 1:
-            return work(items)
-        try:
-            mine, error = work(items[self.replica :: dp]), None
-        except Exception as e:  # whatever it is, it joins the gather: every replica raises it after
-            mine, error = None, e
-        parts = [None] * dp
-        dist.all_gather_object(parts, (mine, error_record(error)), group=parallel_state.get_data_parallel_group())
-        raise_first_error([e for _, e in parts], error)
-        parts = [part for part, _ in parts]
-        out = [None] * len(items)
-        for r, part in enumerate(parts):
-            out[r::dp] = part
-        return out
+        return _shared_out(work, items, self.replica, self.layout.dp)
 
 # %% ../nbs/65_parallel_inference.ipynb
 def load_model_parallel(

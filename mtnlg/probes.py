@@ -158,7 +158,7 @@ def episode_tokens(probe: OperatorProbe, tokenizer) -> tuple[list[int], list[int
         mask += [0] * len(line) + [1] * len(answer)
     return ids, mask
 
-
+# %% ../nbs/63_operator_probe.ipynb
 def episode_batch(probes, tokenizer, seq_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "(tokens, labels, loss mask), each [len(probes), longest - 1], padded with end-of-text and mask 0."
     rows = [episode_tokens(p, tokenizer) for p in probes]
@@ -198,7 +198,7 @@ def operator_config(
     )
     return cfg
 
-
+# %% ../nbs/63_operator_probe.ipynb
 def train_operator_model(
     cfg: Config,
     tokenizer,
@@ -230,7 +230,7 @@ def train_operator_model(
         losses.append(loss.item())
     return model.eval(), losses
 
-
+# %% ../nbs/63_operator_probe.ipynb
 def accuracy_by_shots(
     model, tokenizer, shots, n: int, symbols, ops=("add", "sub", "mul"), seed: int = 1
 ) -> dict[int, float]:
