@@ -222,28 +222,28 @@ def _stage_facts(module, cfg: Config, layout: Layout, stage: int) -> dict:
     )
 
 # %% ../nbs/56_rehearsal.ipynb
-def _exec_forward(module, buf: dict, i: int, io: dict):
+def _exec_forward(module, buf: dict, i: int, facts: dict):
     "`ForwardPass` on pipe buffer `i`, as the engine keeps its tensors; the loss on the last stage, else None."
     x = buf["inputs"][i].clone()
-    if io["parts"] and not io["first"]:  # all-gathered: the whole input, kept in place of its part
-        x = buf["inputs"][i] = torch.empty(io["shape"], dtype=io["dtype"], requires_grad=True)
+    if facts["parts"] and not facts["first"]:  # all-gathered: the whole input, kept in place of its part
+        x = buf["inputs"][i] = torch.empty(facts["shape"], dtype=facts["dtype"], requires_grad=True)
     out = buf["outputs"][i] = module(x)
-    if io["parts"] and not io["last"]:  # 1/TP of the output kept, and the output's graph with its data emptied
-        buf["outputs"][i] = out.detach().reshape(-1)[: io["size"] // io["tp"]].clone()
-        out.data = torch.zeros(1, dtype=io["dtype"])
+    if facts["parts"] and not facts["last"]:  # 1/TP of the output kept, and the output's graph with its data emptied
+        buf["outputs"][i] = out.detach().reshape(-1)[: facts["size"] // facts["tp"]].clone()
+        out.data = torch.zeros(1, dtype=facts["dtype"])
         buf["graphs"][i] = out
-    return module.loss_fn(out, buf["labels"][i]) if io["last"] else None
+    return module.loss_fn(out, buf["labels"][i]) if facts["last"] else None
 
 
-def _exec_backward(loss, buf: dict, i: int, io: dict, zero: Zero1):
+def _exec_backward(loss, buf: dict, i: int, facts: dict, zero: Zero1):
     "`BackwardPass` on pipe buffer `i`: from the loss on the last stage, else from a received gradient, whole."
-    if io["last"]:
+    if facts["last"]:
         loss.backward()
     else:
-        out = buf["graphs"][i] if io["parts"] else buf["outputs"][i]
-        if io["parts"]:  # the output made whole again
-            out.data = torch.empty(io["shape"], dtype=io["dtype"])
-        out.backward(torch.empty(io["shape"], dtype=io["dtype"]))  # the received gradient, whole
+        out = buf["graphs"][i] if facts["parts"] else buf["outputs"][i]
+        if facts["parts"]:  # the output made whole again
+            out.data = torch.empty(facts["shape"], dtype=facts["dtype"])
+        out.backward(torch.empty(facts["shape"], dtype=facts["dtype"]))  # the received gradient, whole
         buf["outputs"][i] = buf["graphs"][i] = out = None  # nothing holds the output through the accumulation
     zero.accumulate()
 
@@ -253,26 +253,26 @@ def run_step(module, zero: Zero1, cfg: Config, layout: Layout, stage: int, micro
     engine does, up to the steady state's backward after the last forward. Returns the forwards and backwards run."""
     from deepspeed.runtime.pipe import schedule as S
 
-    io = _stage_facts(module, cfg, layout, stage)
+    facts = _stage_facts(module, cfg, layout, stage)
     b, v, s = cfg.schedule.micro_batch_size, cfg.model.vocab_size, cfg.model.seq_length
     sched = S.TrainSchedule(micro_batches=micro_batches, stages=layout.pp, stage_id=stage)
     buf = {k: [None] * sched.num_pipe_buffers() for k in ("inputs", "labels", "outputs", "graphs")}
-    ran, received, loss = {"forward": 0, "backward": 0}, torch.empty(io["part"], dtype=io["dtype"]), None
+    ran, received, loss = {"forward": 0, "backward": 0}, torch.empty(facts["part"], dtype=facts["dtype"]), None
     for cmds in sched:
         if ran["forward"] == micro_batches and ran["backward"] >= micro_batches - sched.num_pipe_buffers() + 2:
             break  # every buffer reused once: what follows repeats this
         for cmd in cmds:
             i = getattr(cmd, "buffer_id", None)
             if isinstance(cmd, S.LoadMicroBatch):
-                buf["inputs"][i] = torch.randint(0, v, (b, s)) if io["first"] else buf["inputs"][i]
-                buf["labels"][i] = torch.randint(0, v, (b, s)) if io["last"] else None
+                buf["inputs"][i] = torch.randint(0, v, (b, s)) if facts["first"] else buf["inputs"][i]
+                buf["labels"][i] = torch.randint(0, v, (b, s)) if facts["last"] else None
             elif isinstance(cmd, S.RecvActivation):
-                buf["inputs"][i] = received.clone().detach().requires_grad_(not io["parts"])
+                buf["inputs"][i] = received.clone().detach().requires_grad_(not facts["parts"])
             elif isinstance(cmd, S.ForwardPass):
-                loss = _exec_forward(module, buf, i, io)
+                loss = _exec_forward(module, buf, i, facts)
                 ran["forward"] += 1
             elif isinstance(cmd, S.BackwardPass):
-                _exec_backward(loss, buf, i, io, zero)
+                _exec_backward(loss, buf, i, facts, zero)
                 ran["backward"] += 1
             elif isinstance(cmd, S.SendGrad):
                 buf["inputs"][i] = None
