@@ -583,15 +583,15 @@ def _slice_reads(name: str, files: list, saved: tuple, shape, dim: int, tp_rank:
     return reads
 
 # %% ../nbs/43_checkpoint.ipynb
-def _holders_in(meta: dict, where, name: str, part: str) -> dict[int, list[str]]:
-    "TP rank -> the shard files of checkpoint `meta` (at `where`) holding `name` in `part` (model or fragments)."
+def _holders_in(index, name: str, part: str) -> dict[int, list[str]]:
+    "TP rank -> the shard files of `index` (its `meta`; its `dir` for the error) holding `name` in `part`."
     out = {}
-    for f, e in meta["shards"].items():
+    for f, e in index.meta["shards"].items():
         if name in e[part]:
             out.setdefault(e["coord"][2], []).append(f)
     if not out:
         what = "parameter" if part == "model" else "optimizer state for"
-        raise KeyError(f"checkpoint {str(where)!r} has no {what} {name!r}")
+        raise KeyError(f"checkpoint {str(index.dir)!r} has no {what} {name!r}")
     return dict(sorted(out.items()))
 
 # %% ../nbs/43_checkpoint.ipynb
@@ -617,7 +617,7 @@ class ShardIndex:
 
     def _holders(self, name: str, part: str) -> dict[int, list[str]]:
         "TP rank -> the shard files holding `name` in `part` (model or fragments)."
-        return _holders_in(self.meta, self.dir, name, part)
+        return _holders_in(self, name, part)
 
     def model_files(self, names: list[str] | None = None) -> list[str]:
         """The files `model_slice` opens to read parameters `names` (default: every one): for each, the first file of
