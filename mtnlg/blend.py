@@ -59,7 +59,7 @@ def epoch_documents(n_docs: int, epochs: float, rng: np.random.Generator) -> np.
     parts = [rng.permutation(n_docs) for _ in range(whole)] + [rng.permutation(n_docs)[: round(frac * n_docs)]]
     return np.concatenate(parts).astype(np.int64)
 
-
+# %% ../nbs/34_blend.ipynb
 def blend_order(
     sizes: dict, weights: dict, total_tokens: float, seed: int = 0
 ) -> tuple[list, np.ndarray, np.ndarray, dict]:
@@ -93,7 +93,7 @@ def blend_order(
     start = np.cumsum([0] + [len(s) for s in streams])[:-1]
     return names, order, np.concatenate(streams)[start[order] + within], report
 
-
+# %% ../nbs/34_blend.ipynb
 def blend_documents(
     datasets: dict, weights: dict, total_tokens: float, seed: int = 0, tokens_of=None
 ) -> tuple[list, dict]:

@@ -583,6 +583,18 @@ def _slice_reads(name: str, files: list, saved: tuple, shape, dim: int, tp_rank:
     return reads
 
 # %% ../nbs/43_checkpoint.ipynb
+def _holders_in(index, name: str, part: str) -> dict[int, list[str]]:
+    "TP rank -> the shard files of `index` (its `meta`; its `dir` for the error) holding `name` in `part`."
+    out = {}
+    for f, e in index.meta["shards"].items():
+        if name in e[part]:
+            out.setdefault(e["coord"][2], []).append(f)
+    if not out:
+        what = "parameter" if part == "model" else "optimizer state for"
+        raise KeyError(f"checkpoint {str(index.dir)!r} has no {what} {name!r}")
+    return dict(sorted(out.items()))
+
+# %% ../nbs/43_checkpoint.ipynb
 class ShardIndex:
     """What a checkpoint's index tells a reader before it reads a weight: which files hold each parameter, how they
     split it, its saved shape and dtype. `Checkpoint` below reads that from `meta.json` and the mapped shards; a
@@ -605,14 +617,7 @@ class ShardIndex:
 
     def _holders(self, name: str, part: str) -> dict[int, list[str]]:
         "TP rank -> the shard files holding `name` in `part` (model or fragments)."
-        out = {}
-        for f, e in self.meta["shards"].items():
-            if name in e[part]:
-                out.setdefault(e["coord"][2], []).append(f)
-        if not out:
-            what = "parameter" if part == "model" else "optimizer state for"
-            raise KeyError(f"checkpoint {str(self.dir)!r} has no {what} {name!r}")
-        return dict(sorted(out.items()))
+        return _holders_in(self, name, part)
 
     def model_files(self, names: list[str] | None = None) -> list[str]:
         """The files `model_slice` opens to read parameters `names` (default: every one): for each, the first file of
@@ -839,7 +844,30 @@ def _assemble_pieces(pieces: list[dict], shape: list, what: str, name: str, wher
     return flat.view(shape)
 
 # %% ../nbs/43_checkpoint.ipynb
-class _Tensors(_ShardFiles):
+class _TensorReads(_ShardFiles):
+    "`Checkpoint`'s fourth layer, first half: a parameter's saved shape, and the slice a rank of any layout holds."
+
+    def saved(self, file: str, name: str) -> tuple[list, int, torch.dtype]:
+        "(shape, tp_dim, dtype) of parameter `name` as file `file` holds it (the file mapped, not read)."
+        s = self.shard(file)
+        return list(s["model"][name].shape), s["tp_dim"][name], s["model"][name].dtype
+
+    def model_slice(self, name: str, shape, dim: int = -1, tp_rank: int = 0, tp: int = 1) -> torch.Tensor:
+        """The weights of `name` that TP rank `tp_rank` of `tp` holds when split along `dim` into pieces of `shape`
+        (-1: not split, the whole tensor), copied from only the overlapping part of only the shards that hold it
+        (memory-mapped, `slice_reads`): no process assembles a whole tensor it does not hold."""
+        return self.read(name, self.slice_reads(name, shape, dim, tp_rank, tp), shape)
+
+    def read(self, name: str, reads: list, shape) -> torch.Tensor:
+        "Parameter `name`'s slice of `shape` made by `reads` (`slice_reads`'s copies); rows no read fills are zeros."
+        out = torch.zeros(shape, dtype=self.saved(self.model_files([name])[0], name)[2])
+        for r in reads:
+            t = self.shard(r.file)["model"][name]
+            out.narrow(r.dim, r.dst, r.length).copy_(t.narrow(r.dim, r.src, r.length))
+        return out
+
+# %% ../nbs/43_checkpoint.ipynb
+class _Tensors(_TensorReads):
     "`Checkpoint`'s fourth layer: any parameter or optimizer state whole, or the slice a rank of any layout holds."
 
     def full(self, name: str, what: str = "model") -> torch.Tensor:
@@ -865,25 +893,6 @@ class _Tensors(_ShardFiles):
             return self.model_slice(name, shape, dim, tp_rank, tp)
         t = fit_rows(self.full(name, what), whole, name)
         return t.chunk(tp, dim)[tp_rank].contiguous() if dim >= 0 else t
-
-    def saved(self, file: str, name: str) -> tuple[list, int, torch.dtype]:
-        "(shape, tp_dim, dtype) of parameter `name` as file `file` holds it (the file mapped, not read)."
-        s = self.shard(file)
-        return list(s["model"][name].shape), s["tp_dim"][name], s["model"][name].dtype
-
-    def model_slice(self, name: str, shape, dim: int = -1, tp_rank: int = 0, tp: int = 1) -> torch.Tensor:
-        """The weights of `name` that TP rank `tp_rank` of `tp` holds when split along `dim` into pieces of `shape`
-        (-1: not split, the whole tensor), copied from only the overlapping part of only the shards that hold it
-        (memory-mapped, `slice_reads`): no process assembles a whole tensor it does not hold."""
-        return self.read(name, self.slice_reads(name, shape, dim, tp_rank, tp), shape)
-
-    def read(self, name: str, reads: list, shape) -> torch.Tensor:
-        "Parameter `name`'s slice of `shape` made by `reads` (`slice_reads`'s copies); rows no read fills are zeros."
-        out = torch.zeros(shape, dtype=self.saved(self.model_files([name])[0], name)[2])
-        for r in reads:
-            t = self.shard(r.file)["model"][name]
-            out.narrow(r.dim, r.dst, r.length).copy_(t.narrow(r.dim, r.src, r.length))
-        return out
 
 # %% ../nbs/43_checkpoint.ipynb
 class Checkpoint(_Tensors):

@@ -22,9 +22,6 @@ from pathlib import Path
 import yaml
 
 # %% ../nbs/00_config.ipynb
-ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")  # torch.nn.attention.SDPBackend's, and auto
-
-
 @dataclass
 class ModelConfig:
     "GPT decoder shape: pre-LayerNorm, learned positions, GeLU MLP, tied embeddings."
@@ -319,6 +316,9 @@ def _validate_ranges(c: Config):
         )
 
 # %% ../nbs/00_config.ipynb
+ATTENTION_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")  # torch.nn.attention.SDPBackend's, and auto
+
+
 def _validate_choices(c: Config):
     m, p, s = c.model, c.parallel, c.schedule
     if m.tp_layers not in ("megatron", "scratch"):
@@ -384,26 +384,6 @@ def _validate_split(m: ModelConfig, p: ParallelConfig):
         )
 
 # %% ../nbs/00_config.ipynb
-def _validate_batch(p: ParallelConfig, s: ScheduleConfig):
-    if p.world_size is not None and p.world_size != p.total_gpus:
-        raise ConfigError(
-            f"`parallel.world_size`={p.world_size} but TP*PP*DP = {p.tensor_parallel}*{p.pipeline_parallel}*"
-            f"{p.data_parallel} = {p.total_gpus}; set data_parallel = world_size / (TP*PP)"
-            + (
-                f" = {p.world_size // p.gpus_per_replica}"
-                if p.world_size % p.gpus_per_replica == 0
-                else f" (world_size must be a multiple of TP*PP = {p.gpus_per_replica})"
-            )
-        )
-    per_step = s.micro_batch_size * p.data_parallel
-    if s.global_batch_size % per_step:
-        raise ConfigError(
-            f"`schedule.global_batch_size`={s.global_batch_size} is not divisible by micro_batch_size * "
-            f"data_parallel = {s.micro_batch_size}*{p.data_parallel} = {per_step}; use a multiple of {per_step}"
-        )
-    _validate_rampup(s, per_step)
-
-
 def _validate_rampup(s: ScheduleConfig, per_step: int):
     start, inc = s.batch_size_rampup_start, s.batch_size_rampup_increment
     if start is None and inc is None:
@@ -424,6 +404,26 @@ def _validate_rampup(s: ScheduleConfig, per_step: int):
             f"batch size ramp-up start ({start}) and increment ({inc}) must be multiples of "
             f"micro_batch_size * data_parallel = {per_step}"
         )
+
+# %% ../nbs/00_config.ipynb
+def _validate_batch(p: ParallelConfig, s: ScheduleConfig):
+    if p.world_size is not None and p.world_size != p.total_gpus:
+        raise ConfigError(
+            f"`parallel.world_size`={p.world_size} but TP*PP*DP = {p.tensor_parallel}*{p.pipeline_parallel}*"
+            f"{p.data_parallel} = {p.total_gpus}; set data_parallel = world_size / (TP*PP)"
+            + (
+                f" = {p.world_size // p.gpus_per_replica}"
+                if p.world_size % p.gpus_per_replica == 0
+                else f" (world_size must be a multiple of TP*PP = {p.gpus_per_replica})"
+            )
+        )
+    per_step = s.micro_batch_size * p.data_parallel
+    if s.global_batch_size % per_step:
+        raise ConfigError(
+            f"`schedule.global_batch_size`={s.global_batch_size} is not divisible by micro_batch_size * "
+            f"data_parallel = {s.micro_batch_size}*{p.data_parallel} = {per_step}; use a multiple of {per_step}"
+        )
+    _validate_rampup(s, per_step)
 
 # %% ../nbs/00_config.ipynb
 def split_shares(split: str) -> list[float]:

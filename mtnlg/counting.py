@@ -58,17 +58,14 @@ class Setup:
     pp = property(lambda self: self.layout.pp)
     dp = property(lambda self: self.layout.dp)
     gpus = property(lambda self: self.layout.world_size)
-    sp = property(
-        lambda self: self.sequence_parallel and self.layout.tp > 1
-    )  # what runs: sequence parallel only at TP > 1
+    # what runs: sequence parallel only at TP > 1
+    sp = property(lambda self: self.sequence_parallel and self.layout.tp > 1)
 
     def __str__(self):
-        extra = (
-            (f", {self.virtual_stages} virtual stages" if self.virtual_stages > 1 else "")
-            + (f", layers {'/'.join(map(str, self.layers_per_stage))}" if self.layers_per_stage else "")
-            + (", sequence parallel" if self.sp else "")
-        )
-        return f"{self.layout}, micro {self.micro_batch}, recompute {self.recompute}{extra}"
+        v = f", {self.virtual_stages} virtual stages" if self.virtual_stages > 1 else ""
+        split = f", layers {'/'.join(map(str, self.layers_per_stage))}" if self.layers_per_stage else ""
+        sp = ", sequence parallel" if self.sp else ""
+        return f"{self.layout}, micro {self.micro_batch}, recompute {self.recompute}{v}{split}{sp}"
 
     def stage_layers(self, model: ModelConfig) -> tuple[int, ...]:
         "Transformer layers on each pipeline stage."
@@ -347,6 +344,53 @@ def stage_activation_bytes(model: ModelConfig, L: Setup, stage: int, e: int, asm
     )
 
 # %% ../nbs/50_counting.ipynb
+def _stage_states(model: ModelConfig, L: Setup, i: int, per_param: dict) -> dict:
+    "Bytes of weights, gradients and optimizer state on one GPU of stage `i` (`per_param`: `state_bytes`)."
+    n = stage_params(model, L, i)
+    last = i == L.pp - 1
+    # the last stage's unused copy of the positions
+    frozen = model.seq_length * model.hidden_size * per_param["weights"] if last and L.pp > 1 else 0
+    return {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
+
+# %% ../nbs/50_counting.ipynb
+def _working(model: ModelConfig, L: Setup, precision: str, asm: Assumptions, e: int) -> tuple:
+    "(recomputed activations, the MLP's backward gradients, ZeRO's fp32 reduce bucket): bytes on one GPU."
+    s, b = model.seq_length, L.micro_batch
+    layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention, L.sp)
+    recomputed = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
+    mlp_grads = 2 * s * b * model.ffn_size // L.tp * e  # GeLU's backward: the gradients of its output and its input
+    # ZeRO's fp32 reduce bucket, flattened; over one data-parallel rank our engine skips that identity (chapter 14)
+    bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" and L.dp > 1 else 0
+    return recomputed, mlp_grads, bucket
+
+# %% ../nbs/50_counting.ipynb
+def _backward_moment(states: dict, activations: float, working: float, out: dict, reserved: float) -> dict:
+    "One GPU at the first backward of 1F1B: the most micro-batches' activations in flight."
+    return states | {
+        "reduce buckets": 0,
+        "activations": activations,
+        "backward working": working,
+        "logits": out["buffers"] + out["for the loss"],  # + what the loss keeps (their fp32 copy)
+        "optimizer step": 0,
+        "reserved": reserved,
+    }
+
+
+def _after_flush_moments(states: dict, partition: float, precision: str, bucket: float, out: dict, reserved: float):
+    "One GPU at the gradient reduction after the flush, and at the optimizer step."
+    kept = {"activations": 0, "backward working": 0, "logits": out["buffers"]}  # DeepSpeed's pipe buffers: logits
+    # fp32 ZeRO-1 (no contiguous_gradients, chapter 14): after the flush it flattens the gradients a bucket at a
+    # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in
+    # place
+    reduce = states | {"reduce buckets": bucket} | kept | {"optimizer step": 0, "reserved": reserved}
+    states_at_step = states | {"gradients": 0} if precision == "fp32" else states
+    # fp32 ZeRO frees param.grad once it has flattened this rank's partition of it; Adam adds two
+    # temporaries the size of the partition (bf16: the accumulation buffer stays, one temporary)
+    temporaries = partition * (3 if precision == "fp32" else 1)
+    step = states_at_step | {"reduce buckets": 0} | kept | {"optimizer step": temporaries, "reserved": reserved}
+    return reduce, step
+
+# %% ../nbs/50_counting.ipynb
 def stage_memory(
     model: ModelConfig,
     L: Setup,
@@ -362,65 +406,26 @@ def stage_memory(
     all of Adam's state on every replica (`System.zero1`: Megatron-LM without its distributed optimizer)."""
     shards = L.dp if zero1 else 1  # how many replicas share the fp32 master weights and moments
     e, per_param = (2 if precision == "bf16" else 4), state_bytes(precision, shards)
-    s, b, h, reserved = model.seq_length, L.micro_batch, model.hidden_size, asm.reserved_gib * GiB
-    m, v = global_batch // (L.micro_batch * L.dp), L.virtual_stages
-    layer = lambda r: stored_activation_bytes(model, b, L.tp, r, e, asm.dropout_mask_bytes, asm.attention, L.sp)
-    recomputed = {"full": layer("none"), "selective": layer("none") - layer("selective"), "none": 0}[L.recompute]
-    mlp_grads = 2 * s * b * model.ffn_size // L.tp * e  # GeLU's backward: the gradients of its output and its input
-    # ZeRO's fp32 reduce bucket, flattened; over one data-parallel rank our engine skips that identity (chapter 14)
-    bucket = reduce_bucket_elements(model, L.tp, L.pp) * 4 if precision == "fp32" and L.dp > 1 else 0
+    m, v, reserved = global_batch // (L.micro_batch * L.dp), L.virtual_stages, asm.reserved_gib * GiB
+    recomputed, mlp_grads, bucket = _working(model, L, precision, asm, e)
     stages = []
     for i in range(L.pp):
-        last = i == L.pp - 1
-        n = stage_params(model, L, i)
-        frozen = (
-            s * h * per_param["weights"] if last and L.pp > 1 else 0
-        )  # the last stage's unused copy of the positions
-        states = {k: n * v + (frozen if k == "weights" else 0) for k, v in per_param.items()}
-        out = output_layer_bytes(model, s * b, L.tp, e) if last else {"buffers": 0, "for the loss": 0, "backward": 0}
-        kept_logits = out["buffers"]  # DeepSpeed's two pipe buffers keep the last logits (chunked loss: the LN output)
+        states = _stage_states(model, L, i, per_param)
+        tokens = model.seq_length * L.micro_batch
+        none = {"buffers": 0, "for the loss": 0, "backward": 0}
+        out = output_layer_bytes(model, tokens, L.tp, e) if i == L.pp - 1 else none
         # on top of what is stored: a layer's backward (its recomputed activations, the MLP's gradients) or, on the last
         # stage, the loss's backward before it (on top of what the loss kept); not both at once, and what the loss kept
         # is gone by the time a layer's backward runs
         working = max(recomputed + mlp_grads - out["for the loss"], out["backward"], 0)
-        backward = states | {
-            "reduce buckets": 0,
-            "activations": in_flight(i, L.pp, m, v) * stage_activation_bytes(model, L, i, e, asm) / v,
-            "backward working": working,
-            "logits": kept_logits + out["for the loss"],  # + what the loss keeps (their fp32 copy)
-            "optimizer step": 0,
-            "reserved": reserved,
-        }
-        # fp32 ZeRO-1 (no contiguous_gradients, chapter 14): after the flush it flattens the gradients a bucket at a
-        # time (up to the whole stage) to all-reduce them; bf16's optimizer reduces its fp32 accumulation buffer in
-        # place
-        reduce = states | {
-            "reduce buckets": min(bucket, n * 4),
-            "activations": 0,
-            "backward working": 0,
-            "logits": kept_logits,
-            "optimizer step": 0,
-            "reserved": reserved,
-        }
+        activations = in_flight(i, L.pp, m, v) * stage_activation_bytes(model, L, i, e, asm) / v
+        n = stage_params(model, L, i)
         partition = n / shards * 4  # this rank's fp32 share of the stage
-        states_at_step = states | {"gradients": 0} if precision == "fp32" else states
-        step = states_at_step | {
-            "reduce buckets": 0,
-            "activations": 0,
-            "backward working": 0,
-            "logits": kept_logits,
-            # fp32 ZeRO frees param.grad once it has flattened this rank's partition of it; Adam adds two
-            # temporaries the size of the partition (bf16: the accumulation buffer stays, one temporary)
-            "optimizer step": partition * (3 if precision == "fp32" else 1),
-            "reserved": reserved,
-        }
-        peak = max(
-            (backward, "backward"),
-            (reduce, "gradient reduction"),
-            (step, "optimizer step"),
-            key=lambda x: sum(x[0].values()),
-        )
-        stages.append(peak[0] | {"total": sum(peak[0].values()), "stage": i, "peak at": peak[1]})
+        after = _after_flush_moments(states, partition, precision, min(bucket, n * 4), out, reserved)
+        moments = [(_backward_moment(states, activations, working, out, reserved), "backward")]
+        moments += zip(after, ("gradient reduction", "optimizer step"))
+        peak, at = max(moments, key=lambda x: sum(x[0].values()))
+        stages.append(peak | {"total": sum(peak.values()), "stage": i, "peak at": at})
     return stages
 
 # %% ../nbs/50_counting.ipynb
@@ -455,6 +460,28 @@ def memory_table(rows: dict[str, dict]) -> str:
     return "\n".join(out)
 
 # %% ../nbs/50_counting.ipynb
+_SHORT_TERMS = {
+    "weights": "weights",
+    "gradients": "grads",
+    "optimizer": "optim",
+    "reduce buckets": "buckets",
+    "activations": "activ",
+    "backward working": "work",
+    "logits": "logits",
+    "optimizer step": "step",
+    "reserved": "reserve",
+}
+
+
+def _stage_line(m: dict, terms: list[str], gpu: GPU) -> str:
+    "One stage of `format_stages`: its terms and total (GiB), the moment of its peak, its largest term, any excess."
+    over = m["total"] - gpu.memory_gib * GiB
+    return (
+        f"{m['stage']:5d} " + " ".join(f"{m[k] / GiB:7.2f}" for k in terms) + f" {m['total'] / GiB:7.2f}  "
+        f"{m['peak at']:15s} {largest_term(m)}" + (f"  OVER by {over / GiB:.1f} GiB" if over > 0 else "")
+    )
+
+# %% ../nbs/50_counting.ipynb
 def format_stages(
     model: ModelConfig,
     L: Setup,
@@ -467,30 +494,14 @@ def format_stages(
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     stages = stage_memory(model, L, global_batch, precision, asm)
     terms = [k for k in stages[0] if k not in ("total", "stage", "peak at")]
-    short = {
-        "weights": "weights",
-        "gradients": "grads",
-        "optimizer": "optim",
-        "reduce buckets": "buckets",
-        "activations": "activ",
-        "backward working": "work",
-        "logits": "logits",
-        "optimizer step": "step",
-        "reserved": "reserve",
-    }
     lines = [
         f"{L} on {gpu.name} ({gpu.memory_gib:g} GiB), {precision}, attention {asm.attention}: GiB per GPU "
         f"of each stage",
         f"{'stage':>5s} "
-        + " ".join(f"{short[k]:>7s}" for k in terms)
+        + " ".join(f"{_SHORT_TERMS[k]:>7s}" for k in terms)
         + f" {'total':>7s}  peak at         largest term",
     ]
-    for m in stages:
-        over = m["total"] - gpu.memory_gib * GiB
-        lines.append(
-            f"{m['stage']:5d} " + " ".join(f"{m[k] / GiB:7.2f}" for k in terms) + f" {m['total'] / GiB:7.2f}  "
-            f"{m['peak at']:15s} {largest_term(m)}" + (f"  OVER by {over / GiB:.1f} GiB" if over > 0 else "")
-        )
+    lines += [_stage_line(m, terms, gpu) for m in stages]
     worst = max(stages, key=lambda m: m["total"])
     lines.append(
         f"fullest: stage {worst['stage']}, {worst['total'] / GiB:.1f} GiB of {gpu.memory_gib:g}"
@@ -499,12 +510,9 @@ def format_stages(
     return "\n".join(lines)
 
 # %% ../nbs/50_counting.ipynb
-def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float = 80):
-    """Fullest-stage memory against the FLOPs recomputation adds, per mode, with FlashAttention and with the paper's
-    kernels."""
-    import matplotlib.pyplot as plt
-
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+def _plot_tradeoff(ax, model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float) -> dict:
+    "On `ax`: the fullest GPU's memory against recomputation's extra FLOPs, per mode and attention kernel; the points."
+    points = {}
     base = flops_per_iteration(model, global_batch, "none")
     for att, marker in (("flash", "o"), ("math", "s")):
         xs, ys = [], []
@@ -514,6 +522,7 @@ def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, cap
                 memory_per_gpu(model, replace(L, recompute=r), global_batch, asm=Assumptions(attention=att))["total"]
                 / GiB
             )
+        points[att] = xs, ys
         ax.plot(
             [100 * x for x in xs],
             ys,
@@ -530,6 +539,11 @@ def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, cap
         title=f"{model.num_layers} layers, {L.layout}",
     )
     ax.legend(fontsize=8)
+    return points
+
+# %% ../nbs/50_counting.ipynb
+def _plot_stage_terms(bx, model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float):
+    "On `bx`: every stage's memory, stacked by term."
     stages = stage_memory(model, L, global_batch)
     bottom = [0.0] * len(stages)
     for i, k in enumerate(k for k in stages[0] if k not in ("total", "stage", "peak at")):
@@ -539,6 +553,16 @@ def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, cap
     bx.axhline(capacity_gib, color="k", ls="--", lw=1)
     bx.set(xlabel="pipeline stage", ylabel="GiB per GPU", title=f"every stage, recompute {L.recompute}")
     bx.legend(fontsize=7, ncol=2)
+
+
+def plot_recompute_tradeoff(model: ModelConfig, L: Setup, global_batch: int, capacity_gib: float = 80):
+    """Fullest-stage memory against the FLOPs recomputation adds, per mode, with FlashAttention and with the paper's
+    kernels."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    _plot_tradeoff(ax, model, L, global_batch, capacity_gib)
+    _plot_stage_terms(bx, model, L, global_batch, capacity_gib)
     fig.tight_layout()
     plt.close(fig)
     return fig

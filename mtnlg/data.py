@@ -48,7 +48,7 @@ def clean_unicode(text: str) -> str:
     "Replace what UTF-8 cannot encode (lone surrogates from `\\ud800` escapes) so later stages can hash bytes."
     return text.encode("utf-8", "replace").decode("utf-8")
 
-
+# %% ../nbs/02_data.ipynb
 def read_jsonl_texts(paths, text_key: str = "text", report: ReadReport | None = None) -> tuple[list[str], ReadReport]:
     """Texts from JSONL files; bad lines are skipped and counted in the returned `ReadReport`. A lone surrogate (a
     `\\ud800` escape, valid JSON but no character) is replaced: a tokenizer cannot encode it."""

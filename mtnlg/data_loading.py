@@ -343,7 +343,7 @@ def _jsonl_sources(cfg: Config, work_dir: Path):
         parts = {p: (d.split, [("train", prefixes["train"], 1.0)]) for p in ("train", "valid")}
     return parts, out / "tokenizer.json", lambda log: jsonl_to_indexed(cfg, out, log)
 
-
+# %% ../nbs/42_data_loading.ipynb
 def _sources(cfg: Config, work_dir: Path):
     "Per part, `(split, [(name, prefix, weight)])`, the tokenizer.json, and what rank 0 must write first."
     d = cfg.data

@@ -188,14 +188,12 @@ def _listed(table, ignore, h) -> bool:
     return True
 
 # %% ../nbs/33_decontaminate.ipynb
-# one compiled pass per batch: the words, their n-gram hashes and the table lookups share its loops
 @njit(cache=True, nogil=True)
 def _task_ngram_kernel(
     buf, offsets, ns, tables, table_offs, bitmaps, bitmap_offs, shifts, ignore, word_byte, lower, cased, check
 ):
-    """Every task n-gram of the texts buf[offsets[d]:offsets[d+1]] as rows (text, first character, end character)
-    and hashes: what `find_task_ngrams` finds. With `check`, texts holding a non-ASCII character that str.lower()
-    changes are flagged for the caller (and skipped)."""
+    """Every task n-gram of texts buf[offsets[d]:offsets[d+1]] as rows (text, first, end character) and hashes, as
+    `find_task_ngrams` finds them; with `check`, texts a non-ASCII str.lower() would change are flagged and skipped."""
     n_docs = offsets.shape[0] - 1
     table_of, seed_term, maxn, cap = _kernel_setup(ns, offsets)
     wh, first, end = np.empty(cap, np.uint64), np.empty(cap, np.int64), np.empty(cap, np.int64)

@@ -76,6 +76,33 @@ class Op:
 FUSIONS = ("none", "megatron", "flash", "sdpa")
 
 # %% ../nbs/51_iteration_time.ipynb
+def _gemm(name: str, n: int, k: int, m: int, e: int) -> Op:
+    "An (n x k) @ (k x m) product of `e`-byte elements: 2nkm FLOPs; it reads A and B and writes C."
+    return Op(name, 2.0 * n * k * m, (n * k + k * m + n * m) * e, "matmul")
+
+
+def _elementwise(name, elems, passes, flops_per_elem, e, extra=0, back=3, back_extra=0) -> Op:
+    """A memory-bound kernel: `passes` reads+writes of `elems` `e`-byte elements, plus `extra` bytes; backward, unless
+    said: read the output's gradient and the saved input, write the input's gradient (3 passes)."""
+    return Op(name, flops_per_elem * elems, passes * elems * e + extra, "memory", back * elems * e + back_extra)
+
+
+def _attention_ops(T: int, hl: int, ss: int, d: int, e: int, fusion: str) -> list[Op]:
+    """The attention core of `T` tokens, `hl` hidden on this rank, `ss` score elements: one kernel (flash, sdpa), or
+    the scores, the softmax, the probabilities' dropout and the product with V."""
+    if fusion in ("flash", "sdpa"):  # backward reads Q, K, V, O and O's gradient, writes Q's, K's and V's
+        return [Op("flash attention", 4.0 * ss * d, 4 * T * hl * e, "attention", 8 * T * hl * e)]
+    fused = fusion == "megatron"
+    # the probabilities' dropout is its own kernel in Megatron (read, write, a 1-byte mask; backward the same);
+    # backward of the two products: the scores' gradient is read twice (for Q's and K's); P's written, P read
+    return [
+        Op("attention scores", 2.0 * ss * d, (2 * T * hl + ss) * e, "attention", (4 * T * hl + 2 * ss) * e),
+        _elementwise("scale+mask+softmax", ss, 2 if fused else 6, 5, e, 0 if fused else ss, 3 if fused else 6),
+        _elementwise("attention dropout", ss, 2, 1, e, ss, 2, ss),
+        Op("attention x V", 2.0 * ss * d, (ss + 2 * T * hl) * e, "attention", (2 * ss + 4 * T * hl) * e),
+    ]
+
+# %% ../nbs/51_iteration_time.ipynb
 def layer_ops(
     model: ModelConfig,
     tp: int = 1,
@@ -94,40 +121,24 @@ def layer_ops(
     T, d, hl = micro_batch * s, model.head_dim, h // tp  # tokens, head size, this rank's hidden
     fused = fusion in ("megatron", "flash")
     ss = micro_batch * a * s * s  # elements of the score matrix
-    gemm = lambda name, n, k, m: Op(name, 2.0 * n * k * m, (n * k + k * m + n * m) * e, "matmul")  # read A, B; write C
-
-    def mem(name, elems, passes, flops_per_elem, extra=0, back=3, back_extra=0):  # `passes` reads+writes of `elems`;
-        # backward, unless said: read the output's gradient and the saved input, write the input's gradient (3 passes)
-        return Op(name, flops_per_elem * elems, passes * elems * e + extra, "memory", back * elems * e + back_extra)
-
     Ts = T // tp if sequence_parallel else T  # tokens of the replicated region on this rank
-    ln = lambda name: mem(name, Ts * h, 8 if fusion == "none" else 2, 8, 2 * h * e, 10 if fusion == "none" else 3)
+    unfused = fusion == "none"
+    ln = lambda name: _elementwise(name, Ts * h, 8 if unfused else 2, 8, e, 2 * h * e, 10 if unfused else 3)
     # bias + dropout + residual add: backward reads the gradient and the 1-byte mask, writes one gradient (the
     # residual's is the same tensor); unfused, the bias's gradient is one more read
-    bda = lambda name: mem(
-        name, Ts * h, 3 if fused else 7, 3, h * e + (0 if fused else Ts * h), 2 if fused else 3, Ts * h
+    bda = lambda name: _elementwise(
+        name, Ts * h, 3 if fused else 7, 3, e, h * e + (0 if fused else Ts * h), 2 if fused else 3, Ts * h
     )
-    ops = [ln("LayerNorm 1"), gemm("QKV GEMM", T, h, 3 * hl)]
-    if fusion in ("flash", "sdpa"):  # backward reads Q, K, V, O and O's gradient, writes Q's, K's and V's
-        ops.append(Op("flash attention", 4.0 * ss * d, 4 * T * hl * e, "attention", 8 * T * hl * e))
-    else:  # the probabilities' dropout is its own kernel in Megatron (read, write, a 1-byte mask; backward the same)
-        # backward of the two products: the scores' gradient is read twice (for Q's and K's); P's written, P read
-        ops += [
-            Op("attention scores", 2.0 * ss * d, (2 * T * hl + ss) * e, "attention", (4 * T * hl + 2 * ss) * e),
-            mem("scale+mask+softmax", ss, 2 if fused else 6, 5, 0 if fused else ss, 3 if fused else 6),
-            mem("attention dropout", ss, 2, 1, ss, 2, ss),
-            Op("attention x V", 2.0 * ss * d, (ss + 2 * T * hl) * e, "attention", (2 * ss + 4 * T * hl) * e),
-        ]
-    ops += [
-        gemm("proj GEMM", T, hl, h),
+    ops = [ln("LayerNorm 1"), _gemm("QKV GEMM", T, h, 3 * hl, e)] + _attention_ops(T, hl, ss, d, e, fusion)
+    return ops + [
+        _gemm("proj GEMM", T, hl, h, e),
         bda("bias+dropout+add 1"),
         ln("LayerNorm 2"),
-        gemm("fc1 GEMM", T, h, f),
-        mem("bias+GeLU", T * f, 2 if fused else 4, 10, f * e, 3 if fused else 4),
-        gemm("fc2 GEMM", T, f, h),
+        _gemm("fc1 GEMM", T, h, f, e),
+        _elementwise("bias+GeLU", T * f, 2 if fused else 4, 10, e, f * e, 3 if fused else 4),
+        _gemm("fc2 GEMM", T, f, h, e),
         bda("bias+dropout+add 2"),
     ]
-    return ops
 
 # %% ../nbs/51_iteration_time.ipynb
 def ridge_point(gpu: GPU) -> float:
@@ -194,7 +205,7 @@ class System:
     grad_reduce_bytes: int = 4  # bytes per parameter the data-parallel all-reduce moves (fp32 gradients; fp16 runs: 2)
 
 # %% ../nbs/51_iteration_time.ipynb
-SYSTEMS = {
+_DEEPSPEED_SYSTEMS = {
     # DeepSpeed's PipelineEngine, the installed 0.19 (this book's engine): TrainSchedule's SendActivation /
     # RecvActivation / SendGrad / RecvGrad are separate blocking instructions; pipe_partitioned (on by default when TP >
     # 1) splits the activation over the TP ranks; after the flush (ReduceGrads closes the schedule) the fp32 gradients
@@ -224,6 +235,10 @@ SYSTEMS = {
         zero1=True,
         grad_accum_bytes=18,
     ),
+}
+
+# %% ../nbs/51_iteration_time.ipynb
+_MEGATRON_SYSTEMS = {
     # Megatron-LM's PTD-P (Narayanan et al. 2021, §2.2.2, §4.1): interleaved schedule, scatter/gather, batched
     # isend/irecv in both directions; gradients all-reduced after the flush (no distributed optimizer in 2021). Its fp16
     # runs accumulate in fp16: `param.main_grad.add_(param.grad)` in megatron/model/distributed.py (or autograd's own
@@ -255,6 +270,7 @@ SYSTEMS = {
         tp_backward_overlap=True,
     ),
 }
+SYSTEMS = _DEEPSPEED_SYSTEMS | _MEGATRON_SYSTEMS
 MT_NLG_SYSTEM = "deepspeed-2022"  # what the paper's rows are predicted with (see its comment above)
 
 # %% ../nbs/51_iteration_time.ipynb
@@ -282,6 +298,45 @@ def matmul_flops(gpu: GPU, precision: str = "bf16") -> float:
     return peak_flops(gpu, precision) * matmul_efficiency_of(gpu)
 
 # %% ../nbs/51_iteration_time.ipynb
+def _stage_compute(model: ModelConfig, L: Setup, gpu: GPU, precision: str) -> list[float]:
+    "Seconds of GEMMs (forward, backward, recomputation) one micro-batch takes on a GPU of each stage."
+    t, tokens = L.tp, L.micro_batch * model.seq_length
+    flops_per_s = matmul_flops(gpu, precision)
+    layer_flops = 3 * sum(layer_forward_flops(model, tokens)) + recompute_flops(model, tokens, L.recompute)
+    compute = [n * layer_flops / t / flops_per_s for n in L.stage_layers(model)]
+    compute[-1] += 3 * logits_forward_flops(model, tokens, t) / t / flops_per_s
+    return compute
+
+# %% ../nbs/51_iteration_time.ipynb
+def _tp_collectives(L: Setup, gpu: GPU, asm: Assumptions, system: System, activation: float) -> tuple[int, float]:
+    "A layer's exposed tensor-parallel collectives per micro-batch: how many, and the seconds of one."
+    per_layer_allreduces = 4 + (2 if L.recompute == "full" else 0)
+    nvlink = link(gpu, asm, inter_node=False)
+    # sequence parallelism: each all-reduce becomes an all-gather (g) and a reduce-scatter (g-bar) of the same tensor,
+    # the two halves a ring all-reduce is made of: the same bytes and steps (its backward re-gather of the QKV and fc1
+    # inputs overlaps the weight-gradient GEMMs, Korthikanti et al. §4.2.2, and is not charged)
+    t = L.tp
+    collective = 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
+    # overlapped backward: the column-parallel input gradients' collectives are hidden (without sequence parallelism,
+    # the two backward all-reduces; with it, the two reduce-scatters, while the two all-gathers before the row-parallel
+    # layers' backward stay exposed: half an all-reduce each)
+    hidden = (1 if L.sp else 2) if system.tp_backward_overlap else 0
+    return per_layer_allreduces - hidden, collective
+
+
+def _pp_comm(L: Setup, gpu: GPU, asm: Assumptions, gpus_per_node: int, system: System, activation: float) -> float:
+    "Seconds of pipeline transfers one micro-batch takes on a stage."
+    t, nvlink = L.tp, link(gpu, asm, inter_node=False)
+    pp_link = link(gpu, asm, inter_node=t * L.dp >= gpus_per_node)
+    if L.sp:  # the stage's output is already this rank's 1/t of the sequence: no gather
+        transfer = p2p_time(activation / t, *pp_link)
+    elif system.pp_scatter_gather and t > 1:  # 1/t over each NIC, then an all-gather over NVLink at the receiver
+        transfer = p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
+    else:
+        transfer = p2p_time(activation, *pp_link)
+    return 0.0 if L.pp == 1 else L.virtual_stages * (2 if system.p2p_batched else 4) * transfer  # v boundaries
+
+# %% ../nbs/51_iteration_time.ipynb
 def stage_parts(
     model: ModelConfig,
     L: Setup,
@@ -295,44 +350,21 @@ def stage_parts(
     (the GEMMs at `matmul_efficiency`), memory-bound (the kernels between them), tp comm, pp comm and grad accum."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
-    t, p, d, b, v = L.tp, L.pp, L.dp, L.micro_batch, L.virtual_stages
+    t, p, b = L.tp, L.pp, L.micro_batch
     tokens, split = b * model.seq_length, L.stage_layers(model)
     act = 2 if precision == "bf16" else 4
-    flops_per_s = matmul_flops(gpu, precision)
-    layer_flops = 3 * sum(layer_forward_flops(model, tokens)) + recompute_flops(model, tokens, L.recompute)
-    compute = [n * layer_flops / t / flops_per_s for n in split]
-    compute[-1] += 3 * logits_forward_flops(model, tokens, t) / t / flops_per_s
     hbm = gpu.hbm_gbps * 1e9 * asm.hbm_efficiency
     traffic = layer_traffic(model, t, b, system.fusion, L.recompute, L.sp, act) / hbm
     activation = tokens * model.hidden_size * act
-    per_layer_allreduces = 4 + (2 if L.recompute == "full" else 0)
-    nvlink = link(gpu, asm, inter_node=False)
-    # sequence parallelism: each all-reduce becomes an all-gather (g) and a reduce-scatter (g-bar) of the same tensor,
-    # the two halves a ring all-reduce is made of: the same bytes and steps (its backward re-gather of the QKV and fc1
-    # inputs overlaps the weight-gradient GEMMs, Korthikanti et al. §4.2.2, and is not charged)
-    collective = 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
-    # overlapped backward: the column-parallel input gradients' collectives are hidden (without sequence parallelism,
-    # the two backward all-reduces; with it, the two reduce-scatters, while the two all-gathers before the row-parallel
-    # layers' backward stay exposed: half an all-reduce each)
-    hidden = (1 if L.sp else 2) if system.tp_backward_overlap else 0
-    pp_link = link(gpu, asm, inter_node=t * d >= gpus_per_node)
-    if L.sp:  # the stage's output is already this rank's 1/t of the sequence: no gather
-        transfer = p2p_time(activation / t, *pp_link)
-    elif system.pp_scatter_gather and t > 1:  # 1/t over each NIC, then an all-gather over NVLink at the receiver
-        transfer = p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
-    else:
-        transfer = p2p_time(activation, *pp_link)
-    pp_comm = 0.0 if p == 1 else v * (2 if system.p2p_batched else 4) * transfer  # v chunk boundaries per micro-batch
-    accum_bytes = (
-        system.grad_accum_bytes if precision == "bf16" else 12
-    )  # fp32: autograd adds into .grad, read 4 + 4, write 4
+    allreduces, collective = _tp_collectives(L, gpu, asm, system, activation)
+    accum_bytes = system.grad_accum_bytes if precision == "bf16" else 12  # fp32: autograd adds into .grad, 4 + 4, 4
     return {
-        "compute": compute,
+        "compute": _stage_compute(model, L, gpu, precision),
         "memory-bound": [n * traffic for n in split],  # the memory-bound kernels between the GEMMs, one after another
-        "tp comm": [n * (per_layer_allreduces - hidden) * collective for n in split],
-        "pp comm": [pp_comm] * p,
-        "grad accum": [stage_params(model, L, i) * accum_bytes / hbm for i in range(p)],
-    }  # every micro-batch, every parameter
+        "tp comm": [n * allreduces * collective for n in split],
+        "pp comm": [_pp_comm(L, gpu, asm, gpus_per_node, system, activation)] * p,
+        "grad accum": [stage_params(model, L, i) * accum_bytes / hbm for i in range(p)],  # every micro-batch, parameter
+    }
 
 # %% ../nbs/51_iteration_time.ipynb
 def after_flush(
@@ -382,6 +414,42 @@ class Prediction:
     system: str = ""
 
 # %% ../nbs/51_iteration_time.ipynb
+def _check_predictable(model: ModelConfig, L: Setup, global_batch: int, gpus_per_node: int, system: System):
+    "ValueError for a layout the model cannot take, or a schedule the system does not have."
+    check_setup(model, L, global_batch, gpus_per_node)
+    if L.virtual_stages > 1 and not system.interleaving:
+        raise ValueError(
+            f"{system.name} has no interleaved schedule: virtual stages {L.virtual_stages} need megatron-lm"
+        )
+
+
+def _iteration(model, L: Setup, m: int, gpu: GPU, precision, asm, gpus_per_node, system: System) -> tuple:
+    """(seconds of an iteration of `m` micro-batches, its breakdown at the slowest stage, each stage's seconds per
+    micro-batch): the pipeline, then what follows the flush."""
+    parts = stage_parts(model, L, gpu, precision, asm, gpus_per_node, system)  # per micro-batch, per GPU of each stage
+    stage = [c + w + x + pp + a for c, w, x, pp, a in zip(*parts.values())]
+    pipeline = pipeline_time(stage, m, L.virtual_stages)
+    dp_comm, optimizer = after_flush(model, L, gpu, precision, asm, gpus_per_node, system)
+    total = pipeline + (1 - system.dp_overlap) * dp_comm + optimizer
+    slow = max(range(L.pp), key=lambda i: stage[i])
+    breakdown = {k: m * v[slow] for k, v in parts.items()} | {
+        "bubble": pipeline - m * stage[slow],
+        "dp comm": (1 - system.dp_overlap) * dp_comm,
+        "optimizer": optimizer,
+    }
+    return total, breakdown, stage
+
+
+def _does_not_fit(mem: dict, gpu: GPU) -> list[str]:
+    "Why the fullest GPU's memory is over the GPU's; [] if it fits."
+    capacity = gpu.memory_gib * GiB
+    if mem["total"] <= capacity:
+        return []
+    over = f"stage {mem['stage']} needs {mem['total'] / GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by "
+    over += f"{(mem['total'] - capacity) / GiB:.1f} GiB"
+    return [f"does not fit: {over} ({largest_term(mem)} {mem[largest_term(mem)] / GiB:.1f} GiB)"]
+
+# %% ../nbs/51_iteration_time.ipynb
 def predict(
     model: ModelConfig,
     L: Setup,
@@ -396,30 +464,11 @@ def predict(
     impossible layouts)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
-    check_setup(model, L, global_batch, gpus_per_node)
-    if L.virtual_stages > 1 and not system.interleaving:
-        raise ValueError(
-            f"{system.name} has no interleaved schedule: virtual stages {L.virtual_stages} need megatron-lm"
-        )
+    _check_predictable(model, L, global_batch, gpus_per_node, system)
     m = global_batch // (L.micro_batch * L.dp)
-    parts = stage_parts(model, L, gpu, precision, asm, gpus_per_node, system)  # per micro-batch, per GPU of each stage
-    stage = [c + w + x + pp + a for c, w, x, pp, a in zip(*parts.values())]
-    pipeline = pipeline_time(stage, m, L.virtual_stages)
-    dp_comm, optimizer = after_flush(model, L, gpu, precision, asm, gpus_per_node, system)
-    total = pipeline + (1 - system.dp_overlap) * dp_comm + optimizer
-    slow = max(range(L.pp), key=lambda i: stage[i])
-    breakdown = {k: m * v[slow] for k, v in parts.items()} | {
-        "bubble": pipeline - m * stage[slow],
-        "dp comm": (1 - system.dp_overlap) * dp_comm,
-        "optimizer": optimizer,
-    }
+    total, breakdown, stage = _iteration(model, L, m, gpu, precision, asm, gpus_per_node, system)
     mem = memory_per_gpu(model, L, global_batch, precision, asm, system.zero1)
-    capacity = gpu.memory_gib * GiB
-    fits = mem["total"] <= capacity
-    over = (
-        f"stage {mem['stage']} needs {mem['total'] / GiB:.1f} GiB > {gpu.memory_gib:g} GiB, over by "
-        f"{(mem['total'] - capacity) / GiB:.1f} GiB"
-    )
+    notes = _does_not_fit(mem, gpu)
     hw = flops_per_iteration(model, global_batch, L.recompute, L.tp)
     mf = flops_per_iteration(model, global_batch, "none", L.tp)
     return Prediction(
@@ -431,8 +480,8 @@ def predict(
         m,
         hw / (L.gpus * total) / 1e12,
         mf / (L.gpus * total * peak_flops(gpu, precision)),
-        fits,
-        [] if fits else [f"does not fit: {over} ({largest_term(mem)} {mem[largest_term(mem)] / GiB:.1f} GiB)"],
+        not notes,
+        notes,
         stage,
         system.name,
     )

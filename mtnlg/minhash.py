@@ -365,7 +365,7 @@ def _changes_under_lower(buf, i, e, cased):
     return cp < cased.shape[0] and cased[cp] == 1
 
 # %% ../nbs/32_dedup_method.ipynb
-# one pass over each text's bytes: its loops share the ring and the bins (split into helpers: ~1.4x slower here)
+# kept whole: one pass over each text's bytes shares the ring and the bins (split into helpers: ~1.4x slower here)
 @njit(cache=True, nogil=True)
 def _signature_kernel(buf, offsets, num_perm, ngram, seed, shift, word_byte, lower, cased, check):
     """Signatures of the texts buf[offsets[d]:offsets[d+1]]: the numbers `shingle_hashes` + `one_permutation_minhash`

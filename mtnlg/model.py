@@ -123,6 +123,46 @@ def megatron_config(cfg: ModelConfig, dtype=torch.float32, sequence_parallel: bo
     )
 
 # %% ../nbs/01_model.ipynb
+def _attention_projections(cfg: ModelConfig, mp: ModelParallelConfig, L):
+    "The column-parallel QKV product and the row-parallel output product of an attention layer, in that order."
+    out_std = cfg.init_method_std / math.sqrt(2 * cfg.num_layers)
+    # compiled layers add the biases themselves (`add_bias`), where the compiler can fuse them with what follows
+    qkv = L.ColumnParallelLinear(
+        cfg.hidden_size,
+        3 * cfg.hidden_size,
+        config=mp,
+        bias=True,
+        init_method=init_normal(cfg.init_method_std),
+        gather_output=False,
+        skip_bias_add=cfg.compile_blocks,
+    )
+    proj = L.RowParallelLinear(
+        cfg.hidden_size,
+        cfg.hidden_size,
+        config=mp,
+        bias=True,
+        input_is_parallel=True,
+        init_method=init_normal(out_std),
+        skip_bias_add=cfg.compile_blocks,
+    )
+    return qkv, proj
+
+
+def _sdpa_core(q, k, v, p: float, backend: str):
+    "SDPA with dropout `p` drawn from the tensor-parallel stream, on `backend`; a backend that cannot run it says why."
+    with model_parallel_rng.fork(q.device), sdpa_backend(backend):  # different heads -> different dropout masks
+        try:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        except RuntimeError as e:
+            if backend == "auto" or "No available kernel" not in str(e):
+                raise
+            raise RuntimeError(
+                f"model.attention_backend={backend}: SDPA's {backend} kernel cannot run this attention "
+                f"({q.device.type}, {q.dtype}, head size {q.shape[-1]}, dropout {p}); PyTorch's warnings above "
+                f"say why; model.attention_backend=auto picks one that can"
+            ) from None
+
+# %% ../nbs/01_model.ipynb
 class ParallelAttention(nn.Module):
     "Causal self-attention with heads split over tensor-parallel ranks."
 
@@ -133,30 +173,8 @@ class ParallelAttention(nn.Module):
         self.recompute, self.sequence_parallel = cfg.recompute, mp.sequence_parallel
         self.fused = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels).attention  # chapter 20
         self.backend = cfg.attention_backend
-        out_std = cfg.init_method_std / math.sqrt(2 * cfg.num_layers)
-        # compiled layers add the biases themselves (`add_bias`), where the compiler can fuse them with what follows
-        self.qkv = L.ColumnParallelLinear(
-            cfg.hidden_size,
-            3 * cfg.hidden_size,
-            config=mp,
-            bias=True,
-            init_method=init_normal(cfg.init_method_std),
-            gather_output=False,
-            skip_bias_add=cfg.compile_blocks,
-        )
-        self.proj = L.RowParallelLinear(
-            cfg.hidden_size,
-            cfg.hidden_size,
-            config=mp,
-            bias=True,
-            input_is_parallel=True,
-            init_method=init_normal(out_std),
-            skip_bias_add=cfg.compile_blocks,
-        )
-        # a compiled layer runs its attention core eagerly, between its two graphs: the core is one kernel already
-        # (SDPA), and its dropout draws from the tensor-parallel stream, whose fork (get/set of the RNG state) Dynamo
-        # cannot trace
-        if cfg.compile_blocks:
+        self.qkv, self.proj = _attention_projections(cfg, mp, L)
+        if cfg.compile_blocks:  # the core runs eagerly between two graphs: one SDPA kernel; its RNG fork is untraceable
             self.attend = torch.compiler.disable(self.attend)
 
     def forward(self, x):  # x: [batch, seq, hidden]; under sequence parallelism [seq/tp, batch, hidden]
@@ -182,22 +200,8 @@ class ParallelAttention(nn.Module):
     def core(self, q, k, v):
         "softmax(QK^T/sqrt(d)) V with dropout on the probabilities: the part whose memory grows with seq^2."
         p = self.dropout if self.training else 0.0
-        if self.fused is not None and p == 0:
-            return self.fused(q, k, v)  # flash kernel without dropout (chapter 20)
-        with (
-            model_parallel_rng.fork(q.device),
-            sdpa_backend(self.backend),
-        ):  # different heads -> different dropout masks
-            try:
-                return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            except RuntimeError as e:
-                if self.backend == "auto" or "No available kernel" not in str(e):
-                    raise
-                raise RuntimeError(
-                    f"model.attention_backend={self.backend}: SDPA's {self.backend} kernel cannot run this attention "
-                    f"({q.device.type}, {q.dtype}, head size {q.shape[-1]}, dropout {p}); PyTorch's warnings above "
-                    f"say why; model.attention_backend=auto picks one that can"
-                ) from None
+        fused = self.fused is not None and p == 0  # chapter 20's flash kernel, without dropout
+        return self.fused(q, k, v) if fused else _sdpa_core(q, k, v, p, self.backend)
 
 # %% ../nbs/01_model.ipynb
 def sdpa_backend(name: str):
@@ -386,7 +390,18 @@ def seeded_build(seed: int | None, build):
         torch.manual_seed(seed)
         return build()
 
+# %% ../nbs/01_model.ipynb
+def _check_tokens(tokens: torch.Tensor, cfg: ModelConfig, sequence_parallel: bool):
+    "ValueError for a batch the model cannot take: longer than its context, or not divisible over TP under SP."
+    if tokens.shape[1] > cfg.seq_length:
+        raise ValueError(f"sequence of {tokens.shape[1]} tokens is longer than model.seq_length={cfg.seq_length}")
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    if sequence_parallel and tokens.shape[1] % tp:
+        raise ValueError(
+            f"sequence parallelism splits the sequence over {tp} TP ranks: {tokens.shape[1]} tokens do not divide"
+        )
 
+# %% ../nbs/01_model.ipynb
 class GPT(nn.Module):
     """The MT-NLG architecture. `forward(tokens, labels)` returns per-token losses; without labels, this rank's logits.
     With `init_seed`, layer `i` of the flat sequence (0: embedding, 1..l: blocks) is initialised from seed `init_seed +
@@ -411,15 +426,7 @@ class GPT(nn.Module):
         )
 
     def forward(self, tokens, labels=None):
-        if tokens.shape[1] > self.cfg.seq_length:
-            raise ValueError(
-                f"sequence of {tokens.shape[1]} tokens is longer than model.seq_length={self.cfg.seq_length}"
-            )
-        tp = parallel_state.get_tensor_model_parallel_world_size()
-        if self.sequence_parallel and tokens.shape[1] % tp:
-            raise ValueError(
-                f"sequence parallelism splits the sequence over {tp} TP ranks: {tokens.shape[1]} tokens do not divide"
-            )
+        _check_tokens(tokens, self.cfg, self.sequence_parallel)
         x = self.embedding(tokens)
         for block in self.blocks:
             x = block(x)

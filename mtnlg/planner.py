@@ -68,6 +68,24 @@ def _plan_setups(m, gpus, tps, pps, sequence_parallels, micro_batches, recompute
                     yield Setup(Layout(t, p, gpus // (t * p)), b, r, v, split, sp)
 
 # %% ../nbs/54_planner.ipynb
+def _predict_setups(cfg: Config, setups, gpu: GPU, asm: Assumptions, gpus_per_node: int, system: System):
+    """(the predictions of the setups that fit, [(setup, reasons, predicted s or None)] of those that do not): a setup
+    the model cannot take is not predicted; an interleaved one is left out of the second list."""
+    m, B = cfg.model, cfg.schedule.global_batch_size
+    feasible, infeasible = [], []
+    for L in setups:
+        if problems := setup_problems(m, L, B, gpus_per_node):
+            if L.virtual_stages == 1:
+                infeasible.append((L, problems, None))
+            continue
+        pr = predict(m, L, B, gpu, cfg.precision, asm, gpus_per_node, system)
+        if pr.fits:
+            feasible.append(pr)
+        elif L.virtual_stages == 1:
+            infeasible.append((L, pr.problems, pr.iteration_s))
+    return feasible, infeasible
+
+# %% ../nbs/54_planner.ipynb
 def plan(
     cfg: Config,
     gpus: int,
@@ -93,20 +111,11 @@ def plan(
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"{gpus} GPUs is not a whole number of {gpus_per_node}-GPU nodes")
-    m, B = cfg.model, cfg.schedule.global_batch_size
+    m = cfg.model
     tps, pps = _plan_axes(m, tp, pp, uneven)
     sps = (cfg.parallel.sequence_parallel,) if sequence_parallels is None else tuple(sequence_parallels)
-    feasible, infeasible = [], []
-    for L in _plan_setups(m, gpus, tps, pps, sps, micro_batches, recomputes, system, uneven):
-        if problems := setup_problems(m, L, B, gpus_per_node):
-            if L.virtual_stages == 1:
-                infeasible.append((L, problems, None))
-            continue
-        pr = predict(m, L, B, gpu, cfg.precision, asm, gpus_per_node, system)
-        if pr.fits:
-            feasible.append(pr)
-        elif L.virtual_stages == 1:
-            infeasible.append((L, pr.problems, pr.iteration_s))
+    setups = _plan_setups(m, gpus, tps, pps, sps, micro_batches, recomputes, system, uneven)
+    feasible, infeasible = _predict_setups(cfg, setups, gpu, asm, gpus_per_node, system)
     if tp and pp and not feasible and not any(s for *_, s in infeasible):
         if gpus % (tp * pp):
             raise ValueError(f"TP {tp} x PP {pp} = {tp * pp} GPUs does not divide {gpus} GPUs")

@@ -115,6 +115,16 @@ def _load_model(path) -> tuple[np.ndarray, float, int]:
         ) from e
 
 # %% ../nbs/31_quality.ipynb
+def _score(features, weights: np.ndarray, bias: float, texts) -> np.ndarray:
+    "P(curated) of each text: the logistic of its hashed n-grams' weights plus the bias."
+    from scipy.special import expit
+
+    texts = [_normalize(t) for t in texts]
+    if not texts:
+        return np.zeros(0)
+    return expit(features.transform(texts) @ weights + bias).clip(0, 1)
+
+# %% ../nbs/31_quality.ipynb
 class QualityClassifier:
     """Logistic regression on hashed word n-grams (fastText-style linear classifier); `score(texts)` is P(curated) per
     text."""
@@ -140,12 +150,7 @@ class QualityClassifier:
         return cls(w, b, word_ngrams)
 
     def score(self, texts) -> np.ndarray:
-        from scipy.special import expit
-
-        texts = [_normalize(t) for t in texts]
-        if not texts:
-            return np.zeros(0)
-        return expit(self._features.transform(texts) @ self.weights + self.bias).clip(0, 1)
+        return _score(self._features, self.weights, self.bias, texts)
 
     def score_docs(self, docs) -> np.ndarray:
         "`score` of documents (dicts with `text`): the stage's interface, which `CrossFitted` shares."

@@ -100,21 +100,50 @@ def gpu_kernels(on: bool = True):
         F.scaled_dot_product_attention, F.dropout = saved
 
 # %% ../nbs/56_rehearsal.ipynb
+def _flat_partitions(module, cfg: Config, dp: int) -> tuple[list, list, list]:
+    """Per parameter group of our AdamW, as `BF16_Optimizer` lays it out: the group's parameters, its flat fp32 gradient
+    accumulator (padded to divide over DP) and this rank's fp32 master partition, whose gradient is a view of it."""
+    from mtnlg.data_parallel import make_optimizer
+
+    groups, accumulators, masters = [], [], []
+    for g in make_optimizer(module, cfg).param_groups:
+        part = math.ceil(sum(p.numel() for p in g["params"]) / dp)  # padded to divide over DP, as DeepSpeed pads
+        acc = torch.zeros(part * dp, dtype=torch.float32)
+        master = torch.nn.Parameter(torch.empty(part, dtype=torch.float32))
+        master.grad = acc[:part]  # this rank's share of the accumulated gradient: a view
+        groups.append(g["params"])
+        accumulators.append(acc)
+        masters.append({"params": [master], "weight_decay": g["weight_decay"]})  # the rest: the constructor's
+    return groups, accumulators, masters
+
+# %% ../nbs/56_rehearsal.ipynb
+@torch.no_grad()
+def _accumulate(groups: list, accumulators: list):
+    "`update_hp_grads`: each bf16 gradient widened to fp32 and added into its slice of the accumulator."
+    for params, acc in zip(groups, accumulators):
+        at = 0
+        for p in params:
+            if p.grad is not None:
+                acc[at : at + p.numel()].add_(p.grad.to(torch.float32).view(-1))
+            at += p.numel()
+
+
+@torch.no_grad()
+def _copy_back(groups: list, masters: list):
+    "This rank's master partition copied into its slice of each weight; the other ranks' arrive by all-gather."
+    for params, m in zip(groups, masters):
+        at = 0
+        for p in params:
+            if (k := max(0, min(p.numel(), m.numel() - at))) > 0:
+                p.view(-1)[:k].copy_(m[at : at + k])
+            at += p.numel()
+
+# %% ../nbs/56_rehearsal.ipynb
 class Zero1:
     "DeepSpeed's bf16 ZeRO-1 optimizer (`BF16_Optimizer`) re-enacted: its buffers as it lays them out, its arithmetic."
 
     def __init__(self, module, cfg: Config, dp: int, foreach: bool = True):
-        from mtnlg.data_parallel import make_optimizer
-
-        self.groups, self.accumulators, masters = [], [], []
-        for g in make_optimizer(module, cfg).param_groups:
-            part = math.ceil(sum(p.numel() for p in g["params"]) / dp)  # padded to divide over DP, as DeepSpeed pads
-            acc = torch.zeros(part * dp, dtype=torch.float32)
-            master = torch.nn.Parameter(torch.empty(part, dtype=torch.float32))
-            master.grad = acc[:part]  # this rank's share of the accumulated gradient: a view
-            self.groups.append(g["params"])
-            self.accumulators.append(acc)
-            masters.append({"params": [master], "weight_decay": g["weight_decay"]})  # the rest: the constructor's
+        self.groups, self.accumulators, masters = _flat_partitions(module, cfg, dp)
         o = cfg.optimizer
         self.adam = torch.optim.AdamW(
             masters, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps, foreach=foreach
@@ -137,15 +166,9 @@ class Zero1:
             + [self.adam.state[p][k] for p in self.masters() for k in ("exp_avg", "exp_avg_sq")]
         )
 
-    @torch.no_grad()
     def accumulate(self):
         "`update_hp_grads`: each bf16 gradient widened to fp32 and added into its slice of the accumulator."
-        for params, acc in zip(self.groups, self.accumulators):
-            at = 0
-            for p in params:
-                if p.grad is not None:
-                    acc[at : at + p.numel()].add_(p.grad.to(torch.float32).view(-1))
-                at += p.numel()
+        _accumulate(self.groups, self.accumulators)
 
     @torch.no_grad()
     def step(self):
@@ -154,12 +177,7 @@ class Zero1:
         for m in self.masters():
             m.grad.mul_(torch.clamp(1.0 / (norm + 1e-6), max=1.0))
         self.adam.step()
-        for params, m in zip(self.groups, self.masters()):
-            at = 0
-            for p in params:  # this rank's slice of each weight; the other ranks' arrive by all-gather
-                if (k := max(0, min(p.numel(), m.numel() - at))) > 0:
-                    p.view(-1)[:k].copy_(m[at : at + k])
-                at += p.numel()
+        _copy_back(self.groups, self.masters())
 
 # %% ../nbs/56_rehearsal.ipynb
 class StepTracker(MemTracker):
@@ -188,64 +206,84 @@ def stage_io(cfg: Config, layout: Layout) -> tuple[tuple, bool]:
     return ((m.seq_length // tp, b, m.hidden_size) if sp else (b, m.seq_length, m.hidden_size)), tp > 1 and not sp
 
 
+def _stage_facts(module, cfg: Config, layout: Layout, stage: int) -> dict:
+    "What `run_step` carries out its instructions with: the stage's place, what it sends, in which dtype and parts."
+    shape, parts = stage_io(cfg, layout)
+    size = math.prod(shape)
+    return dict(
+        shape=shape,
+        parts=parts,
+        dtype=next(module.parameters()).dtype,
+        first=stage == 0,
+        last=stage == layout.pp - 1,
+        size=size,
+        tp=layout.tp,
+        part=(size // layout.tp,) if parts else shape,
+    )
+
+# %% ../nbs/56_rehearsal.ipynb
+def _exec_forward(module, buf: dict, i: int, facts: dict):
+    "`ForwardPass` on pipe buffer `i`, as the engine keeps its tensors; the loss on the last stage, else None."
+    x = buf["inputs"][i].clone()
+    if facts["parts"] and not facts["first"]:  # all-gathered: the whole input, kept in place of its part
+        x = buf["inputs"][i] = torch.empty(facts["shape"], dtype=facts["dtype"], requires_grad=True)
+    out = buf["outputs"][i] = module(x)
+    if facts["parts"] and not facts["last"]:  # 1/TP of the output kept, and the output's graph with its data emptied
+        buf["outputs"][i] = out.detach().reshape(-1)[: facts["size"] // facts["tp"]].clone()
+        out.data = torch.zeros(1, dtype=facts["dtype"])
+        buf["graphs"][i] = out
+    return module.loss_fn(out, buf["labels"][i]) if facts["last"] else None
+
+
+def _exec_backward(loss, buf: dict, i: int, facts: dict, zero: Zero1):
+    "`BackwardPass` on pipe buffer `i`: from the loss on the last stage, else from a received gradient, whole."
+    if facts["last"]:
+        loss.backward()
+    else:
+        out = buf["graphs"][i] if facts["parts"] else buf["outputs"][i]
+        if facts["parts"]:  # the output made whole again
+            out.data = torch.empty(facts["shape"], dtype=facts["dtype"])
+        out.backward(torch.empty(facts["shape"], dtype=facts["dtype"]))  # the received gradient, whole
+        buf["outputs"][i] = buf["graphs"][i] = out = None  # nothing holds the output through the accumulation
+    zero.accumulate()
+
+# %% ../nbs/56_rehearsal.ipynb
 def run_step(module, zero: Zero1, cfg: Config, layout: Layout, stage: int, micro_batches: int) -> dict:
     """DeepSpeed's 1F1B `TrainSchedule` for `micro_batches` on stage `stage`, each instruction carried out as its pipe
     engine does, up to the steady state's backward after the last forward. Returns the forwards and backwards run."""
     from deepspeed.runtime.pipe import schedule as S
 
-    shape, parts = stage_io(cfg, layout)
-    dtype, b, v = module.parameters().__next__().dtype, cfg.schedule.micro_batch_size, cfg.model.vocab_size
-    first, last, size = stage == 0, stage == layout.pp - 1, math.prod(shape)
-    part = (size // layout.tp,) if parts else shape
+    facts = _stage_facts(module, cfg, layout, stage)
+    b, v, s = cfg.schedule.micro_batch_size, cfg.model.vocab_size, cfg.model.seq_length
     sched = S.TrainSchedule(micro_batches=micro_batches, stages=layout.pp, stage_id=stage)
     buf = {k: [None] * sched.num_pipe_buffers() for k in ("inputs", "labels", "outputs", "graphs")}
-    ran, received, loss = {"forward": 0, "backward": 0}, torch.empty(part, dtype=dtype), None
+    ran, received, loss = {"forward": 0, "backward": 0}, torch.empty(facts["part"], dtype=facts["dtype"]), None
     for cmds in sched:
         if ran["forward"] == micro_batches and ran["backward"] >= micro_batches - sched.num_pipe_buffers() + 2:
             break  # every buffer reused once: what follows repeats this
         for cmd in cmds:
             i = getattr(cmd, "buffer_id", None)
             if isinstance(cmd, S.LoadMicroBatch):
-                buf["inputs"][i] = torch.randint(0, v, (b, cfg.model.seq_length)) if first else buf["inputs"][i]
-                buf["labels"][i] = torch.randint(0, v, (b, cfg.model.seq_length)) if last else None
+                buf["inputs"][i] = torch.randint(0, v, (b, s)) if facts["first"] else buf["inputs"][i]
+                buf["labels"][i] = torch.randint(0, v, (b, s)) if facts["last"] else None
             elif isinstance(cmd, S.RecvActivation):
-                buf["inputs"][i] = received.clone().detach().requires_grad_(not parts)
+                buf["inputs"][i] = received.clone().detach().requires_grad_(not facts["parts"])
             elif isinstance(cmd, S.ForwardPass):
-                x = buf["inputs"][i].clone()
-                if parts and not first:  # all-gathered: the whole input, kept in place of its part
-                    x = buf["inputs"][i] = torch.empty(shape, dtype=dtype, requires_grad=True)
-                out = buf["outputs"][i] = module(x)
-                if parts and not last:  # 1/TP of the output kept, and the output's graph with its data emptied
-                    buf["outputs"][i] = out.detach().reshape(-1)[: size // layout.tp].clone()
-                    out.data = torch.zeros(1, dtype=dtype)
-                    buf["graphs"][i] = out
-                loss = module.loss_fn(out, buf["labels"][i]) if last else None
-                x = out = None
+                loss = _exec_forward(module, buf, i, facts)
                 ran["forward"] += 1
             elif isinstance(cmd, S.BackwardPass):
-                if last:
-                    loss.backward()
-                else:
-                    out = buf["graphs"][i] if parts else buf["outputs"][i]
-                    if parts:  # the output made whole again
-                        out.data = torch.empty(shape, dtype=dtype)
-                    out.backward(torch.empty(shape, dtype=dtype))  # the received gradient, whole
-                    buf["outputs"][i] = buf["graphs"][i] = out = None
-                zero.accumulate()
+                _exec_backward(loss, buf, i, facts, zero)
                 ran["backward"] += 1
             elif isinstance(cmd, S.SendGrad):
                 buf["inputs"][i] = None
     return ran
 
 # %% ../nbs/56_rehearsal.ipynb
-def rehearse(cfg: Config, stage: int = 0, gpu: bool = True) -> dict:
-    """One training step of pipeline stage `stage` of `cfg`'s job, rehearsed in this process under fake tensors, beside
-    chapter 50's count (without its reserve). `gpu`: attention, dropout and Adam as a GPU runs them. Bytes."""
+def _measure_step(cfg: Config, layout: Layout, stage: int, m: int, gpu: bool) -> dict:
+    """One step of stage `stage` under fake tensors, each of its two moments (the 1F1B step, the optimizer step) under a
+    tracker of its own that starts from what is held: the states' bytes, the two peaks, the instructions run."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    layout, s = Layout.of(cfg), cfg.schedule
-    m = s.global_batch_size // (s.micro_batch_size * layout.dp)
-    t0 = time.process_time()
     with fake_world(layout, stage), FakeTensorMode(), gpu_kernels(gpu):
         module = build_stage(cfg, layout)
         zero = Zero1(module, cfg, layout.dp, foreach=gpu)  # on a GPU torch's AdamW defaults to its foreach kernels
@@ -259,7 +297,18 @@ def rehearse(cfg: Config, stage: int = 0, gpu: bool = True) -> dict:
             zero.step()
     states = {"weights": nbytes(params), "gradients": nbytes(grads) + nbytes(zero.accumulators)}
     states["optimizer"] = nbytes(zero.tensors()) - nbytes(zero.accumulators)
-    peak = max(pipe.peak_bytes(), opt.peak_bytes())
+    return {"states": states, "pipe": pipe.peak_bytes(), "opt": opt.peak_bytes(), "ran": ran}
+
+# %% ../nbs/56_rehearsal.ipynb
+def rehearse(cfg: Config, stage: int = 0, gpu: bool = True) -> dict:
+    """One training step of pipeline stage `stage` of `cfg`'s job, rehearsed in this process under fake tensors, beside
+    chapter 50's count (without its reserve). `gpu`: attention, dropout and Adam as a GPU runs them. Bytes."""
+    layout, s = Layout.of(cfg), cfg.schedule
+    m = s.global_batch_size // (s.micro_batch_size * layout.dp)
+    t0 = time.process_time()
+    measured = _measure_step(cfg, layout, stage, m, gpu)
+    states, pipe, opt = measured["states"], measured["pipe"], measured["opt"]
+    peak = max(pipe, opt)
     e = 2 if cfg.precision == "bf16" else 4  # this CPU's kernels: attention's math path, masks as wide as activations
     asm = Assumptions() if gpu else Assumptions(attention="math", dropout_mask_bytes=e)
     setup = Setup.of(cfg, cfg.model.recompute)
@@ -272,12 +321,12 @@ def rehearse(cfg: Config, stage: int = 0, gpu: bool = True) -> dict:
         "micro_batch": s.micro_batch_size,
         "micro_batches": m,
         "in_flight": in_flight(stage, layout.pp, m),
-        "rehearsed": ran,
+        "rehearsed": measured["ran"],
         **states,
-        "activations and working": pipe.peak_bytes() - sum(states.values()),
-        "optimizer step": opt.peak_bytes() - sum(states.values()),
+        "activations and working": pipe - sum(states.values()),
+        "optimizer step": opt - sum(states.values()),
         "peak": peak,
-        "peak at": "backward" if pipe.peak_bytes() >= opt.peak_bytes() else "optimizer step",
+        "peak at": "backward" if pipe >= opt else "optimizer step",
         "predicted": predicted["total"] - Assumptions().reserved_gib * GiB,
         "predicted at": predicted["peak at"],
         "predicted terms": {k: v for k, v in predicted.items() if k not in ("total", "stage", "peak at", "reserved")},
@@ -316,7 +365,7 @@ def format_rows(rows: list[dict]) -> str:
     title = f"{rows[0]['config']}, {rows[0]['layout']}, micro-batch {rows[0]['micro_batch']}, GiB"
     return "\n".join([title, head + f" {'ratio':>6}  {'peak at':<14} {'cpu s':>5}"] + [format_row(r) for r in rows])
 
-
+# %% ../nbs/56_rehearsal.ipynb
 def save_rows(rows: list[dict], path: str | Path | None = None) -> Path:
     """Add the rows to `path` (default: bench/results/rehearsal-<date>-cpu.json beside the package), replacing any
     row of the same config, layout, batch, stage, recomputation and kernels."""
@@ -354,7 +403,7 @@ CPU_CHECK = {  # a step that fits a CPU in seconds: one stage, bf16, dropout on,
     "schedule.micro_batch_size": 4,
 }
 
-
+# %% ../nbs/56_rehearsal.ipynb
 def real_cpu_peak(config_path: str, overrides: dict) -> int:
     """Step 2's peak (bytes) of the real engine on this CPU, in a process of its own: `mtnlg train`'s engine
     (`DeepSpeedBackend`) built and stepped twice under chapter 98's `MemoryTracker` (every allocation and free the

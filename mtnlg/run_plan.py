@@ -182,39 +182,8 @@ def _positive(name: str, value: float) -> float:
     return value
 
 # %% ../nbs/55_run_plan.ipynb
-@dataclass
-class RunPlan:
-    "The whole run of a config: steps, time, allocations, checkpoints and the save interval. Seconds and bytes."
-
-    name: str
-    setup: Setup
-    gpu: str
-    steps: int
-    full_batch: int
-    full_batch_steps: int  # steps at the full batch (the rest ramp up)
-    batch_sizes: int  # distinct global batch sizes
-    tokens: float
-    seq_length: int
-    steps_by_batch: dict  # {global batch: steps}
-    seconds_by_batch: dict  # {global batch: seconds per step}
-    train_s: float  # all steps, back to back
-    fits: bool  # the full-batch step fits the GPU's memory (chapter 50)
-    checkpoint: CheckpointSize
-    fs_gbps: float
-    fs_default: bool  # fs_gbps is the Summit share, not given
-    save_s: float
-    load_s: float
-    startup_s: float
-    signal_s: float  # SIGUSR1 comes this long before the time limit
-    time_limit_s: float
-    usable_s: float  # training seconds per allocation
-    allocations: int  # if nothing fails
-    mtbf_s: float
-    mtbf_default: bool  # mtbf is Llama 3's rate, not given
-    young_s: float  # the optimum interval in seconds
-    daly_s: float
-    interval_steps: int  # the recommendation: young_s in full-batch steps, rounded
-    config_interval_steps: int | None  # the config's checkpoint.save_interval
+class _RunPlanTimes:
+    "What a run plan derives from its fields (`RunPlan` below): the step, a restart, an allocation's end, the overhead."
 
     @property
     def step_s(self) -> float:
@@ -249,6 +218,87 @@ class RunPlan:
         return self.wall_s / self.mtbf_s
 
 # %% ../nbs/55_run_plan.ipynb
+@dataclass
+class RunPlan(_RunPlanTimes):
+    "The whole run of a config: steps, time, allocations, checkpoints and the save interval. Seconds and bytes."
+
+    name: str
+    setup: Setup
+    gpu: str
+    steps: int
+    full_batch: int
+    full_batch_steps: int  # steps at the full batch (the rest ramp up)
+    batch_sizes: int  # distinct global batch sizes
+    tokens: float
+    seq_length: int
+    steps_by_batch: dict  # {global batch: steps}
+    seconds_by_batch: dict  # {global batch: seconds per step}
+    train_s: float  # all steps, back to back
+    fits: bool  # the full-batch step fits the GPU's memory (chapter 50)
+    checkpoint: CheckpointSize
+    fs_gbps: float
+    fs_default: bool  # fs_gbps is the Summit share, not given
+    save_s: float
+    load_s: float
+    startup_s: float
+    signal_s: float  # SIGUSR1 comes this long before the time limit
+    time_limit_s: float
+    usable_s: float  # training seconds per allocation
+    allocations: int  # if nothing fails
+    mtbf_s: float
+    mtbf_default: bool  # mtbf is Llama 3's rate, not given
+    young_s: float  # the optimum interval in seconds
+    daly_s: float
+    interval_steps: int  # the recommendation: young_s in full-batch steps, rounded
+    config_interval_steps: int | None  # the config's checkpoint.save_interval
+
+# %% ../nbs/55_run_plan.ipynb
+def _plan_steps(cfg: Config, gpu: GPU, asm: Assumptions) -> dict:
+    "`RunPlan`'s fields on the steps of `cfg`'s run: counts per batch size, their seconds, tokens, whether B fits."
+    setup, B = Setup.of(cfg, cfg.model.recompute), cfg.schedule.global_batch_size
+    counts = batch_counts(cfg)
+    secs = seconds_by_batch(cfg, setup, counts, gpu, asm)
+    return dict(
+        name=cfg.name,
+        setup=setup,
+        gpu=gpu.name,
+        steps=sum(counts.values()),
+        full_batch=B,
+        full_batch_steps=counts.get(B, 0),
+        batch_sizes=len(counts),
+        tokens=sum(b * n for b, n in counts.items()) * cfg.model.seq_length,
+        seq_length=cfg.model.seq_length,
+        steps_by_batch=dict(counts),
+        seconds_by_batch=secs,
+        train_s=training_seconds(counts, secs),
+        fits=predict(cfg.model, setup, B, gpu, cfg.precision, asm, cfg.parallel.gpus_per_node).fits,
+    )
+
+# %% ../nbs/55_run_plan.ipynb
+def _plan_saves(cfg: Config, plan: dict, gpu: GPU, asm: Assumptions, fs_gbps, mtbf_hours) -> dict:
+    "`RunPlan`'s fields on checkpoints: size, save and load seconds, the failure rate, the Young/Daly interval."
+    gpus = cfg.parallel.total_gpus
+    step_s = step_seconds(cfg, plan["setup"], plan["full_batch"], gpu, asm)
+    ck = checkpoint_size(cfg)
+    fs = fs_gbps or default_fs_gbps(gpus)
+    save_s = transfer_seconds(ck.total, fs)
+    mtbf_s = (mtbf_hours or job_mtbf_hours(gpus)) * 3600
+    young = young_interval(save_s, mtbf_s)
+    return dict(
+        checkpoint=ck,
+        fs_gbps=fs,
+        fs_default=fs_gbps is None,
+        save_s=save_s,
+        load_s=save_s,
+        mtbf_s=mtbf_s,
+        mtbf_default=mtbf_hours is None,
+        young_s=young,
+        daly_s=daly_interval(save_s, mtbf_s),
+        interval_steps=min(round_interval(young / step_s), plan["steps"]),  # longer than the run: save at the end
+        config_interval_steps=cfg.checkpoint.save_interval,
+    )
+
+# %% ../nbs/55_run_plan.ipynb
 def run_plan(
     cfg: Config,
     gpu: GPU | str = "a100-80gb",
@@ -269,51 +319,20 @@ def run_plan(
     for name, v in (("--startup-minutes", startup_minutes), ("--signal-minutes", signal_minutes)):
         if not v >= 0:
             raise ValueError(f"{name} must be >= 0, got {v:g}")
-    setup, gpus, B = Setup.of(cfg, cfg.model.recompute), cfg.parallel.total_gpus, cfg.schedule.global_batch_size
-    counts = batch_counts(cfg)
-    secs = seconds_by_batch(cfg, setup, counts, gpu, asm)
-    train_s = training_seconds(counts, secs)
-    step_s = step_seconds(cfg, setup, B, gpu, asm)
-    fits = predict(cfg.model, setup, B, gpu, cfg.precision, asm, cfg.parallel.gpus_per_node).fits
-    ck = checkpoint_size(cfg)
-    fs = fs_gbps or default_fs_gbps(gpus)
-    save_s = load_s = transfer_seconds(ck.total, fs)
-    mtbf_s = (mtbf_hours or job_mtbf_hours(gpus)) * 3600
-    young = young_interval(save_s, mtbf_s)
-    interval = min(round_interval(young / step_s), sum(counts.values()))  # longer than the run: save at the end
+    steps = _plan_steps(cfg, gpu, asm)
+    saves = _plan_saves(cfg, steps, gpu, asm, fs_gbps, mtbf_hours)
+    save_s, step_s = saves["save_s"], step_seconds(cfg, steps["setup"], steps["full_batch"], gpu, asm)
     limit_s, startup_s, signal_s = time_limit_hours * 3600, startup_minutes * 60, signal_minutes * 60
-    usable = usable_seconds(limit_s, startup_s, load_s, allocation_end_seconds(save_s, signal_s))
-    work_s = train_s * (1 + save_s / (interval * step_s))
+    usable = usable_seconds(limit_s, startup_s, saves["load_s"], allocation_end_seconds(save_s, signal_s))
+    work_s = steps["train_s"] * (1 + save_s / (saves["interval_steps"] * step_s))
     return RunPlan(
-        cfg.name,
-        setup,
-        gpu.name,
-        sum(counts.values()),
-        B,
-        counts.get(B, 0),
-        len(counts),
-        sum(b * n for b, n in counts.items()) * cfg.model.seq_length,
-        cfg.model.seq_length,
-        dict(counts),
-        secs,
-        train_s,
-        fits,
-        ck,
-        fs,
-        fs_gbps is None,
-        save_s,
-        load_s,
-        startup_s,
-        signal_s,
-        limit_s,
-        usable,
-        allocations_needed(work_s, usable),
-        mtbf_s,
-        mtbf_hours is None,
-        young,
-        daly_interval(save_s, mtbf_s),
-        interval,
-        cfg.checkpoint.save_interval,
+        **steps,
+        **saves,
+        startup_s=startup_s,
+        signal_s=signal_s,
+        time_limit_s=limit_s,
+        usable_s=usable,
+        allocations=allocations_needed(work_s, usable),
     )
 
 # %% ../nbs/55_run_plan.ipynb
@@ -345,10 +364,49 @@ def _sizes(n: int) -> str:
     return f"{n} smaller size{'' if n == 1 else 's'}"
 
 # %% ../nbs/55_run_plan.ipynb
-def format_run_plan(p: RunPlan) -> str:
-    "The run plan as `mtnlg plan --schedule` prints it."
-    first, ramp, pad = min(p.seconds_by_batch), p.steps - p.full_batch_steps, " " * 17
+def _plan_step_lines(p: RunPlan) -> list[str]:
+    "The plan's first lines: the steps, during the ramp and at the full batch, their seconds and the training time."
+    first, ramp = min(p.seconds_by_batch), p.steps - p.full_batch_steps
+    return [
+        f"{p.name} on {p.setup} ({p.setup.gpus} x {p.gpu}): the run to its end",
+        f"  steps          {p.steps:,} to {_tokens(p.tokens)} tokens: "
+        + (f"{ramp:,} while the batch ramps {first} -> {p.full_batch} ({_sizes(p.batch_sizes - 1)}), " if ramp else "")
+        + f"{p.full_batch_steps:,} at {p.full_batch}",
+        f"  step time      {_duration(p.step_s)} at batch {p.full_batch}"
+        + (f", {_duration(p.seconds_by_batch[first])} at {first}" if ramp else "")
+        + " (chapter 51's model)"
+        + ("" if p.fits else " -- the full batch does NOT fit the GPU's memory"),
+        f"  training       {_duration(p.train_s)} of steps"
+        + (f" ({p.train_s / 3600:,.0f} h)" if p.train_s >= 2 * 86400 else ""),
+    ]
+
+# %% ../nbs/55_run_plan.ipynb
+def _plan_save_lines(p: RunPlan) -> list[str]:
+    "The plan's lines on the checkpoint, its save and load, and what each allocation trains and loses."
+    pad = " " * 17
     fs_note = f"Summit's per-GPU share x {p.setup.gpus} GPUs; --fs-gbps" if p.fs_default else "--fs-gbps"
+    return [
+        f"  checkpoint     {_bytes(p.checkpoint.total)}: {_bytes(p.checkpoint.weights)} weights + "
+        f"{_bytes(p.checkpoint.optimizer)} "
+        f"fp32 masters and Adam moments",
+        f"{pad}largest rank {_bytes(p.checkpoint.largest_rank)} (pipeline stage "
+        f"{p.checkpoint.largest_stage}, data-parallel rank 0)",
+        f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:,.0f} GB/s ({fs_note})"
+        if p.fs_gbps >= 10
+        else f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:.3g} GB/s ({fs_note})",
+        f"  allocations    {p.allocations} of {p.time_limit_s / 3600:g} h if nothing fails, "
+        f"{p.usable_s / 3600:.2f} h of training each; "
+        f"each loses {_duration(p.startup_s)} start-up,",
+        f"{pad}{_duration(p.load_s)} loading the checkpoint and {_duration(p.end_s)} from SIGUSR1 to "
+        f"its end (the final save "
+        f"takes {_duration(p.save_s)};",
+        f"{pad}the steps since the last periodic save are saved then, not lost)",
+    ]
+
+# %% ../nbs/55_run_plan.ipynb
+def _plan_failure_lines(p: RunPlan) -> list[str]:
+    "The plan's lines on failures: their rate, the save interval and its overhead, the expected wall clock."
+    pad = " " * 17
     mtbf_note = (
         f"Llama 3: 419 interruptions in 54 days on 16,384 GPUs = 1 per {GPU_MTBF_HOURS:,.0f} GPU-hours; --mtbf-hours"
         if p.mtbf_default
@@ -361,61 +419,27 @@ def format_run_plan(p: RunPlan) -> str:
         else "config's save_interval: none (saves only at the end and on a signal)"
     )
     capped = " (longer than the run: save at the end)" if p.interval_steps >= p.steps else ""
-    return "\n".join(
-        [
-            f"{p.name} on {p.setup} ({p.setup.gpus} x {p.gpu}): the run to its end",
-            f"  steps          {p.steps:,} to {_tokens(p.tokens)} tokens: "
-            + (
-                f"{ramp:,} while the batch ramps {first} -> {p.full_batch} ({_sizes(p.batch_sizes - 1)}), "
-                if ramp
-                else ""
-            )
-            + f"{p.full_batch_steps:,} at {p.full_batch}",
-            f"  step time      {_duration(p.step_s)} at batch {p.full_batch}"
-            + (f", {_duration(p.seconds_by_batch[first])} at {first}" if ramp else "")
-            + " (chapter 51's model)"
-            + ("" if p.fits else " -- the full batch does NOT fit the GPU's memory"),
-            f"  training       {_duration(p.train_s)} of steps"
-            + (f" ({p.train_s / 3600:,.0f} h)" if p.train_s >= 2 * 86400 else ""),
-            f"  checkpoint     {_bytes(p.checkpoint.total)}: {_bytes(p.checkpoint.weights)} weights + "
-            f"{_bytes(p.checkpoint.optimizer)} "
-            f"fp32 masters and Adam moments",
-            f"{pad}largest rank {_bytes(p.checkpoint.largest_rank)} (pipeline stage "
-            f"{p.checkpoint.largest_stage}, data-parallel rank 0)",
-            f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:,.0f} GB/s ({fs_note})"
-            if p.fs_gbps >= 10
-            else f"  save / load    {_duration(p.save_s)} each at {p.fs_gbps:.3g} GB/s ({fs_note})",
-            f"  allocations    {p.allocations} of {p.time_limit_s / 3600:g} h if nothing fails, "
-            f"{p.usable_s / 3600:.2f} h of training each; "
-            f"each loses {_duration(p.startup_s)} start-up,",
-            f"{pad}{_duration(p.load_s)} loading the checkpoint and {_duration(p.end_s)} from SIGUSR1 to "
-            f"its end (the final save "
-            f"takes {_duration(p.save_s)};",
-            f"{pad}the steps since the last periodic save are saved then, not lost)",
-            f"  failures       one per {p.mtbf_s / 3600:,.1f} h ({mtbf_note})",
-            f"  save interval  every {p.interval_steps:,} steps{capped}: Young/Daly sqrt(2 x {_duration(p.save_s)} x "
-            f"{p.mtbf_s / 3600:,.1f} h) = {_duration(p.young_s)} = {p.young_s / p.step_s:,.1f} steps of "
-            f"{_duration(p.step_s)}",
-            f"{pad}overhead {ov:.1%} ({save_part:.1%} saving, {ov - save_part:.1%} rework and restarts); a "
-            f"failure costs "
-            f"{_duration(p.interval_steps * p.step_s / 2)} of steps + {_duration(p.restart_s)} restart",
-            f"{pad}{cfg_line}",
-            f"  wall clock     {_duration(p.wall_s)} expected, with ~{p.expected_failures:.0f} failures"
-            + (
-                " (more often than the time limit: most allocations end by a failure)"
-                if p.mtbf_s < p.time_limit_s
-                else ""
-            ),
-        ]
-    )
+    return [
+        f"  failures       one per {p.mtbf_s / 3600:,.1f} h ({mtbf_note})",
+        f"  save interval  every {p.interval_steps:,} steps{capped}: Young/Daly sqrt(2 x {_duration(p.save_s)} x "
+        f"{p.mtbf_s / 3600:,.1f} h) = {_duration(p.young_s)} = {p.young_s / p.step_s:,.1f} steps of "
+        f"{_duration(p.step_s)}",
+        f"{pad}overhead {ov:.1%} ({save_part:.1%} saving, {ov - save_part:.1%} rework and restarts); a "
+        f"failure costs "
+        f"{_duration(p.interval_steps * p.step_s / 2)} of steps + {_duration(p.restart_s)} restart",
+        f"{pad}{cfg_line}",
+        f"  wall clock     {_duration(p.wall_s)} expected, with ~{p.expected_failures:.0f} failures"
+        + (" (more often than the time limit: most allocations end by a failure)" if p.mtbf_s < p.time_limit_s else ""),
+    ]
 
 # %% ../nbs/55_run_plan.ipynb
-def plot_run_plan(p: RunPlan, compare_steps: int | None = 500):
-    """Left: days of steps against tokens, the batch ramp marked. Right: overhead against the save interval, the optimum
-    marked."""
-    import matplotlib.pyplot as plt
+def format_run_plan(p: RunPlan) -> str:
+    "The run plan as `mtnlg plan --schedule` prints it."
+    return "\n".join(_plan_step_lines(p) + _plan_save_lines(p) + _plan_failure_lines(p))
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+# %% ../nbs/55_run_plan.ipynb
+def _plot_days(ax, p: RunPlan) -> tuple[list, list]:
+    "Days of steps against tokens (billions) on `ax`, the end of the batch ramp marked; the curve's points."
     tokens, days = [0.0], [0.0]
     for b in sorted(p.steps_by_batch):  # the batch only grows: sizes in order are the run in order
         n = p.steps_by_batch[b]
@@ -433,6 +457,11 @@ def plot_run_plan(p: RunPlan, compare_steps: int | None = 500):
         )
         ax.legend(fontsize=8, loc="upper left")
     ax.set(xlabel="tokens (B)", ylabel="days of steps", title=f"{p.name}: {p.steps:,} steps, {days[-1]:.1f} days")
+    return tokens, days
+
+# %% ../nbs/55_run_plan.ipynb
+def _plot_overhead(bx, p: RunPlan, compare_steps: int | None):
+    "The overhead against the save interval on `bx`, its two parts dashed, the optimum and `compare_steps` marked."
     steps = [x / 4 for x in range(2, 40 * max(p.interval_steps, compare_steps or 0, 10))]
     bx.plot(steps, [100 * p.overhead(s) for s in steps], color="C0", label="saving + rework + restarts")
     bx.plot(steps, [100 * p.save_s / (s * p.step_s) for s in steps], "--", color="C1", lw=1, label="saving")
@@ -456,6 +485,16 @@ def plot_run_plan(p: RunPlan, compare_steps: int | None = 500):
         title=f"MTBF {p.mtbf_s / 3600:.1f} h, save {p.save_s:.0f} s",
     )
     bx.legend(fontsize=8)
+
+# %% ../nbs/55_run_plan.ipynb
+def plot_run_plan(p: RunPlan, compare_steps: int | None = 500):
+    """Left: days of steps against tokens, the batch ramp marked. Right: overhead against the save interval, the optimum
+    marked."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    _plot_days(ax, p)
+    _plot_overhead(bx, p, compare_steps)
     fig.tight_layout()
     plt.close(fig)
     return fig
@@ -583,12 +622,9 @@ def _layers(r: range) -> str:
     return f"layer {r.start}" if len(r) == 1 else f"layers {r.start}-{r.stop - 1}"
 
 # %% ../nbs/55_run_plan.ipynb
-def format_job_plan(j: JobPlan, full: bool = False) -> str:
-    "The job, as its dry run prints it: nodes, ranks per node, TP groups, pipeline stages on nodes, seconds per step."
+def _job_node_lines(j: JobPlan) -> list[str]:
+    "The job's size, the rule that places its ranks, then each node with its ranks and pipeline stages."
     L, T = j.layout, j.tasks_per_node
-    cut = (lambda x, **k: x) if full else _some
-    tp = L.groups("model")
-    inside = sum(len({j.host(r) for r in g}) == 1 for g in tp)
     out = [
         f"job {j.name}: {j.nodes} nodes x {T} ranks = {L.world_size} ranks; {L}; "
         f"srun --distribution=block: rank r on node r // {T}",
@@ -598,7 +634,31 @@ def format_job_plan(j: JobPlan, full: bool = False) -> str:
         ranks = list(range(n * T, (n + 1) * T))
         stages = sorted({L.coord(r).pipe for r in ranks})
         out.append(f"  {h}: ranks {_span(ranks)} (pipeline stage{'s' if len(stages) > 1 else ''} {_span(stages)})")
-    out[2:] = cut(out[2:])
+    return out
+
+
+def _job_stage_lines(j: JobPlan) -> list[str]:
+    "One line per pipeline stage: its layers (the first adds the embedding, the last the head), its ranks' nodes."
+    L = j.layout
+    ends = {0: " + embedding", L.pp - 1: " + final norm, tied output head"}
+    if L.pp == 1:
+        ends = {0: " + embedding, final norm, tied output head"}
+    return [
+        f"  stage {s}: {_layers(s_l)}{ends.get(s, '')}; ranks {_span(j.stage_ranks(s))} "
+        f"on {j.hosts_of(j.stage_ranks(s))}"
+        for s in range(L.pp)
+        if (s_l := j.stage_layers(s))
+    ]
+
+# %% ../nbs/55_run_plan.ipynb
+def format_job_plan(j: JobPlan, full: bool = False) -> str:
+    "The job, as its dry run prints it: nodes, ranks per node, TP groups, pipeline stages on nodes, seconds per step."
+    L = j.layout
+    cut = (lambda x, **k: x) if full else _some
+    tp = L.groups("model")
+    inside = sum(len({j.host(r) for r in g}) == 1 for g in tp)
+    nodes = _job_node_lines(j)
+    out = nodes[:2] + cut(nodes[2:])
     out.append(f"tensor-parallel groups: {len(tp)} of {L.tp} ranks, {inside} of them inside one node")
     out += cut([f"  TP group {g}: ranks {_span(ranks)} on {j.hosts_of(ranks)}" for g, ranks in enumerate(tp)])
     hops = [(a, b) for g in L.groups("pipe") for a, b in zip(g, g[1:])]
@@ -607,18 +667,7 @@ def format_job_plan(j: JobPlan, full: bool = False) -> str:
         f"pipeline stages: {L.pp} of {j.layers_per_stage} layer{'s' if j.layers_per_stage > 1 else ''} "
         f"({j.num_layers} in all); {crossing} of {len(hops)} stage-to-stage hops cross nodes"
     )
-    ends = {0: " + embedding", L.pp - 1: " + final norm, tied output head"}
-    if L.pp == 1:
-        ends = {0: " + embedding, final norm, tied output head"}
-    out += cut(
-        [
-            f"  stage {s}: {_layers(s_l)}{ends.get(s, '')}; ranks {_span(j.stage_ranks(s))} "
-            f"on {j.hosts_of(j.stage_ranks(s))}"
-            for s in range(L.pp)
-            if (s_l := j.stage_layers(s))
-        ],
-        head=4,
-    )
+    out += cut(_job_stage_lines(j), head=4)
     out.append(
         f"data-parallel groups: {len(L.groups('data'))} of {L.dp} ranks, e.g. ranks {_span(L.groups('data')[0])}"
     )

@@ -5,8 +5,8 @@
 # %% auto 0
 __all__ = ['TASKS', 'SHOTS', 'HANS_HUB', 'race_doc_to_text', 'race_doc_to_choice', 'race_doc_to_target', 'winogrande_doc_to_text',
            'winogrande_doc_to_target', 'winogrande_doc_to_choice', 'hellaswag_preprocess', 'hellaswag_process_docs',
-           'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'local_task',
-           'configurable_task', 'hans_config', 'harness_task', 'task_yaml', 'write_task_yamls', 'available_tasks',
+           'TaskSpec', 'task_spec', 'num_fewshot', 'settings_rows', 'eval_dir', 'read_task_jsonl', 'configurable_task',
+           'local_task', 'hans_config', 'harness_task', 'task_yaml', 'write_task_yamls', 'available_tasks',
            'evaluate_tasks', 'run_task', 'request_loglikelihoods', 'results_table', 'results_figure', 'write_results']
 
 # %% ../nbs/61_tasks.ipynb
@@ -68,7 +68,7 @@ def race_doc_to_choice(doc) -> list:
 def race_doc_to_target(doc) -> int:
     return "ABCD".index(_problems(doc)[-1]["answer"])
 
-
+# %% ../nbs/61_tasks.ipynb
 def winogrande_doc_to_text(doc) -> int:
     return {"1": 0, "2": 1}[doc["answer"]]  # the gold *context*
 
@@ -81,7 +81,7 @@ def winogrande_doc_to_choice(doc) -> list:
     i = doc["sentence"].index("_")
     return [doc["sentence"][:i] + o for o in (doc["option1"], doc["option2"])]
 
-
+# %% ../nbs/61_tasks.ipynb
 def hellaswag_preprocess(text: str) -> str:
     text = text.strip().replace(" [title]", ". ")
     return re.sub("\\[.*?\\]", "", text).replace("  ", " ")
@@ -120,8 +120,7 @@ class TaskSpec:
     def output_type(self) -> str:
         return self.prompt.get("output_type", "multiple_choice")
 
-
-_NLI = {"output_type": "multiple_choice", "doc_to_target": "label"}
+# %% ../nbs/61_tasks.ipynb
 _LAMBADA = {
     "output_type": "loglikelihood",
     "doc_to_target": "{{' '+text.split(' ')[-1]}}",
@@ -130,189 +129,211 @@ _LAMBADA = {
         {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
     ],
 }
+_LAMBADA_STANDARD = TaskSpec(
+    "lambada_openai",
+    "LAMBADA",
+    "lambada_openai/test.jsonl",
+    "test",
+    None,
+    15,
+    "GPT-3",
+    0.0,
+    (0.766, None, None),
+    ("text",),
+    {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}}"},
+    "no train split exists: few-shot examples come from the test set; paper column: zero-shot only (standard format)",
+    "standard (passage, last word scored) at zero shots",
+)
+_LAMBADA_CLOZE = TaskSpec(
+    "lambada_openai_cloze_yaml",
+    "LAMBADA-cloze",
+    "lambada_openai/test.jsonl",
+    "test",
+    None,
+    15,
+    "GPT-3",
+    0.0,
+    (None, 0.731, 0.872),
+    ("text",),
+    {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}} ____. ->"},
+    "GPT-3's fill-in-the-blank format; paper column: one- and few-shot",
+    "fill-in-the-blank `… ____. -> word` at one and few shots (GPT-3 §3.1.2)",
+)
+
+# %% ../nbs/61_tasks.ipynb
+_NLI = {"output_type": "multiple_choice", "doc_to_target": "label"}
+_RACE = TaskSpec(
+    "race",
+    "RACE-h",
+    "race/test.jsonl",
+    "test",
+    "race/train_first500.jsonl",
+    10,
+    "GPT-3",
+    0.25,
+    (0.479, 0.484, 0.479),
+    ("article", "problems"),
+    {
+        "output_type": "multiple_choice",
+        "doc_to_text": race_doc_to_text,
+        "doc_to_target": race_doc_to_target,
+        "doc_to_choice": race_doc_to_choice,
+    },
+    "few-shot pool: the first 500 RACE-H train articles",
+)
+_BOOLQ = TaskSpec(
+    "boolq",
+    "BoolQ",
+    "boolq/validation.jsonl",
+    "validation",
+    "boolq/train.jsonl",
+    32,
+    "GPT-3",
+    0.5,
+    (0.782, 0.825, 0.848),
+    ("passage", "question", "label"),
+    {**_NLI, "doc_to_text": "{{passage}}\nQuestion: {{question}}?\nAnswer:", "doc_to_choice": ["no", "yes"]},
+    "few-shot pool: FewGLUE's 32 train items",
+)
+
+# %% ../nbs/61_tasks.ipynb
+_PIQA = TaskSpec(
+    "piqa",
+    "PiQA",
+    "piqa/validation.jsonl",
+    "validation",
+    "piqa/train_subset.jsonl",
+    50,
+    "GPT-3",
+    0.5,
+    (0.820, 0.810, 0.832),
+    ("goal", "sol1", "sol2", "label"),
+    {
+        **_NLI,
+        "doc_to_text": "Question: {{goal}}\nAnswer:",
+        "doc_to_choice": "{{[sol1, sol2]}}",
+        "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
+    },
+    "few-shot pool: 4307 verified train items",
+)
+_WINOGRANDE = TaskSpec(
+    "winogrande",
+    "WinoGrande",
+    "winogrande/validation.jsonl",
+    "validation",
+    "winogrande/train_l.jsonl",
+    50,
+    "GPT-3",
+    0.5,
+    (0.730, 0.737, 0.789),
+    ("sentence", "option1", "option2", "answer"),
+    {
+        "output_type": "multiple_choice",
+        "doc_to_text": winogrande_doc_to_text,
+        "doc_to_target": winogrande_doc_to_target,
+        "doc_to_choice": winogrande_doc_to_choice,
+    },
+    "few-shot pool: train_l (train_xl not available offline)",
+)
+
+# %% ../nbs/61_tasks.ipynb
+_HELLASWAG = TaskSpec(
+    "hellaswag",
+    "HellaSwag",
+    "hellaswag/validation.jsonl",
+    "validation",
+    None,
+    20,
+    "GPT-3",
+    0.25,
+    (0.802, 0.802, 0.824),
+    ("activity_label", "ctx_a", "ctx_b", "endings", "label"),
+    {
+        "output_type": "multiple_choice",
+        "process_docs": hellaswag_process_docs,
+        "doc_to_text": "{{query}}",
+        "doc_to_target": "{{label}}",
+        "doc_to_choice": "choices",
+        "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
+    },
+    "no train items offline: few-shot examples come from validation; text pre-processed upstream",
+)
+
+# %% ../nbs/61_tasks.ipynb
+_ANLI_R2 = TaskSpec(
+    "anli_r2",
+    "ANLI-R2",
+    "anli/test_r2.jsonl",
+    "test",
+    "anli/dev_r2.jsonl",
+    50,
+    "GPT-3",
+    1 / 3,
+    (0.366, 0.397, 0.396),
+    ("premise", "hypothesis", "label"),
+    {
+        **_NLI,
+        "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True, False, or Neither?\nAnswer:",
+        "doc_to_target": "{{['True', 'Neither', 'False'][label]}}",
+        "doc_to_choice": ["True", "Neither", "False"],
+    },
+    "few-shot pool: R2 dev (train not available offline)",
+)
+_HANS = TaskSpec(
+    "hans",
+    "HANS",
+    "hans/validation.jsonl",
+    "validation",
+    "hans/train.jsonl",
+    4,
+    "the paper (GPT-3 has no HANS)",
+    0.5,
+    (0.607, 0.649, 0.702),
+    ("premise", "hypothesis", "label"),
+    {
+        **_NLI,
+        "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True or False?\nAnswer:",
+        "doc_to_choice": ["True", "False"],
+    },
+    "generated from McCoy et al.'s templates: `mtnlg hans --out ROOT` writes the full set (chapter "
+    "64); the fixture is its 10-per-sub-case slice",
+    "`<premise> Question: <hypothesis> True or False?` (the paper's Figure 4)",
+)
+
+# %% ../nbs/61_tasks.ipynb
+_WIC = TaskSpec(
+    "wic",
+    "WiC",
+    "wic/validation.jsonl",
+    "validation",
+    "wic/train.jsonl",
+    32,
+    "GPT-3",
+    0.5,
+    (0.486, 0.513, 0.585),
+    ("sentence1", "sentence2", "start1", "end1", "label"),
+    {
+        **_NLI,
+        "doc_to_text": "Sentence 1: {{sentence1}}\nSentence 2: {{sentence2}}\nQuestion: Is the word "
+        "'{{sentence1[start1:end1]}}' used in the same way in the two sentences above?\nAnswer:",
+        "doc_to_choice": ["no", "yes"],
+    },
+)
+
+# %% ../nbs/61_tasks.ipynb
 TASKS = {
     t.name: t
     for t in [
-        TaskSpec(
-            "lambada_openai",
-            "LAMBADA",
-            "lambada_openai/test.jsonl",
-            "test",
-            None,
-            15,
-            "GPT-3",
-            0.0,
-            (0.766, None, None),
-            ("text",),
-            {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}}"},
-            "no train split exists: few-shot examples come from the test set; paper column: zero-shot only "
-            "(standard format)",
-            "standard (passage, last word scored) at zero shots",
-        ),
-        TaskSpec(
-            "lambada_openai_cloze_yaml",
-            "LAMBADA-cloze",
-            "lambada_openai/test.jsonl",
-            "test",
-            None,
-            15,
-            "GPT-3",
-            0.0,
-            (None, 0.731, 0.872),
-            ("text",),
-            {**_LAMBADA, "doc_to_text": "{{text.split(' ')[:-1]|join(' ')}} ____. ->"},
-            "GPT-3's fill-in-the-blank format; paper column: one- and few-shot",
-            "fill-in-the-blank `… ____. -> word` at one and few shots (GPT-3 §3.1.2)",
-        ),
-        TaskSpec(
-            "race",
-            "RACE-h",
-            "race/test.jsonl",
-            "test",
-            "race/train_first500.jsonl",
-            10,
-            "GPT-3",
-            0.25,
-            (0.479, 0.484, 0.479),
-            ("article", "problems"),
-            {
-                "output_type": "multiple_choice",
-                "doc_to_text": race_doc_to_text,
-                "doc_to_target": race_doc_to_target,
-                "doc_to_choice": race_doc_to_choice,
-            },
-            "few-shot pool: the first 500 RACE-H train articles",
-        ),
-        TaskSpec(
-            "anli_r2",
-            "ANLI-R2",
-            "anli/test_r2.jsonl",
-            "test",
-            "anli/dev_r2.jsonl",
-            50,
-            "GPT-3",
-            1 / 3,
-            (0.366, 0.397, 0.396),
-            ("premise", "hypothesis", "label"),
-            {
-                **_NLI,
-                "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True, False, or Neither?\nAnswer:",
-                "doc_to_target": "{{['True', 'Neither', 'False'][label]}}",
-                "doc_to_choice": ["True", "Neither", "False"],
-            },
-            "few-shot pool: R2 dev (train not available offline)",
-        ),
-        TaskSpec(
-            "boolq",
-            "BoolQ",
-            "boolq/validation.jsonl",
-            "validation",
-            "boolq/train.jsonl",
-            32,
-            "GPT-3",
-            0.5,
-            (0.782, 0.825, 0.848),
-            ("passage", "question", "label"),
-            {**_NLI, "doc_to_text": "{{passage}}\nQuestion: {{question}}?\nAnswer:", "doc_to_choice": ["no", "yes"]},
-            "few-shot pool: FewGLUE's 32 train items",
-        ),
-        TaskSpec(
-            "piqa",
-            "PiQA",
-            "piqa/validation.jsonl",
-            "validation",
-            "piqa/train_subset.jsonl",
-            50,
-            "GPT-3",
-            0.5,
-            (0.820, 0.810, 0.832),
-            ("goal", "sol1", "sol2", "label"),
-            {
-                **_NLI,
-                "doc_to_text": "Question: {{goal}}\nAnswer:",
-                "doc_to_choice": "{{[sol1, sol2]}}",
-                "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
-            },
-            "few-shot pool: 4307 verified train items",
-        ),
-        TaskSpec(
-            "hellaswag",
-            "HellaSwag",
-            "hellaswag/validation.jsonl",
-            "validation",
-            None,
-            20,
-            "GPT-3",
-            0.25,
-            (0.802, 0.802, 0.824),
-            ("activity_label", "ctx_a", "ctx_b", "endings", "label"),
-            {
-                "output_type": "multiple_choice",
-                "process_docs": hellaswag_process_docs,
-                "doc_to_text": "{{query}}",
-                "doc_to_target": "{{label}}",
-                "doc_to_choice": "choices",
-                "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
-            },
-            "no train items offline: few-shot examples come from validation; text pre-processed upstream",
-        ),
-        TaskSpec(
-            "winogrande",
-            "WinoGrande",
-            "winogrande/validation.jsonl",
-            "validation",
-            "winogrande/train_l.jsonl",
-            50,
-            "GPT-3",
-            0.5,
-            (0.730, 0.737, 0.789),
-            ("sentence", "option1", "option2", "answer"),
-            {
-                "output_type": "multiple_choice",
-                "doc_to_text": winogrande_doc_to_text,
-                "doc_to_target": winogrande_doc_to_target,
-                "doc_to_choice": winogrande_doc_to_choice,
-            },
-            "few-shot pool: train_l (train_xl not available offline)",
-        ),
-        TaskSpec(
-            "hans",
-            "HANS",
-            "hans/validation.jsonl",
-            "validation",
-            "hans/train.jsonl",
-            4,
-            "the paper (GPT-3 has no HANS)",
-            0.5,
-            (0.607, 0.649, 0.702),
-            ("premise", "hypothesis", "label"),
-            {
-                **_NLI,
-                "doc_to_text": "{{premise}}\nQuestion: {{hypothesis}} True or False?\nAnswer:",
-                "doc_to_choice": ["True", "False"],
-            },
-            "generated from McCoy et al.'s templates: `mtnlg hans --out ROOT` writes the full set (chapter "
-            "64); the fixture is its 10-per-sub-case slice",
-            "`<premise> Question: <hypothesis> True or False?` (the paper's Figure 4)",
-        ),
-        TaskSpec(
-            "wic",
-            "WiC",
-            "wic/validation.jsonl",
-            "validation",
-            "wic/train.jsonl",
-            32,
-            "GPT-3",
-            0.5,
-            (0.486, 0.513, 0.585),
-            ("sentence1", "sentence2", "start1", "end1", "label"),
-            {
-                **_NLI,
-                "doc_to_text": "Sentence 1: {{sentence1}}\nSentence 2: {{sentence2}}\nQuestion: Is the word "
-                "'{{sentence1[start1:end1]}}' used in the same way in the two sentences above?\nAnswer:",
-                "doc_to_choice": ["no", "yes"],
-            },
-        ),
+        _LAMBADA_STANDARD,
+        _LAMBADA_CLOZE,
+        _RACE,
+        _ANLI_R2,
+        _BOOLQ,
+        _PIQA,
+        _HELLASWAG,
+        _WINOGRANDE,
+        _HANS,
+        _WIC,
     ]
 }
 SHOTS = ("0", "1", "few")
@@ -333,7 +354,7 @@ def num_fewshot(spec: TaskSpec, shots: str) -> int:
         raise ValueError(f"unknown shot setting {shots!r}; use 0, 1 or few")
     return spec.k if str(shots) == "few" else int(shots)
 
-
+# %% ../nbs/61_tasks.ipynb
 def settings_rows() -> list[dict]:
     "Per task: the paper's evaluation setting (split, K, prompt format, metric) beside ours, and where each comes from."
 
@@ -394,6 +415,24 @@ def read_task_jsonl(path, spec: TaskSpec, where: str = "eval") -> list[dict]:
     return rows
 
 # %% ../nbs/61_tasks.ipynb
+def configurable_task(config: dict, splits: dict[str, list[dict]]):
+    """A harness `ConfigurableTask` from `config` (no dataset path) whose dataset is `splits` (split name -> rows),
+    built offline."""
+    import datasets
+    import logging
+    from lm_eval.api.task import ConfigurableTask
+
+    dataset = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
+    config = {**config, "custom_dataset": lambda **_: dataset}
+    level = logging.getLogger("lm_eval").level
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # quiet the harness's note on custom datasets
+    try:
+        with _quiet_datasets():
+            return ConfigurableTask(config=config)
+    finally:
+        logging.getLogger("lm_eval").setLevel(level)
+
+# %% ../nbs/61_tasks.ipynb
 def local_task(name: str, data_dir=None, num_fewshot: int = 0, prompt: dict | None = None):
     """The local variant of task `name` (`{name}_local`, a harness `ConfigurableTask`) reading JSONL from `data_dir`,
     with `num_fewshot` examples; `prompt` replaces keys of the spec's prompt config (another wording, chapter 71)."""
@@ -421,24 +460,6 @@ def local_task(name: str, data_dir=None, num_fewshot: int = 0, prompt: dict | No
         "metadata": {"version": 1.0, "data": str(d / spec.eval_file), "num_fewshot": num_fewshot},
     }
     return configurable_task(config, splits)
-
-
-def configurable_task(config: dict, splits: dict[str, list[dict]]):
-    """A harness `ConfigurableTask` from `config` (no dataset path) whose dataset is `splits` (split name -> rows),
-    built offline."""
-    import datasets
-    import logging
-    from lm_eval.api.task import ConfigurableTask
-
-    dataset = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
-    config = {**config, "custom_dataset": lambda **_: dataset}
-    level = logging.getLogger("lm_eval").level
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)  # quiet the harness's note on custom datasets
-    try:
-        with _quiet_datasets():
-            return ConfigurableTask(config=config)
-    finally:
-        logging.getLogger("lm_eval").setLevel(level)
 
 # %% ../nbs/61_tasks.ipynb
 HANS_HUB = "jhu-cogsci/hans"
@@ -487,7 +508,7 @@ def task_yaml(config: dict, utils_module: str = "mtnlg_task_utils") -> str:
     )
     return yaml.dump(config, Dumper=Dumper, sort_keys=False, allow_unicode=True)
 
-
+# %% ../nbs/61_tasks.ipynb
 def write_task_yamls(out_dir, data_dir=None) -> Path:
     "Write `<task>_local.yaml` for the local variants (reading `data_dir`) and `hans.yaml` (online) into `out_dir`."
     out, d = Path(out_dir), eval_dir(data_dir).resolve()
@@ -528,7 +549,45 @@ def available_tasks(data_dir=None) -> tuple[list[str], list[str]]:
     present = [n for n, t in TASKS.items() if (d / t.eval_file).is_file()]
     return present, [n for n in TASKS if n not in present]
 
+# %% ../nbs/61_tasks.ipynb
+def _new_results(source: str, data_dir, fewshot_seed: int, limit: int | None) -> dict:
+    "An evaluation's result before any task is scored: its setting, no rows."
+    if source not in ("local", "harness"):
+        raise ValueError(f"unknown source {source!r}; use local or harness")
+    return {
+        "source": source,
+        "data_dir": str(eval_dir(data_dir)),
+        "fewshot_seed": fewshot_seed,
+        "limit": limit,
+        "tasks": {},
+        "samples": {},
+    }
 
+
+def _result_row(spec: TaskSpec) -> dict:
+    "A task's row before it is scored: its setting and the paper's accuracies."
+    return {
+        "paper_name": spec.paper_name,
+        "split": spec.split,
+        "chance": spec.chance,
+        "k": spec.k,
+        "k_source": spec.k_source,
+        "note": spec.note,
+        "acc": {},
+        "stderr": {},
+        "n": None,
+        "paper": dict(zip(SHOTS, spec.paper)),
+    }
+
+
+def _record_shot(row: dict, shot: str, task, result: dict) -> None:
+    "Into `row`: one shot setting's accuracy, its binomial standard error and n from the harness's `result`."
+    acc, n = result["results"][task.task_name]["acc,none"], result["n-samples"][task.task_name]["effective"]
+    row["acc"][shot], row["stderr"][shot], row["n"] = acc, math.sqrt(acc * (1 - acc) / n), n
+    if shot == "few":
+        row["k_used"] = task.config.num_fewshot
+
+# %% ../nbs/61_tasks.ipynb
 def evaluate_tasks(
     lm,
     tasks=("all",),
@@ -543,47 +602,23 @@ def evaluate_tasks(
     (online). In a job of several processes (chapter 65) every rank calls it; the harness's results come back on rank 0,
     None elsewhere."""
     names = list(TASKS) if list(tasks) in (["all"], []) else [task_spec(t).name for t in tasks]
-    if source not in ("local", "harness"):
-        raise ValueError(f"unknown source {source!r}; use local or harness")
-    out = {
-        "source": source,
-        "data_dir": str(eval_dir(data_dir)),
-        "fewshot_seed": fewshot_seed,
-        "limit": limit,
-        "tasks": {},
-        "samples": {},
-    }
+    out = _new_results(source, data_dir, fewshot_seed, limit)
     reporting = True
     for name in names:
-        spec = TASKS[name]
-        row = out["tasks"][name] = {
-            "paper_name": spec.paper_name,
-            "split": spec.split,
-            "chance": spec.chance,
-            "k": spec.k,
-            "k_source": spec.k_source,
-            "note": spec.note,
-            "acc": {},
-            "stderr": {},
-            "n": None,
-            "paper": dict(zip(SHOTS, spec.paper)),
-        }
+        row = out["tasks"][name] = _result_row(TASKS[name])
         for shot in map(str, shots):
-            k = num_fewshot(spec, shot)
+            k = num_fewshot(TASKS[name], shot)
             task = local_task(name, data_dir, k) if source == "local" else harness_task(name, k)
             r = run_task(lm, task, limit, fewshot_seed, log_samples)
             if r is None:
                 reporting = False
                 continue  # not the rank that reports: it scored its share
-            acc, n = r["results"][task.task_name]["acc,none"], r["n-samples"][task.task_name]["effective"]
-            row["acc"][shot], row["stderr"][shot], row["n"] = acc, math.sqrt(acc * (1 - acc) / n), n
-            if shot == "few":
-                row["k_used"] = task.config.num_fewshot
+            _record_shot(row, shot, task, r)
             if log_samples:
                 out["samples"][f"{name}/{shot}"] = request_loglikelihoods(r["samples"][task.task_name])
     return out if reporting else None
 
-
+# %% ../nbs/61_tasks.ipynb
 _ENV_INFO: dict = {}
 
 
@@ -607,7 +642,7 @@ def _environment_once():
     finally:
         collect_env.get_pretty_env_info = original
 
-
+# %% ../nbs/61_tasks.ipynb
 def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict | None:
     """The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result
     (None in a job's processes other than the first: chapter 65)."""
@@ -655,7 +690,7 @@ def results_table(results: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
-
+# %% ../nbs/61_tasks.ipynb
 def results_figure(results: dict, title: str = ""):
     "Grouped bars: our accuracy per shot setting; paper's as black ticks; chance as a dashed segment."
     import matplotlib.pyplot as plt

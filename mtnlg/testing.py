@@ -1071,6 +1071,28 @@ def _reader_predicted(lm, stage) -> int:
     return predicted_bytes(lm.cfg, lm.model.layout.coord(dist.get_rank()).pipe, lm.dtype)
 
 # %% ../nbs/98_testing.ipynb
+def _reader_results(lm, live: int, requests: list, prompts: list, max_new: int) -> dict:
+    """What a reader rank reports, measured in this order: greedy generations, the weight bytes held, the prediction
+    and the peak while loading, the scores of `requests` and of each prompt's greedy continuation, sampled text."""
+    from mtnlg.generate import generate
+    from mtnlg.parallel_inference import held_bytes
+
+    stage = getattr(lm.model, "stage", None)
+    greedy = generate(lm.model, prompts, max_new)
+    scored = [(c, k) for c, k in requests] + [(p, g) for p, g in zip(prompts, greedy) if g]  # the last: greedy
+    out = {
+        "held": held_bytes(lm.model),
+        "live": live,
+        "predicted": _reader_predicted(lm, stage),
+        "load_peak": getattr(stage, "load_peak", None),
+        "load_slack": getattr(stage, "load_slack", None),
+        "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in scored], disable_tqdm=True),
+        "greedy": greedy,
+        "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3),
+    }
+    return out
+
+# %% ../nbs/98_testing.ipynb
 def parallel_reader_worker(
     checkpoint: str,
     tp: int | None,
@@ -1085,8 +1107,8 @@ def parallel_reader_worker(
     loading of this rank (see above), read in `dtype`."""
     import gc
     from mtnlg.evaluate import MtnlgLM
-    from mtnlg.generate import generate
-    from mtnlg.parallel_inference import held_bytes
+    from mtnlg.generate import generate  # noqa: F401 (imported before the live bytes are counted)
+    from mtnlg.parallel_inference import held_bytes  # noqa: F401
 
     quiet_libraries()
     lm = MtnlgLM(
@@ -1099,19 +1121,7 @@ def parallel_reader_worker(
     )
     gc.collect()
     live = sum(live_storages().values())
-    stage = getattr(lm.model, "stage", None)
-    greedy = generate(lm.model, prompts, max_new)
-    scored = [(c, k) for c, k in requests] + [(p, g) for p, g in zip(prompts, greedy) if g]  # the last: greedy
-    out = {
-        "held": held_bytes(lm.model),
-        "live": live,
-        "predicted": _reader_predicted(lm, stage),
-        "load_peak": getattr(stage, "load_peak", None),
-        "load_slack": getattr(stage, "load_slack", None),
-        "scores": lm._loglikelihood_tokens([(None, c, k) for c, k in scored], disable_tqdm=True),
-        "greedy": greedy,
-        "sampled": generate(lm.model, prompts, max_new, temperature=0.9, seed=3),
-    }
+    out = _reader_results(lm, live, requests, prompts, max_new)
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
     return out

@@ -6,8 +6,8 @@
 __all__ = ['BACKENDS', 'MAX_SKIPPED_IN_A_ROW', 'FRESH_STATE', 'autocast_for', 'train_step', 'SingleProcess', 'TrainResult',
            'pick_backend', 'make_backend', 'checkpoint_dir', 'resume_from', 'check_inputs', 'Run', 'open_run',
            'load_start', 'load_run', 'train_one_step', 'speed_metrics', 'log_line', 'tensorboard_writer', 'MetricsLog',
-           'log_step', 'validation_loss', 'checkpoint_if_due', 'finish_run', 'train', 'train_loop', 'reshard',
-           'plot_losses']
+           'log_step', 'validation_loss', 'checkpoint_if_due', 'finish_run', 'train_loop', 'train', 'plot_losses',
+           'reshard']
 
 # %% ../nbs/41_train.ipynb
 import json
@@ -71,7 +71,41 @@ def train_step(
     optimizer.step()
     return total, grad_norm, False
 
+# %% ../nbs/41_train.ipynb
+def _whole_shard(model: torch.nn.Module, optimizer) -> dict:
+    "Chapter 43's shard of a TP1-PP1-DP1 run: every parameter whole, Adam's state as one fragment starting at 0."
+    params, frags, step = dict(model.named_parameters()), {}, 0
+    for n, p in params.items():
+        st = optimizer.state.get(p, {})
+        if "step" in st:
+            step = int(st["step"])
+        frags[n] = {
+            "start": 0,
+            "master": p,
+            "exp_avg": st.get("exp_avg", torch.zeros_like(p)),
+            "exp_avg_sq": st.get("exp_avg_sq", torch.zeros_like(p)),
+        }
+    return make_shard(params, frags, step, with_model=True)
 
+
+@torch.no_grad()
+def _load_whole(model: torch.nn.Module, optimizer, ckpt: Checkpoint, device: torch.device):
+    "Weights (the fp32 masters) and Adam's state from a checkpoint of any layout into one process's model."
+    with ckpt.checking_behind():  # checksums checked while the tensors are copied
+        step = ckpt.optimizer_step
+        optimizer.state.clear()  # a step saved before any optimizer step has no Adam state: keep none
+        for n, p in model.named_parameters():
+            # a copy, not a view of the file
+            local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p)).to(device, copy=True)
+            p.copy_(local("master"))
+            if step:
+                optimizer.state[p] = {
+                    "step": torch.tensor(float(step)),
+                    "exp_avg": local("exp_avg"),
+                    "exp_avg_sq": local("exp_avg_sq"),
+                }
+
+# %% ../nbs/41_train.ipynb
 class SingleProcess:
     "The whole model in this process: plain PyTorch GPT, AdamW, gradient accumulation, clipping."
 
@@ -87,14 +121,8 @@ class SingleProcess:
     def train_step(self, batch: torch.Tensor, lr: float) -> tuple[float, float, bool]:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
-        return train_step(
-            self.model,
-            self.optimizer,
-            batch,
-            self.cfg.schedule.micro_batch_size,
-            self.cfg.optimizer.clip_grad,
-            self.autocast,
-        )
+        micro, clip = self.cfg.schedule.micro_batch_size, self.cfg.optimizer.clip_grad
+        return train_step(self.model, self.optimizer, batch, micro, clip, self.autocast)
 
     @torch.no_grad()
     def eval_loss(self, batches: list) -> float:
@@ -109,36 +137,11 @@ class SingleProcess:
 
     def checkpoint_shard(self) -> dict:
         "Chapter 43's shard of a TP1-PP1-DP1 run: every parameter whole, Adam's state as one fragment starting at 0."
-        params, frags, step = dict(self.model.named_parameters()), {}, 0
-        for n, p in params.items():
-            st = self.optimizer.state.get(p, {})
-            if "step" in st:
-                step = int(st["step"])
-            frags[n] = {
-                "start": 0,
-                "master": p,
-                "exp_avg": st.get("exp_avg", torch.zeros_like(p)),
-                "exp_avg_sq": st.get("exp_avg_sq", torch.zeros_like(p)),
-            }
-        return make_shard(params, frags, step, with_model=True)
+        return _whole_shard(self.model, self.optimizer)
 
-    @torch.no_grad()
     def load_checkpoint(self, ckpt: Checkpoint):
         "Weights (the fp32 masters) and Adam's state from a checkpoint of any layout."
-        with ckpt.checking_behind():  # checksums checked while the tensors are copied
-            step = ckpt.optimizer_step
-            self.optimizer.state.clear()  # a step saved before any optimizer step has no Adam state: keep none
-            for n, p in self.model.named_parameters():
-                local = lambda what: ckpt.local(n, what, p.shape, tp_dim(p)).to(
-                    self.device, copy=True
-                )  # not a view of the file
-                p.copy_(local("master"))
-                if step:
-                    self.optimizer.state[p] = {
-                        "step": torch.tensor(float(step)),
-                        "exp_avg": local("exp_avg"),
-                        "exp_avg_sq": local("exp_avg_sq"),
-                    }
+        _load_whole(self.model, self.optimizer, ckpt, self.device)
 
 # %% ../nbs/41_train.ipynb
 @dataclass
@@ -165,7 +168,7 @@ def pick_backend(kind: str, world_size: int, launched: bool, device_type: str) -
         return kind
     return "deepspeed" if launched or world_size > 1 or device_type == "cuda" else "single"
 
-
+# %% ../nbs/41_train.ipynb
 def make_backend(cfg: Config, layout: Layout, kind: str, device: torch.device):
     "`single` (plain PyTorch, one process) or `deepspeed` (chapter 14's 3D engine); `auto` as `pick_backend` says."
     kind = pick_backend(kind, layout.world_size, launched(), device.type)
@@ -181,7 +184,7 @@ def make_backend(cfg: Config, layout: Layout, kind: str, device: torch.device):
 def checkpoint_dir(cfg: Config, run_dir: Path) -> Path:
     return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else Path(run_dir) / "checkpoints"
 
-
+# %% ../nbs/41_train.ipynb
 def resume_from(cfg: Config, run_dir: Path, layout: Layout, say=print, skip: dict | None = None) -> Checkpoint | None:
     """Collective: the checkpoint `checkpoint.resume` names (`auto`: the newest in this run's checkpoints, if any, not
     in `skip`), checked against the run; its meta.json, config and tokenizer verified, its shards' checksums being
@@ -241,7 +244,7 @@ class Run:
     def ckpt_dir(self) -> Path:
         return checkpoint_dir(self.cfg, self.run_dir)
 
-
+# %% ../nbs/41_train.ipynb
 def open_run(cfg: Config, run_dir=None, log=print) -> Run:
     """Join the job, seed every stream, and find the checkpoint to resume from (a missing one, or one whose meta.json,
     config or tokenizer is bad, fails here, before any data; its shards are checked while the model is built)."""
@@ -262,7 +265,7 @@ def open_run(cfg: Config, run_dir=None, log=print) -> Run:
     dist.barrier()
     return run
 
-
+# %% ../nbs/41_train.ipynb
 def load_start(run: Run, say=print) -> Checkpoint:
     """Collective: `run.start`'s weights and Adam's state copied into the engine while its shards' checksums are still
     being checked (begun by `resume_from`, so the check ran while the model was built), then every rank's verdict,
@@ -285,7 +288,7 @@ def load_start(run: Run, say=print) -> Checkpoint:
             skip[ckpt.dir] = what_is_wrong(e)  # what was copied is overwritten by the older step
             ckpt = resume_from(run.cfg, run.run_dir, run.layout, say, skip)
 
-
+# %% ../nbs/41_train.ipynb
 def load_run(run: Run, backend: str = "auto", log=print) -> Run:
     "The schedule, the data and the backend; on resume, the weights, Adam's state, the counters and the random streams."
     cfg, s, m, rank = run.cfg, run.cfg.schedule, run.cfg.model, dist.get_rank()
@@ -385,7 +388,7 @@ def speed_metrics(cfg: Config, layout: Layout, sequences: int, seconds: float, d
         torch.cuda.reset_peak_memory_stats(device)
     return row
 
-
+# %% ../nbs/41_train.ipynb
 def log_line(row: dict, steps: int) -> str:
     """One metrics row as the console shows it: `step 10/300 | loss 5.123 | lr 3.00e-03 | 1,234 tokens/s | MFU n/a |
     ...`."""
@@ -443,7 +446,7 @@ class MetricsLog:
             self.tb.close()
         self.out = self.tb = None
 
-
+# %% ../nbs/41_train.ipynb
 def log_step(run: Run, done: dict, metrics: MetricsLog, bar, t_start: float) -> dict:
     """The row of the log window that ends with step `done` (`train_one_step`'s), recorded and shown; the window
     restarts."""
@@ -499,13 +502,32 @@ def checkpoint_if_due(run: Run, step: int, stop_now: bool, t_start: float) -> Pa
     )
 
 # %% ../nbs/41_train.ipynb
+def _summary(run: Run, result: TrainResult, t_start: float) -> dict:
+    "What `summary.json` says of a run that ended with `result`."
+    s, layout = run.state, run.layout
+    return {
+        "name": run.cfg.name,
+        "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "steps": s["step"],
+        "of_steps": len(run.steps),
+        "tokens": s["tokens"],
+        "consumed_samples": s["consumed_samples"],
+        "skipped_steps": s["skipped_steps"],
+        "final_train_loss": result.final_train_loss,
+        "final_valid_loss": result.final_valid_loss,
+        "unigram_entropy": run.data.unigram_entropy,
+        "checkpoint": str(result.checkpoint),
+        "stopped_by": result.stopped_by,
+        "seconds": time.time() - t_start,
+    }
+
+# %% ../nbs/41_train.ipynb
 def finish_run(
     run: Run, metrics: list, last: Path | None, stopped_by: str | None, t_start: float
 ) -> TrainResult | None:
     "The result, plot and summary.json of a run (on the rank that holds the loss; None elsewhere)."
     if not run.engine.holds_loss:
         return None
-    s, layout = run.state, run.layout
     train_losses = [r["loss"] for r in metrics if r.get("loss") is not None]
     valid_losses = [r["valid_loss"] for r in metrics if "valid_loss" in r]
     result = TrainResult(
@@ -518,27 +540,9 @@ def finish_run(
         getattr(run.engine, "model", None),
         stopped_by,
     )
-    plot_losses(result, f"{run.cfg.name} {layout}").savefig(run.run_dir / "loss.png", dpi=110, bbox_inches="tight")
-    (run.run_dir / "summary.json").write_text(
-        json.dumps(
-            {
-                "name": run.cfg.name,
-                "layout": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
-                "steps": s["step"],
-                "of_steps": len(run.steps),
-                "tokens": s["tokens"],
-                "consumed_samples": s["consumed_samples"],
-                "skipped_steps": s["skipped_steps"],
-                "final_train_loss": result.final_train_loss,
-                "final_valid_loss": result.final_valid_loss,
-                "unigram_entropy": run.data.unigram_entropy,
-                "checkpoint": str(last),
-                "stopped_by": stopped_by,
-                "seconds": time.time() - t_start,
-            },
-            indent=1,
-        )
-    )
+    title = f"{run.cfg.name} {run.layout}"
+    plot_losses(result, title).savefig(run.run_dir / "loss.png", dpi=110, bbox_inches="tight")
+    (run.run_dir / "summary.json").write_text(json.dumps(_summary(run, result, t_start), indent=1))
     if not stopped_by:
         run.say(
             f"final loss: train {result.final_train_loss:.3f}, valid {result.final_valid_loss:.3f} nats "
@@ -547,25 +551,6 @@ def finish_run(
     return result
 
 # %% ../nbs/41_train.ipynb
-def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: str = "auto") -> TrainResult:
-    """Train `cfg` on the layout it names (this process is one rank of it), from `checkpoint.resume` if set; write
-    metrics, TensorBoard events, plot and sharded checkpoints to `run_dir`. SIGUSR1/SIGTERM: checkpoint, return.
-    Without a progress bar, every log step prints `log_line`; with one, the bar shows it."""
-    run = open_run(cfg, run_dir, log)
-    with StopRequest() as stop:  # from here on SIGUSR1/SIGTERM only set a flag, read after each step
-        load_run(run, backend, log)
-        metrics, t_start = MetricsLog(run), time.time() - run.state["elapsed_s"]
-        try:
-            last, stopped_by = train_loop(run, metrics, stop, progress, t_start)
-        finally:  # an error exit too (the CLI then ends the rank by `os._exit`): what was logged reaches the disk
-            metrics.close()
-        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the
-        # batch shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
-        result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
-        dist.barrier()
-    return result
-
-
 def train_loop(run: Run, metrics: MetricsLog, stop: StopRequest, progress: bool, t_start: float):
     "The steps from `run.state`'s to the last, or to a stop signal: (the last checkpoint saved, the signal's name)."
     cfg, s, last, stopped_by = run.cfg, run.cfg.schedule, None, None
@@ -592,7 +577,43 @@ def train_loop(run: Run, metrics: MetricsLog, stop: StopRequest, progress: bool,
             break
     return last, stopped_by
 
+# %% ../nbs/41_train.ipynb
+def train(cfg: Config, run_dir=None, progress: bool = True, log=print, backend: str = "auto") -> TrainResult:
+    """Train `cfg` on the layout it names (this process is one rank of it), from `checkpoint.resume` if set; write
+    metrics, TensorBoard events, plot and sharded checkpoints to `run_dir`. SIGUSR1/SIGTERM: checkpoint, return.
+    Without a progress bar, every log step prints `log_line`; with one, the bar shows it."""
+    run = open_run(cfg, run_dir, log)
+    with StopRequest() as stop:  # from here on SIGUSR1/SIGTERM only set a flag, read after each step
+        load_run(run, backend, log)
+        metrics, t_start = MetricsLog(run), time.time() - run.state["elapsed_s"]
+        try:
+            last, stopped_by = train_loop(run, metrics, stop, progress, t_start)
+        finally:  # an error exit too (the CLI then ends the rank by `os._exit`): what was logged reaches the disk
+            metrics.close()
+        # still inside: a stop signal arriving while the run ends (srun forwards Slurm's USR1 to every task, and the
+        # batch shell forwards it again) only sets the flag, instead of killing a rank its peers wait for at the barrier
+        result = finish_run(run, metrics.rows, last or latest_checkpoint(run.ckpt_dir), stopped_by, t_start)
+        dist.barrier()
+    return result
 
+# %% ../nbs/41_train.ipynb
+def plot_losses(r: TrainResult, title: str = ""):
+    "Training and validation loss against tokens, with the unigram-entropy baseline."
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    tr = [m for m in r.metrics if m.get("loss") is not None]
+    va = [m for m in r.metrics if "valid_loss" in m]
+    ax.plot([m["tokens"] for m in tr], [m["loss"] for m in tr], label="train loss")
+    ax.plot([m["tokens"] for m in va], [m["valid_loss"] for m in va], "o-", label="validation loss")
+    ax.axhline(r.unigram_entropy, color="gray", ls="--", label=f"unigram entropy {r.unigram_entropy:.2f}")
+    ax.set(xlabel="tokens", ylabel="nats / token", title=f"{title} training loss")
+    ax.legend()
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+# %% ../nbs/41_train.ipynb
 def reshard(src, dst, cfg: Config | None = None, backend: str = "auto") -> Path:
     """Load checkpoint `src` onto `cfg`'s layout (default: the checkpoint's own config) and save it to `dst` at the
     same step, trainer state included: `mtnlg reshard`. Run it as TP x PP x DP processes of the new layout."""
@@ -616,20 +637,3 @@ def reshard(src, dst, cfg: Config | None = None, backend: str = "auto") -> Path:
         dict(state, trained_on=ckpt.meta.get("trained_on", str(ckpt.layout))),
         cfg.checkpoint.keep_last,
     )
-
-# %% ../nbs/41_train.ipynb
-def plot_losses(r: TrainResult, title: str = ""):
-    "Training and validation loss against tokens, with the unigram-entropy baseline."
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    tr = [m for m in r.metrics if m.get("loss") is not None]
-    va = [m for m in r.metrics if "valid_loss" in m]
-    ax.plot([m["tokens"] for m in tr], [m["loss"] for m in tr], label="train loss")
-    ax.plot([m["tokens"] for m in va], [m["valid_loss"] for m in va], "o-", label="validation loss")
-    ax.axhline(r.unigram_entropy, color="gray", ls="--", label=f"unigram entropy {r.unigram_entropy:.2f}")
-    ax.set(xlabel="tokens", ylabel="nats / token", title=f"{title} training loss")
-    ax.legend()
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
