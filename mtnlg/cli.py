@@ -4,10 +4,15 @@
 
 # %% auto 0
 __all__ = ['READER_SETTINGS', 'COMMANDS', 'describe', 'add_data_dir_argument', 'add_config_arguments', 'config_from_args',
-           'add_info_arguments', 'add_train_arguments', 'relaunch', 'add_reshard_arguments', 'print_curation_plan',
-           'add_curate_arguments', 'add_plan_arguments', 'add_export_hf_arguments', 'add_reader_arguments',
-           'reader_layout', 'quiet_other_ranks', 'first_rank', 'reading_layout_of', 'end_job', 'add_eval_arguments',
-           'add_generate_arguments', 'add_bias_arguments', 'add_data_arguments', 'add_hans_arguments',
+           'add_info_arguments', 'relaunch', 'check_train', 'train_command', 'add_train_arguments', 'reshard_command',
+           'add_reshard_arguments', 'print_curation_plan', 'add_curation_plan_arguments', 'add_curate_arguments',
+           'curate_command', 'add_plan_search_arguments', 'add_plan_model_arguments', 'add_plan_schedule_arguments',
+           'add_plan_allocation_arguments', 'add_plan_job_arguments', 'plan_job', 'plan_schedule', 'plan_stages',
+           'sequence_parallel_comparison', 'rank_layouts', 'plan_command', 'add_plan_arguments',
+           'add_export_hf_arguments', 'export_hf_command', 'add_reader_arguments', 'reader_layout', 'quiet_other_ranks',
+           'first_rank', 'reading_layout_of', 'end_job', 'eval_tasks', 'write_eval_results', 'eval_command',
+           'add_eval_arguments', 'generate_command', 'add_generate_arguments', 'check_bias_arguments', 'bias_command',
+           'write_bias_report', 'add_bias_arguments', 'add_data_arguments', 'add_hans_arguments',
            'add_rehearse_arguments', 'add_checkpoint_arguments', 'main', 'leave']
 
 # %% ../nbs/99_cli.ipynb
@@ -43,7 +48,7 @@ def _human(n: float) -> str:
 def _n(count: int, word: str) -> str:
     return f"{count:g} {word}{'' if count == 1 else 's'}"
 
-
+# %% ../nbs/99_cli.ipynb
 def describe(cfg: Config) -> str:
     "The parameter count and the parallel layout of a config, as `mtnlg info` prints it."
     m, p, s = cfg.model, cfg.parallel, cfg.schedule
@@ -124,6 +129,55 @@ def _without_nproc(argv: list[str]) -> list[str]:
     return out
 
 
+def relaunch(argv: list, nproc: int) -> int:
+    """This command again as `nproc` local processes under torchrun's launcher (chapter 10's `run_ranks`): 0, or the
+    exit code of the job's first error, printed once. SIGUSR1 is left to the workers (they checkpoint)."""
+    from mtnlg.topology import run_ranks
+
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # inherited by the workers, which install their own handler
+    return run_ranks(_without_nproc(argv), nproc)
+
+# %% ../nbs/99_cli.ipynb
+def check_train(cfg: Config, args) -> int:
+    "`mtnlg train --check`: the config, the layout and the inputs checked in one process, before any rank starts."
+    from mtnlg.topology import check_layout, launcher_env
+    from mtnlg.train import check_inputs
+
+    check_layout(cfg, args.nproc or launcher_env()["world_size"])
+    check_inputs(cfg, args.run_dir)
+    print(
+        f"mtnlg train --check: {cfg.name} on {args.nproc or launcher_env()['world_size']} "
+        f"processes: config, layout and inputs ok"
+    )
+    return 0
+
+
+def train_command(args) -> int:
+    "`mtnlg train`: check (`--check`), relaunch as `--nproc N` processes, or train as this process's rank."
+    from mtnlg.topology import check_layout, launched, launcher_env
+
+    if args.resume:
+        args.set = args.set + [f"checkpoint.resume={args.resume}"]
+    cfg = config_from_args(args)
+    if args.check:  # one process, before a launcher starts any rank
+        return check_train(cfg, args)
+    if args.nproc is not None and not launched():
+        from mtnlg.train import check_inputs
+
+        check_layout(cfg, args.nproc)  # before any process starts: one error, not one per rank
+        check_inputs(cfg, args.run_dir)
+        return relaunch(args.argv, args.nproc)
+    check_layout(cfg, launcher_env()["world_size"])
+    from mtnlg.train import train
+
+    train(
+        cfg, args.run_dir, progress=not args.no_progress, backend=args.backend
+    )  # SIGUSR1/SIGTERM: checkpointed, exit 0
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a stop asked once the run has ended changes nothing
+    end_job()
+    return 0
+
+# %% ../nbs/99_cli.ipynb
 def add_train_arguments(p: argparse.ArgumentParser):
     "`mtnlg train --config CFG [--set k=v] [--run-dir DIR] [--no-progress] [--nproc N]`"
     add_config_arguments(p)
@@ -150,51 +204,35 @@ def add_train_arguments(p: argparse.ArgumentParser):
         "world), the data and a named checkpoint, then exit: what a batch script runs once before srun "
         "starts the ranks",
     )
+    p.set_defaults(func=train_command)
 
-    def run(args):
-        from mtnlg.topology import check_layout, launched, launcher_env
+# %% ../nbs/99_cli.ipynb
+def reshard_command(args) -> int:
+    "`mtnlg reshard`: the checkpoint's config with the new layout, checked, then resharded by every rank."
+    from mtnlg.checkpoint import Checkpoint
+    from mtnlg.topology import Layout, check_layout, launched, launcher_env
 
-        if args.resume:
-            args.set = args.set + [f"checkpoint.resume={args.resume}"]
-        cfg = config_from_args(args)
-        if args.check:  # one process, before a launcher starts any rank
-            from mtnlg.train import check_inputs
+    ckpt = Checkpoint(args.src)
+    sets = dict(parse_override(o) for o in args.set)
+    if any(k.startswith("parallel.") for k in sets) and "parallel.world_size" not in sets:
+        sets["parallel.world_size"] = None
+    d = ckpt.config.to_dict()
+    d.pop("source", None)
+    cfg = config_from_dict(d, sets)
+    if args.nproc is not None and not launched():
+        check_layout(cfg, args.nproc)
+        return relaunch(args.argv, args.nproc)
+    check_layout(cfg, launcher_env()["world_size"])
+    import torch.distributed as dist
+    from mtnlg.train import reshard
 
-            check_layout(cfg, args.nproc or launcher_env()["world_size"])
-            check_inputs(cfg, args.run_dir)
-            print(
-                f"mtnlg train --check: {cfg.name} on {args.nproc or launcher_env()['world_size']} "
-                f"processes: config, layout and inputs ok"
-            )
-            return 0
-        if args.nproc is not None and not launched():
-            from mtnlg.train import check_inputs
+    out = reshard(ckpt.dir, args.dst, cfg)
+    if dist.get_rank() == 0:
+        print(f"resharded {ckpt.dir} ({ckpt.layout}) -> {out} ({Layout.of(cfg)})")
+    end_job()
+    return 0
 
-            check_layout(cfg, args.nproc)  # before any process starts: one error, not one per rank
-            check_inputs(cfg, args.run_dir)
-            return relaunch(args.argv, args.nproc)
-        check_layout(cfg, launcher_env()["world_size"])
-        from mtnlg.train import train
-
-        train(
-            cfg, args.run_dir, progress=not args.no_progress, backend=args.backend
-        )  # SIGUSR1/SIGTERM: checkpointed, exit 0
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a stop asked once the run has ended changes nothing
-        end_job()
-        return 0
-
-    p.set_defaults(func=run)
-
-
-def relaunch(argv: list, nproc: int) -> int:
-    """This command again as `nproc` local processes under torchrun's launcher (chapter 10's `run_ranks`): 0, or the
-    exit code of the job's first error, printed once. SIGUSR1 is left to the workers (they checkpoint)."""
-    from mtnlg.topology import run_ranks
-
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # inherited by the workers, which install their own handler
-    return run_ranks(_without_nproc(argv), nproc)
-
-
+# %% ../nbs/99_cli.ipynb
 def add_reshard_arguments(p: argparse.ArgumentParser):
     "`mtnlg reshard SRC DST [--set parallel.tensor_parallel=T ...] [--nproc N]` (chapters 41, 43)."
     p.add_argument("src", help="a checkpoint: a run's checkpoints/ directory or one of its step-NNNNNNN directories")
@@ -207,32 +245,7 @@ def add_reshard_arguments(p: argparse.ArgumentParser):
         help="override the checkpoint's config, e.g. --set parallel.tensor_parallel=1 (repeatable)",
     )
     p.add_argument("--nproc", type=int, help="start N local processes (torchrun); N = TP*PP*DP of the new layout")
-
-    def run(args):
-        from mtnlg.checkpoint import Checkpoint
-        from mtnlg.topology import Layout, check_layout, launched, launcher_env
-
-        ckpt = Checkpoint(args.src)
-        sets = dict(parse_override(o) for o in args.set)
-        if any(k.startswith("parallel.") for k in sets) and "parallel.world_size" not in sets:
-            sets["parallel.world_size"] = None
-        d = ckpt.config.to_dict()
-        d.pop("source", None)
-        cfg = config_from_dict(d, sets)
-        if args.nproc is not None and not launched():
-            check_layout(cfg, args.nproc)
-            return relaunch(args.argv, args.nproc)
-        check_layout(cfg, launcher_env()["world_size"])
-        import torch.distributed as dist
-        from mtnlg.train import reshard
-
-        out = reshard(ckpt.dir, args.dst, cfg)
-        if dist.get_rank() == 0:
-            print(f"resharded {ckpt.dir} ({ckpt.layout}) -> {out} ({Layout.of(cfg)})")
-        end_job()
-        return 0
-
-    p.set_defaults(func=run)
+    p.set_defaults(func=reshard_command)
 
 # %% ../nbs/99_cli.ipynb
 def _node_counts(text: str) -> list[int]:
@@ -244,7 +257,7 @@ def _node_counts(text: str) -> list[int]:
         raise ValueError(f"--nodes takes node counts >= 1, comma-separated (e.g. 1,8,64), not {text!r}")
     return nodes
 
-
+# %% ../nbs/99_cli.ipynb
 def print_curation_plan(args) -> int:
     """`mtnlg curate --plan`: chapter 39's plan for the paper's two Common Crawl snapshots, from a benchmark's measured
     rates."""
@@ -275,23 +288,9 @@ def print_curation_plan(args) -> int:
     print(format_curation_plan(plan, config))
     return 0
 
-
-def add_curate_arguments(p: argparse.ArgumentParser):
-    """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh]
-    [--scheduler-file F]`; `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512]
-    [--fs-gbps-per-node 1.0] [--rates FILE] [--config CURATE_CFG]`: what curating the paper's two Common Crawl
-    snapshots takes with the config's settings, nothing curated (chapter 39)."""
-    add_config_arguments(p, required=False)
-    p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
-    p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
-    p.add_argument(
-        "--scheduler-file",
-        help="run on the Dask cluster whose scheduler wrote this file (cluster/curate.sbatch); "
-        "implies --executor dask, --workers = how many workers to wait for",
-    )
-    p.add_argument("--output-dir", help="override the config's output_dir")
-    p.add_argument("--fresh", action="store_true", help="delete the output directory first (no resume)")
-    p.add_argument("--no-progress", action="store_true")
+# %% ../nbs/99_cli.ipynb
+def add_curation_plan_arguments(p: argparse.ArgumentParser):
+    "`mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512] [--fs-gbps-per-node 1.0]`"
     p.add_argument(
         "--plan",
         action="store_true",
@@ -312,46 +311,54 @@ def add_curate_arguments(p: argparse.ArgumentParser):
         help="--plan: a bench/curate_validate.py result holding plan_rates (default: the newest "
         "bench/results/curate_validate-*.json)",
     )
+
+# %% ../nbs/99_cli.ipynb
+def add_curate_arguments(p: argparse.ArgumentParser):
+    """`mtnlg curate --config CURATE_CFG [--executor local|dask|slurm] [--workers N] [--output-dir DIR] [--fresh]
+    [--scheduler-file F]`; `mtnlg curate --plan [--nodes 1,8,64] [--cores-per-node 64] [--memory-per-node-gb 512]
+    [--fs-gbps-per-node 1.0] [--rates FILE] [--config CURATE_CFG]`: what curating the paper's two Common Crawl
+    snapshots takes with the config's settings, nothing curated (chapter 39)."""
+    add_config_arguments(p, required=False)
+    p.add_argument("--executor", choices=["local", "dask", "slurm"], help="override the config's executor")
+    p.add_argument("--workers", type=int, help="processes (local), Dask workers, or Slurm jobs")
+    p.add_argument(
+        "--scheduler-file",
+        help="run on the Dask cluster whose scheduler wrote this file (cluster/curate.sbatch); "
+        "implies --executor dask, --workers = how many workers to wait for",
+    )
+    p.add_argument("--output-dir", help="override the config's output_dir")
+    p.add_argument("--fresh", action="store_true", help="delete the output directory first (no resume)")
+    p.add_argument("--no-progress", action="store_true")
+    add_curation_plan_arguments(p)
     add_data_dir_argument(p)
+    p.set_defaults(func=lambda args: curate_command(args, p))
 
-    def run(args) -> int:
-        if args.plan:
-            return print_curation_plan(args)
-        if not args.config:
-            p.error("the following arguments are required: --config (or --plan)")
-        from mtnlg.curate import curate, format_summary
-        from mtnlg.curate_config import load_curate_config
+# %% ../nbs/99_cli.ipynb
+def curate_command(args, p: argparse.ArgumentParser) -> int:
+    "`mtnlg curate`: the plan (`--plan`), or the config's curation run, its summary printed; `p` reports a usage error."
+    if args.plan:
+        return print_curation_plan(args)
+    if not args.config:
+        p.error("the following arguments are required: --config (or --plan)")
+    from mtnlg.curate import curate, format_summary
+    from mtnlg.curate_config import load_curate_config
 
-        cfg = load_curate_config(args.config, dict(parse_override(o) for o in args.set))
-        out = Path(args.output_dir) if args.output_dir else cfg.path(cfg.output_dir)
-        if args.fresh and out.exists():
-            shutil.rmtree(out)
-        s = curate(
-            cfg, out, args.executor, args.workers, progress=not args.no_progress, scheduler_file=args.scheduler_file
-        )
-        print(format_summary(s))
-        print(
-            f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set "
-            f"data.train_files=[]"
-        )
-        return 0
+    cfg = load_curate_config(args.config, dict(parse_override(o) for o in args.set))
+    out = Path(args.output_dir) if args.output_dir else cfg.path(cfg.output_dir)
+    if args.fresh and out.exists():
+        shutil.rmtree(out)
+    s = curate(cfg, out, args.executor, args.workers, progress=not args.no_progress, scheduler_file=args.scheduler_file)
+    print(format_summary(s))
+    print(
+        f"train on it: mtnlg train --config scaled_configs/tiny.yaml --set data.curated={out} --set data.train_files=[]"
+    )
+    return 0
 
-    p.set_defaults(func=run)
-
-
-def add_plan_arguments(p: argparse.ArgumentParser):
-    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K]
-    [--system deepspeed|deepspeed-2022|megatron-lm|megatron-lm-2022] [--even-only] [--sequence-parallel auto|on|off]
-    [--compare-sequence-parallel]`; `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's
-    own layout (chapter 50); `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours
-    H]`: the whole run of the config's own layout — steps, days, allocations, checkpoint size, save time and interval
-    (chapter 55); `mtnlg plan --config CFG --job --nodes N [--tasks-per-node T] [--hosts a,b,...]`: the job's placement
-    — ranks per node, TP groups, the node of each pipeline stage, layers per stage, seconds per iteration (chapter 55;
-    the dry run of cluster/scaled.sbatch)."""
+# %% ../nbs/99_cli.ipynb
+def add_plan_search_arguments(p: argparse.ArgumentParser):
+    "`mtnlg plan`'s cluster and the layouts it searches: `--gpus`, `--gpu`, `--tp`, `--pp`, micro-batches, recompute."
     from mtnlg.counting import GPUS, RECOMPUTE  # the throughput model itself is plain Python (no GPU needed)
-    from mtnlg.iteration_time import SYSTEMS
 
-    add_config_arguments(p)
     p.add_argument(
         "--gpus",
         type=int,
@@ -369,6 +376,12 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         action="append",
         help="recomputation modes to try (default all; with --stages, the one to show, default the config's)",
     )
+
+# %% ../nbs/99_cli.ipynb
+def add_plan_model_arguments(p: argparse.ArgumentParser):
+    "How `mtnlg plan` models a step: the attention kernel, the training system, the layer splits, sequence parallelism."
+    from mtnlg.iteration_time import SYSTEMS
+
     p.add_argument(
         "--attention",
         choices=("flash", "math"),
@@ -402,6 +415,10 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         "sequence parallelism vs the fastest with it + selective recomputation, and the speed-up beside "
         "Korthikanti et al.'s 29%%",
     )
+
+# %% ../nbs/99_cli.ipynb
+def add_plan_schedule_arguments(p: argparse.ArgumentParser):
+    "`mtnlg plan --stages` and `--schedule [--time-limit-hours 48] [--fs-gbps G]` (chapters 50, 55)."
     p.add_argument(
         "--stages", action="store_true", help="print every pipeline stage's memory for the config's own layout"
     )
@@ -423,6 +440,10 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         help="with --schedule: aggregate file-system write bandwidth, GB/s "
         "(default: Summit's 2.5 TB/s for 27,648 GPUs, as a per-GPU share of the job)",
     )
+
+# %% ../nbs/99_cli.ipynb
+def add_plan_allocation_arguments(p: argparse.ArgumentParser):
+    "`mtnlg plan --schedule`'s allocations: how often the job fails, how long one takes to start, when it is warned."
     p.add_argument(
         "--mtbf-hours",
         type=float,
@@ -441,6 +462,10 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         default=10.0,
         help="with --schedule: SIGUSR1 comes this long before the time limit (default 10, as cluster/530b.sbatch)",
     )
+
+# %% ../nbs/99_cli.ipynb
+def add_plan_job_arguments(p: argparse.ArgumentParser):
+    "`mtnlg plan --job --nodes N [--tasks-per-node T] [--hosts a,b,...] [--full]` (chapter 55)."
     p.add_argument(
         "--job",
         action="store_true",
@@ -453,118 +478,144 @@ def add_plan_arguments(p: argparse.ArgumentParser):
         "--hosts", help="with --job: the allocation's node names, comma-separated (default node0, node1, ...)"
     )
     p.add_argument("--full", action="store_true", help="with --job: list every node, group and stage")
+
+# %% ../nbs/99_cli.ipynb
+def plan_job(args, cfg: Config, asm) -> int:
+    "`mtnlg plan --job`: where the config's layout runs on `--nodes` nodes (chapter 55)."
+    from mtnlg.run_plan import job_plan, format_job_plan
+
+    if args.nodes is None:
+        raise ValueError("--job needs --nodes")
+    hosts = args.hosts.split(",") if args.hosts else None
+    tasks_per_node = args.tasks_per_node or args.gpus_per_node
+    print(format_job_plan(job_plan(cfg, args.nodes, tasks_per_node, hosts, args.gpu, asm), args.full))
+    return 0
+
+
+def plan_schedule(args, cfg: Config, asm):
+    "`mtnlg plan --schedule`: the config's whole run on its own layout (chapter 55), printed and returned."
+    from mtnlg.run_plan import run_plan, format_run_plan
+
+    if args.gpus is not None and args.gpus != cfg.parallel.total_gpus:
+        raise ValueError(
+            f"--schedule plans the config's own layout ({cfg.parallel.total_gpus} GPUs), not --gpus "
+            f"{args.gpus}: change it with --set parallel.data_parallel=... --set parallel.world_size=..."
+        )
+    plan_ = run_plan(
+        cfg,
+        args.gpu,
+        args.time_limit_hours,
+        args.fs_gbps,
+        args.mtbf_hours,
+        args.startup_minutes,
+        args.signal_minutes,
+        asm,
+    )
+    print(format_run_plan(plan_))
+    return plan_
+
+# %% ../nbs/99_cli.ipynb
+def plan_stages(args, cfg: Config, asm) -> int:
+    "`mtnlg plan --stages`: every pipeline stage's memory on the config's own layout (chapter 50); 1 if one overflows."
+    from mtnlg.counting import Setup, format_stages
+    from mtnlg.iteration_time import predict
+
+    if args.recompute and len(args.recompute) > 1:
+        raise ValueError("--stages shows one recompute mode; give --recompute once")
+    L = Setup.of(cfg, args.recompute[0] if args.recompute else cfg.model.recompute)
+    batch = cfg.schedule.global_batch_size
+    print(format_stages(cfg.model, L, batch, args.gpu, cfg.precision, asm))
+    return 0 if predict(cfg.model, L, batch, args.gpu, cfg.precision, asm, cfg.parallel.gpus_per_node).fits else 1
+
+
+def sequence_parallel_comparison(args, cfg: Config, asm, micro: tuple) -> str:
+    "`mtnlg plan --compare-sequence-parallel`: the fastest layout without sequence parallelism vs with it (chapter 54)."
+    from mtnlg.planner import sequence_parallel_gain, format_sequence_parallel_gain
+
+    gain = sequence_parallel_gain(
+        cfg,
+        args.gpus,
+        args.gpu,
+        args.gpus_per_node,
+        asm,
+        args.system,
+        micro_batches=micro,
+        tp=args.tp,
+        pp=args.pp,
+        uneven=not args.even_only,
+    )
+    return format_sequence_parallel_gain(gain, args.attention)
+
+# %% ../nbs/99_cli.ipynb
+def rank_layouts(args, cfg: Config, asm) -> int:
+    "`mtnlg plan --gpus N`: layouts by predicted speed, the infeasible ones explained (chapter 54); 1 if none fits."
+    from mtnlg.counting import RECOMPUTE
+    from mtnlg.planner import plan, format_plan
+
+    if args.gpus is None:
+        raise ValueError("--gpus is required to rank layouts (or --stages / --schedule for the config's own layout)")
+    sps = {"auto": (False, True), "on": (True,), "off": (False,), None: None}[args.sequence_parallel]
+    micro = tuple(args.micro_batch or (1, 2, 4))
+    feasible, infeasible = plan(
+        cfg,
+        args.gpus,
+        args.gpu,
+        args.gpus_per_node,
+        micro,
+        tuple(args.recompute or RECOMPUTE),
+        asm=asm,
+        tp=args.tp,
+        pp=args.pp,
+        system=args.system,
+        uneven=not args.even_only,
+        sequence_parallels=sps,
+    )
+    print(
+        format_plan(cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible)
+    )
+    if args.compare_sequence_parallel:
+        print()
+        print(sequence_parallel_comparison(args, cfg, asm, micro))
+    return 0 if feasible else 1
+
+# %% ../nbs/99_cli.ipynb
+def plan_command(args) -> int:
+    "`mtnlg plan`: the report its flags ask for; 1 when what it plans does not fit."
+    from mtnlg.counting import Assumptions
+
+    if args.gpus_per_node < 1:
+        raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
+    cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
+    if args.job:
+        return plan_job(args, cfg, asm)
+    if args.schedule:
+        plan_ = plan_schedule(args, cfg, asm)
+        if not args.stages:
+            return 0 if plan_.fits else 1
+        print()
+    if args.stages:
+        return plan_stages(args, cfg, asm)
+    return rank_layouts(args, cfg, asm)
+
+# %% ../nbs/99_cli.ipynb
+def add_plan_arguments(p: argparse.ArgumentParser):
+    """`mtnlg plan --config CFG --gpus N [--gpu a100-80gb|h100|h200] [--gpus-per-node 8] [--tp T] [--pp P] [--top K]
+    [--system deepspeed|deepspeed-2022|megatron-lm|megatron-lm-2022] [--even-only] [--sequence-parallel auto|on|off]
+    [--compare-sequence-parallel]`; `mtnlg plan --config CFG --stages`: every pipeline stage's memory for the config's
+    own layout (chapter 50); `mtnlg plan --config CFG --schedule [--time-limit-hours 48] [--fs-gbps G] [--mtbf-hours
+    H]`: the whole run of the config's own layout — steps, days, allocations, checkpoint size, save time and interval
+    (chapter 55); `mtnlg plan --config CFG --job --nodes N [--tasks-per-node T] [--hosts a,b,...]`: the job's placement
+    — ranks per node, TP groups, the node of each pipeline stage, layers per stage, seconds per iteration (chapter 55;
+    the dry run of cluster/scaled.sbatch)."""
+    add_config_arguments(p)
+    add_plan_search_arguments(p)
+    add_plan_model_arguments(p)
+    add_plan_schedule_arguments(p)
+    add_plan_allocation_arguments(p)
+    add_plan_job_arguments(p)
     p.add_argument("--top", type=int, default=10, help="how many feasible layouts to show (default 10)")
     p.add_argument("--show-infeasible", type=int, default=8, help="how many infeasible layouts to explain (default 8)")
-
-    def run(args):
-        from dataclasses import replace
-        from mtnlg.counting import Assumptions, Setup, format_stages
-        from mtnlg.iteration_time import predict
-        from mtnlg.planner import plan, format_plan, sequence_parallel_gain, format_sequence_parallel_gain
-
-        if args.gpus_per_node < 1:
-            raise ValueError(f"--gpus-per-node must be >= 1, got {args.gpus_per_node}")
-        cfg, asm = config_from_args(args), Assumptions(attention=args.attention)
-        if args.job:
-            from mtnlg.run_plan import job_plan, format_job_plan
-
-            if args.nodes is None:
-                raise ValueError("--job needs --nodes")
-            hosts = args.hosts.split(",") if args.hosts else None
-            print(
-                format_job_plan(
-                    job_plan(cfg, args.nodes, args.tasks_per_node or args.gpus_per_node, hosts, args.gpu, asm),
-                    args.full,
-                )
-            )
-            return 0
-        if args.schedule:
-            from mtnlg.run_plan import run_plan, format_run_plan
-
-            if args.gpus is not None and args.gpus != cfg.parallel.total_gpus:
-                raise ValueError(
-                    f"--schedule plans the config's own layout ({cfg.parallel.total_gpus} GPUs), not --gpus "
-                    f"{args.gpus}: change it with --set parallel.data_parallel=... --set parallel.world_size=..."
-                )
-            plan_ = run_plan(
-                cfg,
-                args.gpu,
-                args.time_limit_hours,
-                args.fs_gbps,
-                args.mtbf_hours,
-                args.startup_minutes,
-                args.signal_minutes,
-                asm,
-            )
-            print(format_run_plan(plan_))
-            if not args.stages:
-                return 0 if plan_.fits else 1
-            print()
-        if args.stages:
-            if args.recompute and len(args.recompute) > 1:
-                raise ValueError("--stages shows one recompute mode; give --recompute once")
-            L = Setup.of(cfg, args.recompute[0] if args.recompute else cfg.model.recompute)
-            print(format_stages(cfg.model, L, cfg.schedule.global_batch_size, args.gpu, cfg.precision, asm))
-            return (
-                0
-                if predict(
-                    cfg.model,
-                    L,
-                    cfg.schedule.global_batch_size,
-                    args.gpu,
-                    cfg.precision,
-                    asm,
-                    cfg.parallel.gpus_per_node,
-                ).fits
-                else 1
-            )
-        if args.gpus is None:
-            raise ValueError(
-                "--gpus is required to rank layouts (or --stages / --schedule for the config's own layout)"
-            )
-        sps = {"auto": (False, True), "on": (True,), "off": (False,), None: None}[args.sequence_parallel]
-        micro = tuple(args.micro_batch or (1, 2, 4))
-        feasible, infeasible = plan(
-            cfg,
-            args.gpus,
-            args.gpu,
-            args.gpus_per_node,
-            micro,
-            tuple(args.recompute or RECOMPUTE),
-            asm=asm,
-            tp=args.tp,
-            pp=args.pp,
-            system=args.system,
-            uneven=not args.even_only,
-            sequence_parallels=sps,
-        )
-        print(
-            format_plan(
-                cfg, args.gpus, feasible, infeasible, args.gpu, args.gpus_per_node, args.top, args.show_infeasible
-            )
-        )
-        if args.compare_sequence_parallel:
-            print()
-            print(
-                format_sequence_parallel_gain(
-                    sequence_parallel_gain(
-                        cfg,
-                        args.gpus,
-                        args.gpu,
-                        args.gpus_per_node,
-                        asm,
-                        args.system,
-                        micro_batches=micro,
-                        tp=args.tp,
-                        pp=args.pp,
-                        uneven=not args.even_only,
-                    ),
-                    args.attention,
-                )
-            )
-        return 0 if feasible else 1
-
-    p.set_defaults(func=run)
+    p.set_defaults(func=plan_command)
 
 # %% ../nbs/99_cli.ipynb
 def add_export_hf_arguments(p):
@@ -575,27 +626,28 @@ def add_export_hf_arguments(p):
     )
     p.add_argument("out", help="directory for the transformers GPT-2 model (config.json, model.safetensors, tokenizer)")
     p.add_argument("--no-check", action="store_true", help="skip the logits comparison after writing")
-
-    def run(args):
-        from mtnlg.evaluate import offline_environment
-
-        offline_environment()  # before transformers is imported: never reach for the Hub
-        from mtnlg.checkpoint import check_checkpoint
-        from mtnlg.export_hf import export_hf, logits_difference
-
-        ckpt = check_checkpoint(args.checkpoint)  # a clear error (exit 2) for a missing or sharded checkpoint
-        out = export_hf(ckpt, args.out, check=False)
-        if not args.no_check:
-            diff = logits_difference(ckpt, out)
-            if diff > 1e-4:
-                raise ValueError(f"exported logits differ from ours by {diff:.2e} > 1e-4: the export is wrong")
-            print(f"max |logits ours - transformers| = {diff:.1e}")
-        print(f"wrote {out}")
-        return 0
-
-    p.set_defaults(func=run)
+    p.set_defaults(func=export_hf_command)
 
 
+def export_hf_command(args) -> int:
+    "`mtnlg export-hf`: the checkpoint as a transformers model, its logits checked against ours unless `--no-check`."
+    from mtnlg.evaluate import offline_environment
+
+    offline_environment()  # before transformers is imported: never reach for the Hub
+    from mtnlg.checkpoint import check_checkpoint
+    from mtnlg.export_hf import export_hf, logits_difference
+
+    ckpt = check_checkpoint(args.checkpoint)  # a clear error (exit 2) for a missing or sharded checkpoint
+    out = export_hf(ckpt, args.out, check=False)
+    if not args.no_check:
+        diff = logits_difference(ckpt, out)
+        if diff > 1e-4:
+            raise ValueError(f"exported logits differ from ours by {diff:.2e} > 1e-4: the export is wrong")
+        print(f"max |logits ours - transformers| = {diff:.1e}")
+    print(f"wrote {out}")
+    return 0
+
+# %% ../nbs/99_cli.ipynb
 READER_SETTINGS = {
     "parallel.tensor_parallel": "tensor_parallel",
     "parallel.pipeline_parallel": "pipeline_parallel",
@@ -621,7 +673,7 @@ def add_reader_arguments(p):
         "checkpoint's own), parallel.sequence_parallel=true",
     )
 
-
+# %% ../nbs/99_cli.ipynb
 def reader_layout(args, checkpoint) -> dict:
     """The reading layout `args` ask for, as `MtnlgLM`'s arguments, checked against the checkpoint and the number of
     processes (`--nproc`, or the launcher's world) before any model is loaded or any rank started."""
@@ -641,7 +693,7 @@ def reader_layout(args, checkpoint) -> dict:
         inference_layout(Checkpoint(checkpoint), world, layout.get("tensor_parallel"), layout.get("pipeline_parallel"))
     return layout
 
-
+# %% ../nbs/99_cli.ipynb
 def quiet_other_ranks():
     """In ranks other than 0 of a job that reads a checkpoint: no progress bars (the harness's included), no warnings —
     rank 0 shows the same ones, every rank running the same requests."""
@@ -678,7 +730,78 @@ def end_job():
 
     end_distributed()
 
+# %% ../nbs/99_cli.ipynb
+def eval_tasks(args) -> tuple[list, list, list]:
+    """`mtnlg eval`'s task names and shot settings, checked, and the tasks it skips (`all` asked, their data absent);
+    the local tasks' data read once, so that bad data fails before a model loads."""
+    from mtnlg.tasks import TASKS, task_spec, num_fewshot, eval_dir, available_tasks, read_task_jsonl
 
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    names = list(TASKS) if tasks in (["all"], []) else [task_spec(t).name for t in tasks]  # fail fast on a typo
+    shots = [s.strip() for s in args.shots.split(",") if s.strip()]
+    for s in shots:
+        num_fewshot(TASKS[names[0]], s)
+    skipped = []
+    if args.source == "local":
+        d = eval_dir()  # the data setting's eval/ (--data-dir set $MTNLG_DATA), else the slices
+        if tasks in (["all"], []):  # "all" = the tasks this data directory has (HANS may be absent)
+            present, skipped = available_tasks()
+            names = present or names
+            for n in skipped:
+                print(f"skipping {n}: no {d / TASKS[n].eval_file} ({TASKS[n].note or 'name it explicitly to see why'})")
+        for n in names:
+            read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])  # bad data fails before loading a model
+    return names, shots, skipped
+
+# %% ../nbs/99_cli.ipynb
+def write_eval_results(res: dict, ckpt: Path, skipped: list, layout: str, out: Path):
+    "`mtnlg eval`'s results, with the checkpoint, its meta, the skipped tasks and the reading layout: written, shown."
+    from mtnlg.tasks import write_results, results_table
+
+    res = {
+        "checkpoint": str(ckpt.resolve()),
+        "meta": json.loads((ckpt / "meta.json").read_text()),
+        "skipped": skipped,
+        "layout": layout,
+        **res,
+    }
+    write_results(res, out, shown_path(ckpt))
+    print(results_table(res))
+    print(f"wrote {out / 'results.json'}, results.md, results.png")
+
+# %% ../nbs/99_cli.ipynb
+def eval_command(args) -> int:
+    "`mtnlg eval`: the tasks run on the checkpoint read in its layout; rank 0 writes results.json, .md and .png."
+    quiet_other_ranks()
+    from mtnlg.evaluate import offline_environment
+
+    if args.source == "local":
+        offline_environment()  # local JSONL tasks never download; --source harness needs the Hub
+    from mtnlg.checkpoint import check_checkpoint
+    from mtnlg.evaluate import MtnlgLM, register_lm, install_lm_eval_plugin
+    from mtnlg.tasks import evaluate_tasks
+    from mtnlg.topology import launched
+
+    names, shots, skipped = eval_tasks(args)
+    ckpt = check_checkpoint(args.checkpoint)
+    layout = reader_layout(args, ckpt)
+    if args.nproc is not None and not launched():
+        return relaunch(args.argv, args.nproc)
+    register_lm()  # the name `mtnlg` in this process's harness registry
+    try:
+        install_lm_eval_plugin()  # ... and in later `lm_eval --model mtnlg` runs from the shell
+    except OSError:
+        pass  # read-only site-packages: `lm_eval --model mtnlg` just won't work
+    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    out = Path(args.out) if args.out else run_dir / "eval"
+    lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size, **layout)
+    res = evaluate_tasks(lm, names, shots, None, args.source, args.limit, args.fewshot_seed)
+    if first_rank():  # a job of several ranks: rank 0 has the harness's results
+        write_eval_results(res, ckpt, skipped, reading_layout_of(lm), out)
+    end_job()
+    return 0
+
+# %% ../nbs/99_cli.ipynb
 def add_eval_arguments(p):
     """`mtnlg eval --checkpoint DIR [--tasks all|a,b] [--shots 0,1,few] [--data-dir ROOT] [--out DIR] [--nproc N --set
     parallel.tensor_parallel=T ...]`"""
@@ -706,74 +829,40 @@ def add_eval_arguments(p):
     p.add_argument("--device", help="cpu or cuda (default: cuda when available; bf16 there)")
     p.add_argument("--fewshot-seed", type=int, default=1234)
     add_reader_arguments(p)
+    p.set_defaults(func=eval_command)
 
-    def run(args):
-        quiet_other_ranks()
-        from mtnlg.evaluate import offline_environment
+# %% ../nbs/99_cli.ipynb
+def generate_command(args) -> int:
+    "`mtnlg generate`: each prompt's continuation from the checkpoint read in its layout, one JSON line per prompt."
+    quiet_other_ranks()
+    from mtnlg.checkpoint import check_checkpoint
+    from mtnlg.evaluate import MtnlgLM
+    from mtnlg.generate import generate_text, check_sampling
+    from mtnlg.topology import launched
 
-        if args.source == "local":
-            offline_environment()  # local JSONL tasks never download; --source harness needs the Hub
-        from mtnlg.checkpoint import check_checkpoint
-        from mtnlg.evaluate import MtnlgLM, register_lm, install_lm_eval_plugin
-        from mtnlg.tasks import (
-            task_spec,
-            num_fewshot,
-            eval_dir,
-            available_tasks,
-            read_task_jsonl,
-            evaluate_tasks,
-            write_results,
-            results_table,
-        )
-
-        tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-        names = list(TASKS) if tasks in (["all"], []) else [task_spec(t).name for t in tasks]  # fail fast on a typo
-        shots = [s.strip() for s in args.shots.split(",") if s.strip()]
-        for s in shots:
-            num_fewshot(TASKS[names[0]], s)
-        skipped = []
-        if args.source == "local":
-            d = eval_dir()  # the data setting's eval/ (--data-dir set $MTNLG_DATA), else the slices
-            if tasks in (["all"], []):  # "all" = the tasks this data directory has (HANS may be absent)
-                present, skipped = available_tasks()
-                names = present or names
-                for n in skipped:
-                    print(
-                        f"skipping {n}: no {d / TASKS[n].eval_file} "
-                        f"({TASKS[n].note or 'name it explicitly to see why'})"
-                    )
-            for n in names:
-                read_task_jsonl(d / TASKS[n].eval_file, TASKS[n])  # bad data fails before loading a model
-        from mtnlg.topology import launched
-
-        ckpt = check_checkpoint(args.checkpoint)
-        layout = reader_layout(args, ckpt)
-        if args.nproc is not None and not launched():
-            return relaunch(args.argv, args.nproc)
-        register_lm()  # the name `mtnlg` in this process's harness registry
-        try:
-            install_lm_eval_plugin()  # ... and in later `lm_eval --model mtnlg` runs from the shell
-        except OSError:
-            pass  # read-only site-packages: `lm_eval --model mtnlg` just won't work
-        run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-        out = Path(args.out) if args.out else run_dir / "eval"
-        lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size, **layout)
-        res = evaluate_tasks(lm, names, shots, None, args.source, args.limit, args.fewshot_seed)
-        if first_rank():  # a job of several ranks: rank 0 has the harness's results
-            res = {
-                "checkpoint": str(ckpt.resolve()),
-                "meta": json.loads((ckpt / "meta.json").read_text()),
-                "skipped": skipped,
-                "layout": reading_layout_of(lm),
-                **res,
-            }
-            write_results(res, out, shown_path(ckpt))
-            print(results_table(res))
-            print(f"wrote {out / 'results.json'}, results.md, results.png")
-        end_job()
-        return 0
-
-    p.set_defaults(func=run)
+    check_sampling(args.temperature, args.top_k, args.top_p)  # bad arguments fail before a model loads
+    ckpt = check_checkpoint(args.checkpoint)
+    layout = reader_layout(args, ckpt)
+    if args.nproc is not None and not launched():
+        return relaunch(args.argv, args.nproc)
+    lm = MtnlgLM(str(ckpt), device="cpu", **layout)
+    outs = generate_text(
+        lm.model,
+        lm.tokenizer_bpe,
+        args.prompt,
+        args.max_new_tokens,
+        stop=args.stop,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        use_cache=not args.no_cache,
+    )
+    if first_rank():
+        for prompt, out in zip(args.prompt, outs):
+            print(json.dumps({"prompt": prompt, "continuation": out}, ensure_ascii=False))
+    end_job()
+    return 0
 
 # %% ../nbs/99_cli.ipynb
 def add_generate_arguments(p):
@@ -793,39 +882,87 @@ def add_generate_arguments(p):
     p.add_argument("--stop", action="append", help="cut each continuation before this string (repeatable)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence per token (the reference)")
     add_reader_arguments(p)
+    p.set_defaults(func=generate_command)
 
-    def run(args) -> int:
-        quiet_other_ranks()
-        from mtnlg.checkpoint import check_checkpoint
-        from mtnlg.evaluate import MtnlgLM
-        from mtnlg.generate import generate_text, check_sampling
-        from mtnlg.topology import launched
+# %% ../nbs/99_cli.ipynb
+def check_bias_arguments(args):
+    "`mtnlg bias`'s counts checked: at least one sample of at least one token; a benchmark limit of -1, 0 or a count."
+    if args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.benchmarks_limit < -1:
+        raise ValueError(f"--benchmarks-limit must be -1 (all), 0 (skip) or a count, got {args.benchmarks_limit}")
 
-        check_sampling(args.temperature, args.top_k, args.top_p)  # bad arguments fail before a model loads
-        ckpt = check_checkpoint(args.checkpoint)
-        layout = reader_layout(args, ckpt)
-        if args.nproc is not None and not launched():
-            return relaunch(args.argv, args.nproc)
-        lm = MtnlgLM(str(ckpt), device="cpu", **layout)
-        outs = generate_text(
-            lm.model,
-            lm.tokenizer_bpe,
-            args.prompt,
-            args.max_new_tokens,
-            stop=args.stop,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            use_cache=not args.no_cache,
+# %% ../nbs/99_cli.ipynb
+def bias_command(args) -> int:
+    "`mtnlg bias`: chapter 70's measures and chapter 72's benchmarks on the checkpoint; rank 0 writes the report."
+    quiet_other_ranks()
+    from mtnlg.evaluate import offline_environment
+
+    offline_environment()
+    from mtnlg.topology import launched
+    from mtnlg.checkpoint import check_checkpoint
+    from mtnlg.bias import read_occupations, corpus_files, training_corpus, measure_bias, bias_sections
+
+    check_bias_arguments(args)
+    occupations = read_occupations(args.occupations)  # bad input fails before a model loads
+    if args.corpus:
+        corpus_files(args.corpus)
+    ckpt = check_checkpoint(args.checkpoint)
+    layout = reader_layout(args, ckpt)
+    if args.nproc is not None and not launched():
+        return relaunch(args.argv, args.nproc)
+    from mtnlg.evaluate import MtnlgLM
+
+    lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size, **layout)
+    corpus = [Path(args.corpus)] if args.corpus else training_corpus(lm.cfg)
+    m = measure_bias(lm, occupations, corpus, args.samples, args.seed, args.max_new_tokens)
+    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    out = Path(args.out) if args.out else run_dir / "bias"
+    sections = bias_sections(m)
+    if args.benchmarks_limit:
+        from mtnlg.bias_tasks import evaluate_bias_tasks, bias_benchmarks_section
+
+        res = evaluate_bias_tasks(lm, limit=None if args.benchmarks_limit < 0 else args.benchmarks_limit)
+        if first_rank():  # a job of several ranks: rank 0 writes the report
+            limits = sections.pop("limits")
+            sections = {**sections, "benchmarks": bias_benchmarks_section(res), "limits": limits}
+    if first_rank():
+        write_bias_report(sections, out, ckpt, corpus)
+    end_job()
+    return 0
+
+# %% ../nbs/99_cli.ipynb
+def write_bias_report(sections: dict, out: Path, ckpt: Path, corpus: list):
+    "`mtnlg bias`'s report written into `out`, with the checkpoint, its meta and the corpus; its headlines printed."
+    from mtnlg.bias import write_report
+
+    meta = {
+        "checkpoint": str(ckpt.resolve()),
+        "meta": json.loads((ckpt / "meta.json").read_text()),
+        "corpus": [str(c) for c in corpus],
+    }
+    write_report(sections, out, f"Bias report: {ckpt}", meta)
+    g, d = sections["gender_occupation"].data, sections["data_vs_model"].data
+    print(
+        f"gender and occupation: {g['fraction_male']:.0%} of {g['occupations']} occupations lean male "
+        f"({g['fraction_male_relative']:.0%} relative to 'The person was a'); mean lean {g['mean_lean']:+.2f}"
+    )
+    print(
+        f"data vs model: {d['occupations_counted']} occupations counted in {d['corpus']['tokens']:,} "
+        f"corpus tokens; same sign {d['learned']}, opposite {d['reversed']}"
+    )
+    if "benchmarks" in sections:
+        print(
+            "bias benchmarks: "
+            + "; ".join(
+                f"{t['paper_name']} " + ", ".join(f"{k} {t['metrics'][k]:.3f}" for k in t["headline"])
+                for t in sections["benchmarks"].data["tasks"].values()
+            )
         )
-        if first_rank():
-            for prompt, out in zip(args.prompt, outs):
-                print(json.dumps({"prompt": prompt, "continuation": out}, ensure_ascii=False))
-        end_job()
-        return 0
-
-    p.set_defaults(func=run)
+    figures = ", ".join(f"{f}.png" for s in sections.values() for f in s.figures)
+    print(f"wrote {out / 'bias.json'}, bias.md, {figures}")
 
 # %% ../nbs/99_cli.ipynb
 def add_bias_arguments(p):
@@ -860,92 +997,7 @@ def add_bias_arguments(p):
     )
     add_data_dir_argument(p)
     add_reader_arguments(p)
-
-    def run(args) -> int:
-        quiet_other_ranks()
-        from mtnlg.evaluate import offline_environment
-
-        offline_environment()
-        from mtnlg.topology import launched
-        from mtnlg.checkpoint import check_checkpoint
-        from mtnlg.bias import (
-            read_occupations,
-            corpus_files,
-            training_corpus,
-            measure_bias,
-            bias_sections,
-            write_report,
-        )
-
-        if args.samples < 1:
-            raise ValueError(f"--samples must be >= 1, got {args.samples}")
-        if args.max_new_tokens < 1:
-            raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-        if args.benchmarks_limit < -1:
-            raise ValueError(f"--benchmarks-limit must be -1 (all), 0 (skip) or a count, got {args.benchmarks_limit}")
-        occupations = read_occupations(args.occupations)  # bad input fails before a model loads
-        if args.corpus:
-            corpus_files(args.corpus)
-        ckpt = check_checkpoint(args.checkpoint)
-        layout = reader_layout(args, ckpt)
-        if args.nproc is not None and not launched():
-            return relaunch(args.argv, args.nproc)
-        from mtnlg.evaluate import MtnlgLM
-
-        lm = MtnlgLM(str(ckpt), device=args.device, batch_size=args.batch_size, **layout)
-        corpus = [Path(args.corpus)] if args.corpus else training_corpus(lm.cfg)
-        m = measure_bias(lm, occupations, corpus, args.samples, args.seed, args.max_new_tokens)
-        run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-        out = Path(args.out) if args.out else run_dir / "bias"
-        sections = bias_sections(m)
-        if args.benchmarks_limit:
-            from mtnlg.bias_tasks import evaluate_bias_tasks, bias_benchmarks_section
-
-            res = evaluate_bias_tasks(lm, limit=None if args.benchmarks_limit < 0 else args.benchmarks_limit)
-            if not first_rank():
-                end_job()
-                return 0  # a job of several ranks: rank 0 writes the report
-            limits = sections.pop("limits")
-            sections = {**sections, "benchmarks": bias_benchmarks_section(res), "limits": limits}
-        if not first_rank():
-            end_job()
-            return 0
-        write_report(
-            sections,
-            out,
-            f"Bias report: {ckpt}",
-            {
-                "checkpoint": str(ckpt.resolve()),
-                "meta": json.loads((ckpt / "meta.json").read_text()),
-                "corpus": [str(c) for c in corpus],
-            },
-        )
-        g, d = sections["gender_occupation"].data, sections["data_vs_model"].data
-        print(
-            f"gender and occupation: {g['fraction_male']:.0%} of {g['occupations']} occupations lean male "
-            f"({g['fraction_male_relative']:.0%} relative to 'The person was a'); mean lean {g['mean_lean']:+.2f}"
-        )
-        print(
-            f"data vs model: {d['occupations_counted']} occupations counted in {d['corpus']['tokens']:,} "
-            f"corpus tokens; "
-            f"same sign {d['learned']}, opposite {d['reversed']}"
-        )
-        if "benchmarks" in sections:
-            print(
-                "bias benchmarks: "
-                + "; ".join(
-                    f"{t['paper_name']} " + ", ".join(f"{k} {t['metrics'][k]:.3f}" for k in t["headline"])
-                    for t in sections["benchmarks"].data["tasks"].values()
-                )
-            )
-        print(
-            f"wrote {out / 'bias.json'}, bias.md, "
-            + ", ".join(f"{f}.png" for s in sections.values() for f in s.figures)
-        )
-        end_job()
-        return 0
-
-    p.set_defaults(func=run)
+    p.set_defaults(func=bias_command)
 
 # %% ../nbs/99_cli.ipynb
 def add_data_arguments(p):
@@ -1063,7 +1115,7 @@ COMMANDS = {  # name: (declares its arguments, one-line help)
     ),
 }
 
-
+# %% ../nbs/99_cli.ipynb
 def _parser(command: str | None) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="mtnlg", description="Megatron-Turing NLG 530B, reproduced: configs, training, reports."
@@ -1075,7 +1127,7 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
             add_arguments(p)
     return ap
 
-
+# %% ../nbs/99_cli.ipynb
 def _user_error(e: Exception) -> str | None:
     """The one line a user error prints (a bad config, a missing or corrupt file, bad data, a disk too full to save);
     None for a crash."""
@@ -1090,27 +1142,7 @@ def _user_error(e: Exception) -> str | None:
             return str(e)
     return None
 
-
-def main(argv=None) -> int:
-    """`mtnlg <command> ...`. User errors (bad config, missing file, bad data) print one line and exit 2; in a rank of
-    `--nproc N` they are left for the launcher to print once (chapter 10's `run_ranks`), and so is a crash's first line;
-    under srun the rank that failed first prints its error, the others nothing (`claim_first_error`)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:  # Ctrl-C at any moment, while the arguments are still being read included
-        code = _run_command(argv)
-    except KeyboardInterrupt:
-        from mtnlg.topology import RANK_ERRORS_ENV, launched
-
-        if os.environ.get(RANK_ERRORS_ENV) and launched():
-            return leave(130)  # the launcher stops every rank and says so once
-        raise
-    except Exception as e:
-        code = _failed(e)
-        if code is None:
-            raise
-    return leave(code)
-
-
+# %% ../nbs/99_cli.ipynb
 def _run_command(argv: list[str]) -> int:
     if argv and argv[0] not in ("info", "data", "hans"):  # commands that import torch: its CPU-irrelevant advice off
         from mtnlg.topology import quiet_libraries
@@ -1142,6 +1174,26 @@ def _failed(e: Exception) -> int | None:
         named = rank and not isinstance(e, RankError)  # a RankError's message names its rank
         print(f"mtnlg: {f'rank {rank}: ' if named else ''}{message}", file=sys.stderr)
     return 2
+
+# %% ../nbs/99_cli.ipynb
+def main(argv=None) -> int:
+    """`mtnlg <command> ...`. User errors (bad config, missing file, bad data) print one line and exit 2; in a rank of
+    `--nproc N` they are left for the launcher to print once (chapter 10's `run_ranks`), and so is a crash's first line;
+    under srun the rank that failed first prints its error, the others nothing (`claim_first_error`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # Ctrl-C at any moment, while the arguments are still being read included
+        code = _run_command(argv)
+    except KeyboardInterrupt:
+        from mtnlg.topology import RANK_ERRORS_ENV, launched
+
+        if os.environ.get(RANK_ERRORS_ENV) and launched():
+            return leave(130)  # the launcher stops every rank and says so once
+        raise
+    except Exception as e:
+        code = _failed(e)
+        if code is None:
+            raise
+    return leave(code)
 
 
 def leave(code: int) -> int:

@@ -4,13 +4,13 @@
 
 # %% auto 0
 __all__ = ['Coord', 'AXES', 'RANK_PRELOAD', 'model_parallel_rng', 'DETERMINISTIC_ENV', 'NOISY_WARNINGS', 'RANK_ERRORS_ENV',
-           'FIRST_ERROR_WAIT_S', 'SIGNAL_SLACK_S', 'STOP_SIGNALS', 'FOLLOWER_LAG_S', 'Layout', 'deepspeed_topology',
-           'megatron_groups', 'check_against_libraries', 'node_of', 'placement_report', 'plot_rank_grid', 'free_port',
-           'rank_start_method', 'launch', 'launch_each', 'first_host', 'launcher_env', 'launched', 'layout_problems',
-           'check_layout', 'init_distributed', 'check_groups', 'ParallelRNG', 'seed_everything', 'deterministic_mode',
-           'quiet_libraries', 'torchrun_command', 'report_rank_error', 'claim_first_error', 'rank_errors',
-           'job_failure', 'ranks_of', 'run_ranks', 'end_distributed', 'leave_job', 'leave_job_at_exit', 'RankError',
-           'RankUserError', 'error_record', 'raise_first_error']
+           'FIRST_ERROR_WAIT_S', 'SIGNAL_SLACK_S', 'STOP_SIGNALS', 'FOLLOWER_LAG_S', 'Layout', 'layout_groups',
+           'deepspeed_topology', 'megatron_groups', 'check_against_libraries', 'node_of', 'placement_report',
+           'plot_rank_grid', 'free_port', 'rank_start_method', 'launch', 'launch_each', 'first_host', 'launcher_env',
+           'launched', 'layout_problems', 'check_layout', 'check_groups', 'init_distributed', 'ParallelRNG',
+           'seed_everything', 'deterministic_mode', 'quiet_libraries', 'torchrun_command', 'report_rank_error',
+           'rank_errors', 'claim_first_error', 'job_failure', 'ranks_of', 'run_ranks', 'end_distributed', 'leave_job',
+           'leave_job_at_exit', 'RankError', 'RankUserError', 'error_record', 'raise_first_error']
 
 # %% ../nbs/10_topology.ipynb
 import atexit
@@ -39,10 +39,10 @@ import torch.multiprocessing as mp
 from .config import Config, ConfigError
 
 # %% ../nbs/10_topology.ipynb
-Coord = namedtuple("Coord", ["pipe", "data", "model"])
-AXES = ("pipe", "data", "model")
+Coord = namedtuple("Coord", ["pipe", "data", "model"])  # a rank's place: its stage, its replica, its tensor slice
+AXES = ("pipe", "data", "model")  # slowest to fastest
 
-
+# %% ../nbs/10_topology.ipynb
 @dataclass(frozen=True)
 class Layout:
     "A 3D layout: `tp` tensor-parallel x `pp` pipeline stages x `dp` data-parallel replicas, model axis fastest."
@@ -79,13 +79,18 @@ class Layout:
 
     def groups(self, axis: str) -> list[list[int]]:
         "The rank groups along `axis` ('model', 'data' or 'pipe'): ranks agreeing on the other two coordinates."
-        if axis not in AXES:
-            raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
-        others = [a for a in AXES if a != axis]
-        return [
-            [self.rank(**{axis: i}, **dict(zip(others, fixed))) for i in range(self.dims[axis])]
-            for fixed in product(*(range(self.dims[a]) for a in others))
-        ]
+        return layout_groups(self, axis)
+
+# %% ../nbs/10_topology.ipynb
+def layout_groups(layout: Layout, axis: str) -> list[list[int]]:
+    "`layout.groups(axis)`: for each value of the other two coordinates, the ranks along `axis`."
+    if axis not in AXES:
+        raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
+    others = [a for a in AXES if a != axis]
+    return [
+        [layout.rank(**{axis: i}, **dict(zip(others, fixed))) for i in range(layout.dims[axis])]
+        for fixed in product(*(range(layout.dims[a]) for a in others))
+    ]
 
 # %% ../nbs/10_topology.ipynb
 _MEGATRON_AXIS = {"model": "tp", "data": "dp", "pipe": "pp"}
@@ -216,7 +221,7 @@ def _plain(x):
         return type(x)(map(_plain, x)) if type(x) in (list, tuple) else tuple(map(_plain, x))
     return x
 
-
+# %% ../nbs/10_topology.ipynb
 def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_dir: str, timeout_s: float, caller):
     env, cwd = caller
     os.environ.clear()
@@ -233,7 +238,7 @@ def _launch_entry(rank: int, fn, world_size: int, port: int, args: tuple, out_di
     end_distributed()  # a rank that failed raises instead: its peers' collectives fail, and launch reports it
     leave_job(0)  # not the teardown (below, `leave_job`)
 
-# %% ../nbs/10_topology.ipynb
+
 def launch(fn, world_size: int, *args, timeout_s: float = 300) -> list:
     "Run `fn(*args)` in `world_size` new processes joined by a gloo group; return the list of their results."
     with tempfile.TemporaryDirectory() as out:
@@ -248,7 +253,7 @@ def launch(fn, world_size: int, *args, timeout_s: float = 300) -> list:
             torch.load(Path(out) / f"rank{r}.pt", weights_only=True) for r in range(world_size)
         ]  # tensors, numbers, containers
 
-
+# %% ../nbs/10_topology.ipynb
 def _run_each(calls: list) -> list:
     return [fn(*args) for fn, args in calls]
 
@@ -325,7 +330,7 @@ def layout_problems(
         )
     return out
 
-
+# %% ../nbs/10_topology.ipynb
 def check_layout(cfg: Config, world_size: int):
     "Reject a config that cannot run on `world_size` processes with a message naming the fix (no process group needed)."
     p, s = cfg.parallel, cfg.schedule
@@ -347,6 +352,26 @@ def check_layout(cfg: Config, world_size: int):
             else ""
         )
         raise ConfigError("; ".join(problems) + hint)
+
+# %% ../nbs/10_topology.ipynb
+def check_groups(layout: Layout):
+    "Assert the groups megatron-core built for this rank are `layout`'s, and so is this rank's coordinate."
+    from megatron.core import parallel_state as ps
+
+    rank = dist.get_rank()
+    for axis, group in (
+        ("model", ps.get_tensor_model_parallel_group()),
+        ("data", ps.get_data_parallel_group()),
+        ("pipe", ps.get_pipeline_model_parallel_group()),
+    ):
+        mine = next(g for g in layout.groups(axis) if rank in g)
+        assert dist.get_process_group_ranks(group) == mine, (axis, dist.get_process_group_ranks(group), mine)
+    c = layout.coord(rank)
+    assert (c.model, c.data, c.pipe) == (
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_data_parallel_rank(),
+        ps.get_pipeline_model_parallel_rank(),
+    )
 
 # %% ../nbs/10_topology.ipynb
 def init_distributed(layout: Layout = Layout(1, 1, 1), backend: str | None = None, timeout_s: float = 1800) -> Layout:
@@ -381,25 +406,16 @@ def init_distributed(layout: Layout = Layout(1, 1, 1), backend: str | None = Non
     check_groups(layout)
     return layout
 
+# %% ../nbs/10_topology.ipynb
+def _rng_state(device: torch.device):
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
 
-def check_groups(layout: Layout):
-    "Assert the groups megatron-core built for this rank are `layout`'s, and so is this rank's coordinate."
-    from megatron.core import parallel_state as ps
 
-    rank = dist.get_rank()
-    for axis, group in (
-        ("model", ps.get_tensor_model_parallel_group()),
-        ("data", ps.get_data_parallel_group()),
-        ("pipe", ps.get_pipeline_model_parallel_group()),
-    ):
-        mine = next(g for g in layout.groups(axis) if rank in g)
-        assert dist.get_process_group_ranks(group) == mine, (axis, dist.get_process_group_ranks(group), mine)
-    c = layout.coord(rank)
-    assert (c.model, c.data, c.pipe) == (
-        ps.get_tensor_model_parallel_rank(),
-        ps.get_data_parallel_rank(),
-        ps.get_pipeline_model_parallel_rank(),
-    )
+def _set_rng_state(device: torch.device, state):
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
 
 # %% ../nbs/10_topology.ipynb
 class ParallelRNG:
@@ -415,26 +431,15 @@ class ParallelRNG:
         tp_rank = ps.get_tensor_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
         with self._default_state(device):
             torch.manual_seed(seed + 2718 + tp_rank)  # Megatron's offset for the model-parallel stream
-            self.states[device.type] = self._get(device)
-
-    @staticmethod
-    def _get(device):
-        return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
-
-    @staticmethod
-    def _set(device, state):
-        if device.type == "cuda":
-            torch.cuda.set_rng_state(state, device)
-        else:
-            torch.set_rng_state(state)
+            self.states[device.type] = _rng_state(device)
 
     @contextlib.contextmanager
     def _default_state(self, device):
-        saved = self._get(device)
+        saved = _rng_state(device)
         try:
             yield
         finally:
-            self._set(device, saved)
+            _set_rng_state(device, saved)
 
     @contextlib.contextmanager
     def fork(self, device: torch.device | str = "cpu"):
@@ -443,13 +448,13 @@ class ParallelRNG:
         if device.type not in self.states:
             self.seed(0, device)
         with self._default_state(device):
-            self._set(device, self.states[device.type])
+            _set_rng_state(device, self.states[device.type])
             try:
                 yield
             finally:
-                self.states[device.type] = self._get(device)
+                self.states[device.type] = _rng_state(device)
 
-
+# %% ../nbs/10_topology.ipynb
 model_parallel_rng = ParallelRNG()
 
 
@@ -542,6 +547,19 @@ def report_rank_error(code: int, message: str, at: float | None = None) -> bool:
     return True
 
 
+def rank_errors(where) -> list[dict]:
+    "The errors ranks left in `where`, earliest first; a file that cannot be read or is not a whole error is skipped."
+    out = []
+    for p in Path(where).glob("rank-*.json"):
+        try:
+            e = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(e, dict) and {"rank", "code", "message", "time"} <= e.keys():
+            out.append(e)
+    return sorted(out, key=lambda e: (e["time"], e["rank"]))
+
+# %% ../nbs/10_topology.ipynb
 FIRST_ERROR_WAIT_S = (
     5.0  # how long rank 0, the store's host, stays for its failing peers' claims when a peer failed first
 )
@@ -571,19 +589,6 @@ def claim_first_error() -> bool:
     except (RuntimeError, OSError):
         return True  # DistStoreError, a timeout: the store went with its host (rank 0); better twice than not at all
 
-
-def rank_errors(where) -> list[dict]:
-    "The errors ranks left in `where`, earliest first; a file that cannot be read or is not a whole error is skipped."
-    out = []
-    for p in Path(where).glob("rank-*.json"):
-        try:
-            e = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(e, dict) and {"rank", "code", "message", "time"} <= e.keys():
-            out.append(e)
-    return sorted(out, key=lambda e: (e["time"], e["rank"]))
-
 # %% ../nbs/10_topology.ipynb
 SIGNAL_SLACK_S = 0.1  # how much earlier than seen a signal's death may have been (the exit clock's lag)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT)  # what a launcher sends the ranks it stops
@@ -610,37 +615,7 @@ def _stopped(rank: int, code: int, errors: dict) -> bool:
     "A rank the launcher ended: no error of its own, and the signal a launcher stops ranks with."
     return rank not in errors and code < 0 and -code in STOP_SIGNALS
 
-
-def job_failure(
-    errors: list[dict], exit_codes: dict[int, int], exit_times: dict[int, float] | None = None
-) -> tuple[int, str]:
-    """The failed job's exit code and what to print: the rank that failed first (`errors`: what ranks left,
-    `exit_codes`: rank -> exit code, negative for a signal; `exit_times`: rank -> when it exited) — a user error as
-    one process prints it, with its rank only where the other ranks did not say the same; a crash with its rank; a
-    rank a signal ended with the signal — then, on a second line, the ranks that failed after it (not the ones the
-    launcher stopped; not after a user error, which stays one line). Without exit times, errors come before signals;
-    torchrun's SIGTERM comes last, always."""
-    by_rank = {e["rank"]: e for e in errors}
-    codes = {**{r: e["code"] for r, e in by_rank.items()}, **exit_codes}
-    if not codes:
-        return 1, "the job failed and no rank said why"
-    t = _failure_times(by_rank, codes, exit_times or {})  # no exit times: the errors, then the signals
-    # torchrun's SIGTERM (no error of its own) is never the cause while another rank failed otherwise: it follows the
-    # first failure within milliseconds, less than a signal's `SIGNAL_SLACK_S`
-    first = min(codes, key=lambda r: (codes[r] == -signal.SIGTERM and r not in by_rank, t[r], r))
-    code, err = codes[first], by_rank.get(first)
-    if err and err["code"] == 2:  # a user error: one line, as one process prints it, and nothing after
-        alone = any(e["message"] != err["message"] for e in errors) or len(errors) < len(codes)
-        return 2, (f"rank {first}: " if alone and first != 0 else "") + err["message"]
-    if err:
-        exit_code, line = err["code"], f"rank {first} failed: {err['message']} (its traceback is above)"
-    elif code < 0:
-        exit_code, line = 128 - code, f"rank {first} was ended by {_signal_name(code)} and left no error"
-    else:
-        exit_code, line = code or 1, f"rank {first} exited with code {code} and left no error"
-    return exit_code, line + _after(first, err, codes, by_rank, t)
-
-
+# %% ../nbs/10_topology.ipynb
 def _short(message: str, width: int = 80) -> str:
     """An error's gist: without a C++ source location (`[.../pair.cc:553] `), its first sentence, at most `width`
     characters."""
@@ -670,6 +645,36 @@ def _after(first: int, err: dict | None, codes: dict, by_rank: dict, t: dict) ->
     return f"\n{n} other rank{'s' * (n > 1)} failed after it: {parts}"
 
 # %% ../nbs/10_topology.ipynb
+def job_failure(
+    errors: list[dict], exit_codes: dict[int, int], exit_times: dict[int, float] | None = None
+) -> tuple[int, str]:
+    """The failed job's exit code and what to print: the rank that failed first (`errors`: what ranks left,
+    `exit_codes`: rank -> exit code, negative for a signal; `exit_times`: rank -> when it exited) — a user error as
+    one process prints it, with its rank only where the other ranks did not say the same; a crash with its rank; a
+    rank a signal ended with the signal — then, on a second line, the ranks that failed after it (not the ones the
+    launcher stopped; not after a user error, which stays one line). Without exit times, errors come before signals;
+    torchrun's SIGTERM comes last, always."""
+    by_rank = {e["rank"]: e for e in errors}
+    codes = {**{r: e["code"] for r, e in by_rank.items()}, **exit_codes}
+    if not codes:
+        return 1, "the job failed and no rank said why"
+    t = _failure_times(by_rank, codes, exit_times or {})  # no exit times: the errors, then the signals
+    # torchrun's SIGTERM (no error of its own) is never the cause while another rank failed otherwise: it follows the
+    # first failure within milliseconds, less than a signal's `SIGNAL_SLACK_S`
+    first = min(codes, key=lambda r: (codes[r] == -signal.SIGTERM and r not in by_rank, t[r], r))
+    code, err = codes[first], by_rank.get(first)
+    if err and err["code"] == 2:  # a user error: one line, as one process prints it, and nothing after
+        alone = any(e["message"] != err["message"] for e in errors) or len(errors) < len(codes)
+        return 2, (f"rank {first}: " if alone and first != 0 else "") + err["message"]
+    if err:
+        exit_code, line = err["code"], f"rank {first} failed: {err['message']} (its traceback is above)"
+    elif code < 0:
+        exit_code, line = 128 - code, f"rank {first} was ended by {_signal_name(code)} and left no error"
+    else:
+        exit_code, line = code or 1, f"rank {first} exited with code {code} and left no error"
+    return exit_code, line + _after(first, err, codes, by_rank, t)
+
+# %% ../nbs/10_topology.ipynb
 @contextlib.contextmanager
 def _torchrun_quietly():
     """torchrun's log lines off (its thread-count banner, `Sending process ... SIGTERM`, its failure report): the
@@ -686,7 +691,44 @@ def _torchrun_quietly():
         for l, level in zip(loggers, levels):
             l.setLevel(level)
 
+# %% ../nbs/10_topology.ipynb
+def _child_pids() -> set[int]:
+    "The pids of this process's children (those of every thread)."
+    pids = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids |= {int(p) for p in (task / "children").read_text().split()}
+        except (OSError, ValueError):
+            pass
+    return pids
 
+
+def _note_exits(times: dict, stop) -> None:
+    "Until `stop` is set: `times[pid]` = when each child of this process exited (a pidfd per child, polled)."
+    import select
+
+    poller, watched = select.poll(), {}  # fd -> pid
+    try:
+        while not stop.is_set():
+            for pid in _child_pids() - set(watched.values()) - times.keys():
+                try:
+                    fd = os.pidfd_open(pid)
+                except OSError:
+                    continue  # already reaped
+                watched[fd] = pid
+                poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(10):
+                times.setdefault(watched[fd], time.time())
+                poller.unregister(fd)
+                os.close(fd)
+                del watched[fd]
+    except (OSError, AttributeError):
+        pass  # no pidfd_open/poll here, or the kernel refused: torchrun's timestamps stand in
+    finally:
+        for fd in watched:
+            os.close(fd)
+
+# %% ../nbs/10_topology.ipynb
 class _ExitClock:
     "A thread noting when each child of this process exits (a pidfd per child, polled), without reaping it."
 
@@ -697,45 +739,14 @@ class _ExitClock:
         self._thread = threading.Thread(target=self._run, name="mtnlg-exit-clock", daemon=True)
         self._thread.start()
 
-    @staticmethod
-    def _children() -> set[int]:
-        pids = set()
-        for task in Path("/proc/self/task").iterdir():
-            try:
-                pids |= {int(p) for p in (task / "children").read_text().split()}
-            except (OSError, ValueError):
-                pass
-        return pids
-
     def _run(self):
-        import select
-
-        poller, watched = select.poll(), {}  # fd -> pid
-        try:
-            while not self._stop.is_set():
-                for pid in self._children() - set(watched.values()) - self.times.keys():
-                    try:
-                        fd = os.pidfd_open(pid)
-                    except OSError:
-                        continue  # already reaped
-                    watched[fd] = pid
-                    poller.register(fd, select.POLLIN)
-                for fd, _ in poller.poll(10):
-                    self.times.setdefault(watched[fd], time.time())
-                    poller.unregister(fd)
-                    os.close(fd)
-                    del watched[fd]
-        except (OSError, AttributeError):
-            pass  # no pidfd_open/poll here, or the kernel refused: torchrun's timestamps stand in
-        finally:
-            for fd in watched:
-                os.close(fd)
+        _note_exits(self.times, self._stop)
 
     def stop(self):
         self._stop.set()
         self._thread.join(5)
 
-
+# %% ../nbs/10_topology.ipynb
 # The reaper: a small process that waits on a pipe from the launcher. A launcher killed by SIGKILL closes the pipe
 # without a word; then the reaper ends every process started with the launcher's error folder in its environment
 # (the ranks and what they started), and removes the folder.
@@ -774,12 +785,38 @@ def _end_ranks(where):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
 
-
+# %% ../nbs/10_topology.ipynb
 def _exit_times(failures, clock) -> dict[int, float]:
     "rank -> when it exited: the clock's time, else torchrun's (whole seconds: the end of its second)."
     return {r: clock.times.get(f.pid, f.timestamp + 0.999) for r, f in failures.items()}
 
 
+def _report_failure(e, where, clock, program: str) -> int:
+    "The exit code of a job torchrun saw fail (`e`: its `ChildFailedError`), its first error printed once."
+    code, lines = job_failure(
+        rank_errors(where), {r: f.exitcode for r, f in e.failures.items()}, _exit_times(e.failures, clock)
+    )
+    for line in lines.splitlines():
+        print(f"{program}: {line}", file=sys.stderr)
+    return code
+
+# %% ../nbs/10_topology.ipynb
+def _end_launch(where, previous: str | None, handlers: dict, clock, reaper):
+    "After `run_ranks`' launch: its environment and signal handlers as before, no rank left, the reaper told."
+    if previous is None:
+        os.environ.pop(RANK_ERRORS_ENV, None)
+    else:
+        os.environ[RANK_ERRORS_ENV] = previous
+    for s, h in handlers.items():
+        signal.signal(s, h)
+    clock.stop()
+    _end_ranks(where)  # a rank a Ctrl-C caught before torchrun listened
+    with contextlib.suppress(OSError):
+        reaper.stdin.write(b"done")
+        reaper.stdin.close()
+    reaper.wait()
+
+# %% ../nbs/10_topology.ipynb
 def run_ranks(argv: list[str], nproc: int, program: str = "mtnlg") -> int:
     """Run `program argv...` as `nproc` local ranks under torchrun's launcher, in this process. 0 if every rank
     succeeded; else the exit code of the job's first error, which is printed once (`job_failure`). Ctrl-C (SIGINT) or
@@ -799,31 +836,15 @@ def run_ranks(argv: list[str], nproc: int, program: str = "mtnlg") -> int:
             run(parse_args(torchrun_command(argv, nproc, program)[3:]))
             return 0
         except ChildFailedError as e:
-            code, lines = job_failure(
-                rank_errors(where), {r: f.exitcode for r, f in e.failures.items()}, _exit_times(e.failures, clock)
-            )
-            for line in lines.splitlines():
-                print(f"{program}: {line}", file=sys.stderr)
-            return code
+            return _report_failure(e, where, clock, program)
         except (SignalException, KeyboardInterrupt) as e:  # torchrun has passed the signal to every rank and waited
             sig = getattr(e, "sigval", signal.SIGINT)
             print(f"{program}: stopped by {signal.Signals(sig).name}; every rank ended", file=sys.stderr)
             return 128 + sig
         finally:
-            if previous is None:
-                os.environ.pop(RANK_ERRORS_ENV, None)
-            else:
-                os.environ[RANK_ERRORS_ENV] = previous
-            for s, h in handlers.items():
-                signal.signal(s, h)
-            clock.stop()
-            _end_ranks(where)  # a rank a Ctrl-C caught before torchrun listened
-            with contextlib.suppress(OSError):
-                reaper.stdin.write(b"done")
-                reaper.stdin.close()
-            reaper.wait()
+            _end_launch(where, previous, handlers, clock, reaper)
 
-
+# %% ../nbs/10_topology.ipynb
 def end_distributed():
     """Leave the process group together: a barrier, then `destroy_process_group`. A rank that exits while a gloo peer
     is still inside a collective makes the peer abort (SIGABRT) — every multi-process program here ends this way.
@@ -900,7 +921,7 @@ class RankUserError(RankError, ValueError):
         super().__init__(rank, kind, why, when, named)
         self.args = (f"rank {rank}: {why}" if named else why,)
 
-
+# %% ../nbs/10_topology.ipynb
 def error_record(e: BaseException | None) -> dict | None:
     "This rank's error `e` as `all_gather_object` carries it (plain values: no class to unpickle); None for none."
     if e is None:
