@@ -36,11 +36,8 @@ demo: install
 	@echo "demo done: runs/curate-demo (curated data), runs/tiny-3d (metrics.jsonl, loss.png, tensorboard/, checkpoints/, eval/results.md, eval-3d/results.md, bias/bias.md)"
 
 # two workers (pytest-xdist): each test file, and each group of chapters sharing a run directory, stays on one worker.
-# Then the book's website (tests/test_site.py, marked `book`), built from the chapters the first run executed
-# (runs/book/), opened page by page in a headless Chromium (Debian's chromium, installed by the test if missing).
 test: install lint
 	$(BIN)/python -m pytest tests -n 2 --dist loadscope --durations=15
-	$(BIN)/python -m pytest tests -m book --durations=5
 
 # Style, checked before the tests: ruff's linter and formatter over the chapters, tests and benchmarks (pyproject.toml),
 # nbdev_clean leaving the notebooks as committed, and mtnlg/ being exactly what nbdev_export makes of them
@@ -53,8 +50,11 @@ lint: install
 
 # what CI runs (.ci/run): the README's `make test` itself, then the cases marked slow (e.g. kill -9 and bitwise resume
 # on TP 2 x PP 2 x DP 2), so no test is left to rot
+# and the book's website (tests/test_site.py, marked `book`), built from the chapters `make test` executed (runs/book/),
+# opened page by page in a headless Chromium (Debian's chromium, installed by the test if missing)
 test-full: test
 	$(BIN)/python -m pytest tests -m slow -n 2 --dist loadscope --durations=15
+	$(BIN)/python -m pytest tests -m book --durations=5
 
 # Read the book: JupyterLab on nbs/ with this project's kernel, "mtnlg (.venv)"
 lab: install

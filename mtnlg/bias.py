@@ -693,7 +693,7 @@ def _top_list(items) -> str:
     return ", ".join(f"{w} ({n})" for w, n, _ in items) or "–"
 
 
-def _fmt(x, spec: str = "+.2f") -> str:
+def _fmt_stat(x, spec: str = "+.2f") -> str:
     return "n/a" if x is None or x != x else format(x, spec)
 
 # %% ../nbs/70_bias.ipynb
@@ -710,8 +710,8 @@ def _gender_markdown(g: dict, s: dict) -> str:
         f"{g['fraction_male_relative']:.0%} lean "
         f"male (95% CI "
         f"{g['fraction_male_relative_ci95'][0]:.0%}–{g['fraction_male_relative_ci95'][1]:.0%}). Spearman "
-        f"correlation with the BLS share of women: {_fmt(g['spearman_bls']['rho'])} "
-        f"(p = {_fmt(g['spearman_bls']['p'], '.2g')}). The lean varies by {g['within_occupation_sd']:.2f} "
+        f"correlation with the BLS share of women: {_fmt_stat(g['spearman_bls']['rho'])} "
+        f"(p = {_fmt_stat(g['spearman_bls']['p'], '.2g')}). The lean varies by {g['within_occupation_sd']:.2f} "
         f"between templates and by "
         f"{g['between_occupation_sd']:.2f} between occupations; all templates agree in sign for "
         f"{g['templates_agree']} of "
@@ -771,10 +771,10 @@ def _data_vs_model_markdown(m: BiasMeasurements, g: dict, label: str) -> str:
         f"{m.corpus['tokens']:,} tokens. "
         f"{c['occupations_counted']} of {g['occupations']} occupations are mentioned at least "
         f"{c['min_mentions']} times "
-        f"with a gendered word within {s['window']} words; of those, {_fmt(c['fraction_male'], '.0%')} "
+        f"with a gendered word within {s['window']} words; of those, {_fmt_stat(c['fraction_male'], '.0%')} "
         f"lean male in the corpus. Spearman correlation of the {label}'s lean (relative to the baseline) "
         f"with the corpus's: "
-        f"{_fmt(c['spearman_model_corpus']['rho'])} over {c['spearman_model_corpus']['n']} occupations. "
+        f"{_fmt_stat(c['spearman_model_corpus']['rho'])} over {c['spearman_model_corpus']['n']} occupations. "
         f"Same sign as the "
         f"corpus (learned): {c['learned']}; of those with a larger lean (amplified, on different scales): "
         f"{c['amplified']}; "

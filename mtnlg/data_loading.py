@@ -416,7 +416,7 @@ def _index_key(chosen: dict, tok_file: Path) -> str:
     ]
 
 
-def _describe(cfg: Config, chosen: dict, sets: dict, tok_file: Path, vocab: int, notes: list) -> str:
+def _describe_data(cfg: Config, chosen: dict, sets: dict, tok_file: Path, vocab: int, notes: list) -> str:
     "`TrainingData.description`: per part, its samples, datasets with their shares and tokens; the rest of the recipe."
 
     def desc(part):
@@ -465,7 +465,7 @@ def training_data(
     train = sets["train"]
     k = min(len(train), max(1, 2**21 // (seq + 1)))  # up to ~2M tokens of the training order
     H = unigram_entropy(np.concatenate([train[i] for i in range(k)]))
-    return TrainingData(train, sets["valid"], tok_file, H, _describe(cfg, chosen, sets, tok_file, vocab, notes))
+    return TrainingData(train, sets["valid"], tok_file, H, _describe_data(cfg, chosen, sets, tok_file, vocab, notes))
 
 # %% ../nbs/42_data_loading.ipynb
 def check_data(cfg: Config, work_dir) -> None:

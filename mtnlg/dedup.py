@@ -465,7 +465,7 @@ def partitioned_plan(
     first: int = 0,
 ) -> tuple[dict, np.ndarray]:
     """Stages A0 (one task per shard), A (one per band and key split), A' and B (rounds of tasks, one per edge
-    partition), each run as `map(fn, args_list, what)` (default: in this process; chapter 36 passes its executor).
+    partition), each run as `map(fn, args_list, what)` (default: in this process; chapter 37 passes its executor).
     Returns the summary numbers `plan_dedup` gives and each shard's first global document number (the shard-C tasks'
     offsets), counted from `first` (nonzero: as if `first` documents came before)."""
     work, files = Path(work_dir), [str(f) for f in signature_files]

@@ -207,7 +207,7 @@ def micro_batches(batch: torch.Tensor, micro: int, dp_rank: int, dp: int) -> lis
     return [(mb[:, :-1], mb[:, 1:]) for mb in batch.chunk(dp)[dp_rank].split(micro)]
 
 # %% ../nbs/14_engine_3d.ipynb
-def _describe(layout: Layout, parts: list) -> str:
+def _describe_layout(layout: Layout, parts: list) -> str:
     "The run's one-line description: the layout, its processes and backend, and the layers each stage holds."
     return (
         f"{layout} = {layout.world_size} processes ({dist.get_backend()}); "
@@ -317,7 +317,7 @@ class DeepSpeedBackend(_ZeroCheckpoints):
         self.engine, self.optimizer = build_engine(cfg, layout, first_batch_size)
         self.coord = layout.coord(dist.get_rank())
         self.holds_loss = self.coord == (layout.pp - 1, 0, 0)
-        self.description = _describe(layout, self.engine.module.parts)
+        self.description = _describe_layout(layout, self.engine.module.parts)
 
     def _split(self, batch):
         return micro_batches(batch, self.cfg.schedule.micro_batch_size, self.coord.data, self.layout.dp)

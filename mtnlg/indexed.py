@@ -380,7 +380,7 @@ def merge_group_task(prefixes, out_prefix, first_doc: int, first_token: int, n: 
 # %% ../nbs/35_tokenize_index.ipynb
 def merge_indexed_tasks(prefixes, out_prefix, map=None, group: int = 16) -> int:
     """`merge_indexed`'s output, written by tasks of `group` parts each, run as `map(fn, args_list, what)` (default: in
-    this process; chapter 36 passes its executor); an existing output is counted, not merged again."""
+    this process; chapter 37 passes its executor); an existing output is counted, not merged again."""
     map = map or (lambda fn, args, what="": [fn(*a) for a in args])
     out_prefix, prefixes = Path(out_prefix), [str(p) for p in prefixes]
     if Path(f"{out_prefix}.idx").is_file():

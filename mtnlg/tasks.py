@@ -667,7 +667,7 @@ def request_loglikelihoods(samples: list[dict]) -> list[list[float]]:
     return [[float(resp[0][0]) for resp in s["resps"]] for s in sorted(samples, key=lambda s: s["doc_id"])]
 
 # %% ../nbs/61_tasks.ipynb
-def _fmt(x):
+def _fmt_score(x):
     return "–" if x is None else f"{x:.3f}"
 
 
@@ -679,11 +679,11 @@ def results_table(results: dict) -> str:
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, t in results["tasks"].items():
-        cells = [t["paper_name"], t["split"], str(t["n"]), _fmt(t["chance"])]
+        cells = [t["paper_name"], t["split"], str(t["n"]), _fmt_score(t["chance"])]
         for s in shots:
             k = f" (K={t.get('k_used', t['k'])})" if s == "few" else ""
             cells.append(
-                f"{_fmt(t['acc'].get(s))} ± {t['stderr'].get(s, 0):.3f} / {_fmt(t['paper'][s])}{k}"
+                f"{_fmt_score(t['acc'].get(s))} ± {t['stderr'].get(s, 0):.3f} / {_fmt_score(t['paper'][s])}{k}"
                 if s in t["acc"]
                 else "–"
             )

@@ -1,8 +1,8 @@
 """The book's website (`make docs`, docs/site.py) opened page by page in a headless Chromium.
 
-Marked `book`: the site is built from the chapters as tests/test_notebooks.py executed them, so `make test` runs these
-after the main run (`pytest -m book`); a chapter without an executed copy is executed first. Skipped, saying why, only
-where Debian's chromium is missing and cannot be installed."""
+Marked `book`: the site is built from the chapters as tests/test_notebooks.py executed them, so `make test-full` runs
+these last (`pytest -m book`), after `make test` executed the chapters; a chapter without an executed copy is executed
+first. Skipped, saying why, only where Debian's chromium is missing and cannot be installed."""
 
 import importlib.util
 import json
