@@ -1189,7 +1189,7 @@ def main(argv=None) -> int:
         if os.environ.get(RANK_ERRORS_ENV) and launched():
             return leave(130)  # the launcher stops every rank and says so once
         raise
-    except Exception as e:
+    except Exception as e:  # any error of the command: _failed names the known ones, the rest re-raised
         code = _failed(e)
         if code is None:
             raise

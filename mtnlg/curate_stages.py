@@ -48,7 +48,7 @@ def _shard_files(folder: Path, d: DatasetSpec) -> list[Path]:
         for p in pqs:
             try:
                 names = pq.read_schema(p).names
-            except Exception as e:
+            except Exception as e:  # pyarrow raises many types for a bad file: not_parquet sorts them
                 if not not_parquet(e):
                     raise  # the disk or memory, not the file: stop with the cause
                 continue  # not parquet: the extract stage counts it as unreadable
