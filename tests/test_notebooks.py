@@ -10,6 +10,9 @@ import re
 import shutil
 import pytest
 import papermill as pm
+from preloaded_kernel import Server
+
+KERNELS = Server()  # each chapter's kernel forked from one process that imported torch, megatron-core, DeepSpeed
 
 NBS = Path(__file__).resolve().parent.parent / "nbs"
 NOTEBOOKS = sorted(NBS.glob("[0-9]*.ipynb"))
@@ -78,10 +81,17 @@ def run_notebook(nb: Path, tmp_path: Path, keep: Path | None = BOOK):
         shutil.rmtree(NBS.parent / "runs" / "tiny-notebook", ignore_errors=True)
     out = tmp_path / nb.name
     tmp_path.mkdir(parents=True, exist_ok=True)
+    preloaded = {"kernel_manager_class": km} if (km := KERNELS.kernel_manager(nb.read_text())) else {}
     for attempt in (1, 2):
         try:
             pm.execute_notebook(
-                str(nb), str(out), parameters=params, cwd=str(NBS), kernel_name="python3", progress_bar=False
+                str(nb),
+                str(out),
+                parameters=params,
+                cwd=str(NBS),
+                kernel_name="python3",
+                progress_bar=False,
+                **preloaded,
             )
             break
         except RuntimeError as e:
@@ -153,6 +163,8 @@ def test_a_kernel_that_never_started_is_started_once_more_and_only_that(tmp_path
         Path(out).write_text("{}")
 
     monkeypatch.setattr(pm, "execute_notebook", execute)
+    monkeypatch.setenv("MTNLG_PLAIN_KERNELS", "1")  # no kernel server for a notebook that never runs
+    (tmp_path / "a.ipynb").write_text("{}")
     run_notebook(tmp_path / "a.ipynb", tmp_path / "run", keep=None)
     assert len(calls) == 2
 
