@@ -124,9 +124,8 @@ def megatron_config(cfg: ModelConfig, dtype=torch.float32, sequence_parallel: bo
 
 # %% ../nbs/01_model.ipynb
 def _column_row_linears(cfg: ModelConfig, mp: ModelParallelConfig, L, column_out: int, row_in: int, skip_column_bias):
-    """A sub-layer's two tensor-parallel linears, in the order they run: column-parallel h -> `column_out` (each rank
-    keeps its slice of the output) and row-parallel `row_in` -> h (its partial sums all-reduced), the second
-    initialised with std / sqrt(2 x layers), as the residual branches are in GPT-2 and Megatron."""
+    """A sub-layer's two tensor-parallel linears: column-parallel h -> `column_out`, then row-parallel `row_in` -> h
+    (partial sums all-reduced) initialised with std / sqrt(2 x layers), as GPT-2 and Megatron scale residuals."""
     out_std = cfg.init_method_std / math.sqrt(2 * cfg.num_layers)
     # compiled layers add the biases themselves (`add_bias`), where the compiler can fuse them with what follows
     column = L.ColumnParallelLinear(
