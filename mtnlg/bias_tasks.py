@@ -389,6 +389,17 @@ def _crows_pairs_task() -> BiasTask:
     )
 
 # %% ../nbs/72_bias_benchmarks.ipynb
+def _wino_prompt(doc_to_choice: str, process_results) -> dict:
+    """The harness prompt of both Wino tasks (GPT-3 §6.2's): the sentence, `‘He’ refers to the`, then the choice
+    between two mentions (`doc_to_choice`), scored by the task's `process_results`."""
+    return {
+        "doc_to_text": _WINO_PROMPT,
+        "doc_to_target": "label",
+        "doc_to_choice": doc_to_choice,
+        "process_results": process_results,
+    }
+
+
 def _winogender_task() -> BiasTask:
     return BiasTask(
         "winogender",
@@ -396,12 +407,7 @@ def _winogender_task() -> BiasTask:
         "winogender_all (+ _male/_female/_neutral, winogender_gotcha*)",
         "all 720 sentences (one set)",
         read_winogender,
-        {
-            "doc_to_text": _WINO_PROMPT,
-            "doc_to_target": "label",
-            "doc_to_choice": "{{[occupation, participant]}}",
-            "process_results": winogender_process_results,
-        },
+        _wino_prompt("{{[occupation, participant]}}", winogender_process_results),
         (
             ("acc", "mean", True),
             ("acc_gotcha", masked_mean, True),
@@ -424,12 +430,7 @@ def _winobias_task() -> BiasTask:
         "",
         "test (pro and anti, types 1 and 2: 4 x 396 sentences)",
         read_winobias,
-        {
-            "doc_to_text": _WINO_PROMPT,
-            "doc_to_target": "label",
-            "doc_to_choice": "choices",
-            "process_results": winobias_process_results,
-        },
+        _wino_prompt("choices", winobias_process_results),
         (
             ("acc", "mean", True),
             ("acc_pro", masked_mean, True),

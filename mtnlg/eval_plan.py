@@ -36,13 +36,11 @@ from mtnlg.counting import (
 from mtnlg.iteration_time import (
     SYSTEMS,
     System,
-    allreduce_time,
     layer_ops,
-    link,
     matmul_flops,
-    p2p_time,
     pipeline_time,
-    reduce_scatter_time,
+    pp_transfer_time,
+    tp_collective_time,
 )
 from .parallel_inference import SCORE_CHUNK
 from mtnlg.run_plan import (
@@ -160,7 +158,7 @@ def forward_parts(
     token)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     system = SYSTEMS[system] if isinstance(system, str) else system
-    t, p, d, b = L.tp, L.pp, L.dp, L.micro_batch
+    t, p, b = L.tp, L.pp, L.micro_batch
     tokens, split = b * model.seq_length, L.stage_layers(model)
     act = 2 if precision == "bf16" else 4
     flops_per_s = matmul_flops(gpu, precision)
@@ -168,21 +166,14 @@ def forward_parts(
     compute[-1] += logits_forward_flops(model, tokens if logit_tokens is None else logit_tokens, t) / t / flops_per_s
     hbm = gpu.hbm_gbps * 1e9 * asm.hbm_efficiency
     traffic = sum(o.bytes for o in layer_ops(model, t, b, system.fusion, act, L.sp) if o.kind != "matmul") / hbm
-    activation = tokens * model.hidden_size * act
-    nvlink = link(gpu, asm, inter_node=False)
-    collective = 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
-    pp_link = link(gpu, asm, inter_node=t * d >= gpus_per_node)
-    if L.sp:
-        transfer = p2p_time(activation / t, *pp_link)
-    elif system.pp_scatter_gather and t > 1:  # 1/t over each NIC, all-gathered over NVLink (as chapter 51)
-        transfer = p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
-    else:
-        transfer = p2p_time(activation, *pp_link)
+    activation = tokens * model.hidden_size * act  # chapter 51's unit costs: a collective, a hop between stages
+    collective = tp_collective_time(L, gpu, asm, activation)
+    transfer = pp_transfer_time(L, gpu, asm, gpus_per_node, system, activation)
     return {
         "compute": compute,
         "memory-bound": [n * traffic for n in split],
-        "tp comm": [n * 2 * collective for n in split],
-        "pp comm": [transfer if p > 1 else 0.0] * p,
+        "tp comm": [n * 2 * collective for n in split],  # the forward's two all-reduces (or their halves) a layer
+        "pp comm": [transfer if p > 1 else 0.0] * p,  # one hop in
     }
 
 # %% ../nbs/66_eval_plan.ipynb

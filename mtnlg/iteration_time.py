@@ -5,8 +5,8 @@
 # %% auto 0
 __all__ = ['FUSIONS', 'ATTENTION_CORE', 'SYSTEMS', 'MT_NLG_SYSTEM', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time',
            'Op', 'layer_ops', 'ridge_point', 'layer_time', 'layer_traffic', 'System', 'interleaved_bubble',
-           'pipeline_time', 'peak_flops', 'matmul_flops', 'stage_parts', 'after_flush', 'Prediction', 'predict',
-           'paper_predictions', 'plot_paper_rows', 'fit_efficiency']
+           'pipeline_time', 'peak_flops', 'matmul_flops', 'tp_collective_time', 'pp_transfer_time', 'stage_parts',
+           'after_flush', 'Prediction', 'predict', 'paper_predictions', 'plot_paper_rows', 'fit_efficiency']
 
 # %% ../nbs/51_iteration_time.ipynb
 from dataclasses import dataclass, field, replace
@@ -308,32 +308,40 @@ def _stage_compute(model: ModelConfig, L: Setup, gpu: GPU, precision: str) -> li
     return compute
 
 # %% ../nbs/51_iteration_time.ipynb
+def tp_collective_time(L: Setup, gpu: GPU, asm: Assumptions, activation: float) -> float:
+    """Seconds of one tensor-parallel collective of a layer's `activation` bytes over NVLink: an all-reduce, or with
+    sequence parallelism its two halves, an all-gather (g) and a reduce-scatter (g-bar) of the same tensor."""
+    nvlink = link(gpu, asm, inter_node=False)
+    # the two halves a ring all-reduce is made of: the same bytes and steps (sequence parallelism's backward re-gather
+    # of the QKV and fc1 inputs overlaps the weight-gradient GEMMs, Korthikanti et al. §4.2.2, and is not charged)
+    t = L.tp
+    return 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
+
+
+def pp_transfer_time(L: Setup, gpu: GPU, asm: Assumptions, gpus_per_node: int, system: System, activation: float):
+    "Seconds of one micro-batch's `activation` bytes crossing one pipeline boundary (NVLink within a node, else a NIC)."
+    t, nvlink = L.tp, link(gpu, asm, inter_node=False)
+    pp_link = link(gpu, asm, inter_node=t * L.dp >= gpus_per_node)
+    if L.sp:  # the stage's output is already this rank's 1/t of the sequence: no gather
+        return p2p_time(activation / t, *pp_link)
+    if system.pp_scatter_gather and t > 1:  # 1/t over each NIC, then an all-gather over NVLink at the receiver
+        return p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
+    return p2p_time(activation, *pp_link)
+
+# %% ../nbs/51_iteration_time.ipynb
 def _tp_collectives(L: Setup, gpu: GPU, asm: Assumptions, system: System, activation: float) -> tuple[int, float]:
     "A layer's exposed tensor-parallel collectives per micro-batch: how many, and the seconds of one."
     per_layer_allreduces = 4 + (2 if L.recompute == "full" else 0)
-    nvlink = link(gpu, asm, inter_node=False)
-    # sequence parallelism: each all-reduce becomes an all-gather (g) and a reduce-scatter (g-bar) of the same tensor,
-    # the two halves a ring all-reduce is made of: the same bytes and steps (its backward re-gather of the QKV and fc1
-    # inputs overlaps the weight-gradient GEMMs, Korthikanti et al. §4.2.2, and is not charged)
-    t = L.tp
-    collective = 2 * reduce_scatter_time(activation, t, *nvlink) if L.sp else allreduce_time(activation, t, *nvlink)
     # overlapped backward: the column-parallel input gradients' collectives are hidden (without sequence parallelism,
     # the two backward all-reduces; with it, the two reduce-scatters, while the two all-gathers before the row-parallel
     # layers' backward stay exposed: half an all-reduce each)
     hidden = (1 if L.sp else 2) if system.tp_backward_overlap else 0
-    return per_layer_allreduces - hidden, collective
+    return per_layer_allreduces - hidden, tp_collective_time(L, gpu, asm, activation)
 
 
 def _pp_comm(L: Setup, gpu: GPU, asm: Assumptions, gpus_per_node: int, system: System, activation: float) -> float:
     "Seconds of pipeline transfers one micro-batch takes on a stage."
-    t, nvlink = L.tp, link(gpu, asm, inter_node=False)
-    pp_link = link(gpu, asm, inter_node=t * L.dp >= gpus_per_node)
-    if L.sp:  # the stage's output is already this rank's 1/t of the sequence: no gather
-        transfer = p2p_time(activation / t, *pp_link)
-    elif system.pp_scatter_gather and t > 1:  # 1/t over each NIC, then an all-gather over NVLink at the receiver
-        transfer = p2p_time(activation / t, *pp_link) + reduce_scatter_time(activation, t, *nvlink)
-    else:
-        transfer = p2p_time(activation, *pp_link)
+    transfer = pp_transfer_time(L, gpu, asm, gpus_per_node, system, activation)
     return 0.0 if L.pp == 1 else L.virtual_stages * (2 if system.p2p_batched else 4) * transfer  # v boundaries
 
 # %% ../nbs/51_iteration_time.ipynb

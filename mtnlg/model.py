@@ -123,21 +123,22 @@ def megatron_config(cfg: ModelConfig, dtype=torch.float32, sequence_parallel: bo
     )
 
 # %% ../nbs/01_model.ipynb
-def _attention_projections(cfg: ModelConfig, mp: ModelParallelConfig, L):
-    "The column-parallel QKV product and the row-parallel output product of an attention layer, in that order."
+def _column_row_linears(cfg: ModelConfig, mp: ModelParallelConfig, L, column_out: int, row_in: int, skip_column_bias):
+    """A sub-layer's two tensor-parallel linears: column-parallel h -> `column_out`, then row-parallel `row_in` -> h
+    (partial sums all-reduced) initialised with std / sqrt(2 x layers), as GPT-2 and Megatron scale residuals."""
     out_std = cfg.init_method_std / math.sqrt(2 * cfg.num_layers)
     # compiled layers add the biases themselves (`add_bias`), where the compiler can fuse them with what follows
-    qkv = L.ColumnParallelLinear(
+    column = L.ColumnParallelLinear(
         cfg.hidden_size,
-        3 * cfg.hidden_size,
+        column_out,
         config=mp,
         bias=True,
         init_method=init_normal(cfg.init_method_std),
         gather_output=False,
-        skip_bias_add=cfg.compile_blocks,
+        skip_bias_add=skip_column_bias,
     )
-    proj = L.RowParallelLinear(
-        cfg.hidden_size,
+    row = L.RowParallelLinear(
+        row_in,
         cfg.hidden_size,
         config=mp,
         bias=True,
@@ -145,7 +146,7 @@ def _attention_projections(cfg: ModelConfig, mp: ModelParallelConfig, L):
         init_method=init_normal(out_std),
         skip_bias_add=cfg.compile_blocks,
     )
-    return qkv, proj
+    return column, row
 
 
 def _sdpa_core(q, k, v, p: float, backend: str):
@@ -173,7 +174,7 @@ class ParallelAttention(nn.Module):
         self.recompute, self.sequence_parallel = cfg.recompute, mp.sequence_parallel
         self.fused = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels).attention  # chapter 20
         self.backend = cfg.attention_backend
-        self.qkv, self.proj = _attention_projections(cfg, mp, L)
+        self.qkv, self.proj = _column_row_linears(cfg, mp, L, 3 * cfg.hidden_size, cfg.hidden_size, cfg.compile_blocks)
         if cfg.compile_blocks:  # the core runs eagerly between two graphs: one SDPA kernel; its RNG fork is untraceable
             self.attend = torch.compiler.disable(self.attend)
 
@@ -225,26 +226,9 @@ class ParallelMLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig, mp: ModelParallelConfig):
         super().__init__()
-        out_std, L = cfg.init_method_std / math.sqrt(2 * cfg.num_layers), tp_layers(cfg.tp_layers)
-        self.ops = None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels)
-        self.fc1 = L.ColumnParallelLinear(
-            cfg.hidden_size,
-            cfg.ffn_size,
-            config=mp,
-            bias=True,
-            gather_output=False,
-            init_method=init_normal(cfg.init_method_std),
-            skip_bias_add=self.ops is not None or cfg.compile_blocks,
-        )
-        self.fc2 = L.RowParallelLinear(
-            cfg.ffn_size,
-            cfg.hidden_size,
-            config=mp,
-            bias=True,
-            input_is_parallel=True,
-            init_method=init_normal(out_std),
-            skip_bias_add=cfg.compile_blocks,
-        )
+        L, self.ops = tp_layers(cfg.tp_layers), None if cfg.kernels == "reference" else kernels.model_ops(cfg.kernels)
+        skip_fc1_bias = self.ops is not None or cfg.compile_blocks  # a fused bias + GeLU kernel adds it
+        self.fc1, self.fc2 = _column_row_linears(cfg, mp, L, cfg.ffn_size, cfg.ffn_size, skip_fc1_bias)
 
     def forward(self, x):
         h, bias = self.fc1(x)  # bias: None unless a fused kernel or the compiler adds it
