@@ -681,6 +681,7 @@ def test_resume_auto_steps_over_a_corrupt_checkpoint_and_finishes_bitwise(straig
     assert verify(tmp_path / "checkpoints").returncode == 0  # step 24 written again, sound
 
 
+@pytest.mark.slow  # make test: --resume auto steps over a corrupt checkpoint (above); a truncated shard is one line
 def test_resume_auto_steps_over_a_truncated_shard(straight_one, tmp_path):
     """Step 24's shard cut short, so `torch.load` cannot read it: the checksums are checked while the model is built,
     and the unreadable file is reported by its checksum, like a flipped bit — `--resume auto` says it skipped step 24 as

@@ -131,6 +131,7 @@ def test_resume_redoes_only_what_is_missing(bad_corpus, tmp_path):
     assert {s: v["kept"] for s, v in again["stages"].items()} == {s: v["kept"] for s, v in summary["stages"].items()}
 
 
+@pytest.mark.slow  # make test: every stage on the local pool, whose digests the fixture configs pin
 def test_dask_matches_local_pool(tmp_path):
     from mtnlg.curate import curate
     from mtnlg.curate_config import load_curate_config

@@ -105,6 +105,7 @@ def test_loglikelihood_rolling_and_generation_match_hf(backends):
     assert ours.generate_until(gen) == hf.generate_until(gen)
 
 
+@pytest.mark.slow  # make test: MtnlgLM against lm-eval's hf backend (above), the plugin registering it (chapter 60)
 def test_lm_eval_shell_model_mtnlg(checkpoint, tmp_path):
     "`lm_eval --model mtnlg --model_args checkpoint=DIR` works from the shell (the .pth hook registers it)."
     from mtnlg.evaluate import install_lm_eval_plugin
@@ -180,6 +181,7 @@ def test_checkpoints_root_and_step_dir_are_the_same_checkpoint(checkpoint, tmp_p
     assert x["meta"] == json.loads((step / "meta.json").read_text()) and x["meta"]["format"] == FORMAT
 
 
+@pytest.mark.slow  # make test: TP 2 reads (test_parallel_inference), the 1-process export (test_export_hf_logits_match)
 def test_export_and_eval_a_tp2_checkpoint(tmp_path):
     "A checkpoint straight from a TP 2 run (2 processes) is exported and evaluated as it is, no consolidation step. Its"
     "vocabulary of 2100 is padded to 2304 rows (a multiple of 128 x 2, where a one-device run would have 2176): both"

@@ -1,6 +1,7 @@
 """The performance model (chapters 50-54: counting, iteration time, published runs, calibration, the planner): the
 paper's rows, memory, the planner and `mtnlg plan` as a user runs it."""
 
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -17,8 +18,28 @@ MTNLG = str(Path(sys.executable).parent / "mtnlg")
 CFG = load_config(ROOT / "scaled_configs/mtnlg-530b.yaml")
 
 
-def run(*args):
+def run_shell(*args):
+    "`mtnlg args...` as a user types it."
     return subprocess.run([MTNLG, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def run(*args):
+    """`mtnlg args...` in this process (`mtnlg.cli.main`, what the command runs, without a new interpreter's seconds of
+    imports): its exit code and output as `run_shell` returns them."""
+    from contextlib import redirect_stderr, redirect_stdout
+    from io import StringIO
+    from mtnlg.cli import main
+
+    out, err, here = StringIO(), StringIO(), os.getcwd()
+    os.chdir(ROOT)  # (contextlib.chdir: Python 3.11)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(list(args))
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["mtnlg", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_paper_flops_formula_gives_the_reported_tflops():
@@ -140,7 +161,7 @@ def test_h200_fits_what_a100_does_not():
 
 
 def test_cli_plan_ranks_layouts():
-    r = run("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--top", "3")
+    r = run_shell("plan", "--config", "scaled_configs/mtnlg-530b.yaml", "--gpus", "2240", "--top", "3")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("mtnlg-530b on 2240 x A100 80GB (280 nodes of 8)")

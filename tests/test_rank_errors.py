@@ -232,6 +232,7 @@ def unreadable_on_one_rank(tmp_path, steps, nproc: int):
     assert seconds < ENDS_WITHIN_S and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # make test: the 2-rank damaged pickle (one collective verdict), the unreadable file's message above
 def test_a_file_unreadable_on_one_rank_ends_every_rank_2_ranks(tmp_path, steps):
     unreadable_on_one_rank(tmp_path, steps, 2)
 
