@@ -218,17 +218,18 @@ def test_mtnlg_curate_plan_prints_both_snapshots():
         l for l in r.stdout.splitlines() if l.startswith("CC-2021-04") and len(l.split()) == 5
     )  # hours on 1, 8, 64 nodes, and the speed-up
     # 2,000 CPU-s/GB x 82,271 GB = 45,706 core-hours over 64 workers a node; then the maps of fewer tasks: the driver
-    # (20 s + 80,000 WARC files x 1 s: 22.2 h), one LSH band (1.70B x 1e-4 s: 47.2 h; curate-cc.yaml's one key split),
-    # verification (4,096 partitions) and the components (64) of 1.70B x 1e-5 s each, a quality model (100 s + 80,000 x
-    # 0.01 s), the GPT-sample check (10 s); the I/O (411 TB at 1 GB/s a node) is shorter than the compute
-    assert [float(x.replace(",", "")) for x in wall.split()[1:4]] == pytest.approx([784.03, 159.50, 81.22], abs=0.005)
+    # (20 s + 80,000 WARC files x 1 s: 22.2 h), an LSH band task (1.70B x 1e-4 s / 32: 1.47 h; curate-cc.yaml's 32 key
+    # splits, 512 tasks: 8 waves on one node), verification (4,096 partitions) and the components (64) of 1.70B x 1e-5 s
+    # each, a quality model (100 s + 80,000 x 0.01 s), the GPT-sample check (10 s); the I/O (411 TB at 1 GB/s a node) is
+    # shorter than the compute
+    assert [float(x.replace(",", "")) for x in wall.split()[1:4]] == pytest.approx([748.60, 113.74, 35.46], abs=0.005)
     for frag in (
         "maps of fewer tasks than 64 nodes have workers (4,096), CC-2020-50",
         "  driver (one process)",
-        "  dedup: LSH band (16 bands x 1 key splits)        16 x",
+        "  dedup: LSH band (16 bands x 32 key splits)      512 x",
         "  quality: train models                             5 x   0.2004 h",
         "I/O: 319.6 TB read and written by the per-shard maps (5.00 GB a GB of .warc.gz); at 1 GB/s a node",
-        "dedup memory a node, with dedup.band_splits = 1 as configured: a worker has 8.0 GB",
+        "dedup memory a node, with dedup.band_splits = 32 as configured: a worker has 8.0 GB",
     ):
         assert frag in r.stdout, (frag, r.stdout)
 
