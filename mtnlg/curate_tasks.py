@@ -118,7 +118,8 @@ def _task_ngrams(path):
     return {int(k): z[k] for k in z.files}
 
 
-def task_count_ngrams(count_path, src, ngrams_path):
+def task_count_ngrams(count_path, src, ngrams_path) -> dict:
+    "A shard's task n-gram counts, `{hash: documents}`: written to `count_path` (or, resuming, read back) and returned."
     from mtnlg.decontaminate import count_shard
 
     p = Path(count_path)
@@ -126,7 +127,7 @@ def task_count_ngrams(count_path, src, ngrams_path):
         counts = count_shard(src, _cached(("ngrams", str(ngrams_path)), lambda: _task_ngrams(ngrams_path)))
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps({str(k): v for k, v in counts.items()}))
-    return str(p)
+    return {int(k): v for k, v in json.loads(p.read_text()).items()}
 
 
 def task_decontaminate(man_path, src, dst, ngrams_path, ignore_path, remove_chars, min_piece_chars, max_splits):
@@ -277,7 +278,7 @@ def train_quality_models(c) -> list[Path] | None:
     cfg, q = c.cfg, c.cfg.quality
     if not (filtered := [d.name for d in cfg.datasets if d.quality_filter]):
         return None
-    if not sum(json.loads(c.manifest("extract", d, s).read_text())["kept"] for d in filtered for s in c.shards[d]):
+    if not sum(c.flows["extract"][d]["kept"] for d in filtered):  # the extract stage's totals: no file read
         c.log(
             f"quality classifier: not trained: the datasets it would filter ({', '.join(filtered)}) hold no "
             "documents after extraction"
