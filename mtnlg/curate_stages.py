@@ -28,6 +28,7 @@ from mtnlg.curate_tasks import (
     task_tokenize,
     train_quality_models,
     train_tokenizer,
+    quality_samples,
 )
 
 # %% ../nbs/37_curate_stages.ipynb
@@ -200,6 +201,7 @@ def extract_stage(c: Curation) -> dict:
                     c.spec[d].reader,
                     c.spec[d].text_column,
                     e.keep_truncated,
+                    quality_samples(c, d, s),
                 )
                 for d, s in c.jobs
             ),

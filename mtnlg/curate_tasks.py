@@ -4,8 +4,8 @@
 
 # %% auto 0
 __all__ = ['SAMPLE_FACTOR', 'task_extract', 'task_quality', 'task_signatures', 'task_dedup', 'task_count_ngrams',
-           'task_decontaminate', 'task_tokenize', 'task_train_quality', 'quality_model_paths', 'train_quality_models',
-           'train_tokenizer']
+           'task_decontaminate', 'task_tokenize', 'fold_sample', 'fold_chunks', 'write_fold_sample',
+           'task_train_quality', 'quality_model_paths', 'quality_samples', 'train_quality_models', 'train_tokenizer']
 
 # %% ../nbs/36_curate_tasks.ipynb
 import json
@@ -60,8 +60,12 @@ def task_extract(
     reader="auto",
     text_column=None,
     keep_truncated=True,
+    samples=(),
 ):
-    return _run_stage(
+    """Extract a shard (chapter 30), resumable by its manifest; then, for each `(path, kind, quota, folds)` of
+    `samples`, the quality models' sample of this shard while it is at hand (`write_fold_sample`): of its raw records
+    (`kind` "raw", a negative dataset) or of its extracted documents ("extracted", a positive one)."""
+    man = _run_stage(
         man_path,
         extract_shard,
         src,
@@ -75,6 +79,11 @@ def task_extract(
         text_column,
         keep_truncated,
     )
+    for path, kind, quota, folds in samples:
+        if not Path(path).is_file():
+            raw = (src, dataset, fmt, reader, text_column or fmt, max_line_bytes, keep_truncated)
+            write_fold_sample(path, _raw_texts(*raw) if kind == "raw" else _extracted_records(dst), quota, folds)
+    return man
 
 # %% ../nbs/36_curate_tasks.ipynb
 def task_quality(man_path, src, dst, model_paths, filter, alpha, seed):
@@ -178,40 +187,118 @@ def _sample_chunks(shard_items: list, cap: int, word_chunks) -> list[tuple[str, 
     return out
 
 # %% ../nbs/36_curate_tasks.ipynb
+def _extracted_records(path):
+    "`(fold key, text)` of an extract-stage shard's documents."
+    from mtnlg.quality import fold_key
+
+    return ((fold_key(d), d["text"]) for d in iter_docs(path))
+
+
 def _extracted_items(path, fold: int, folds: int):
     "`(fold key, text)` of an extract-stage shard's documents outside fold `fold`."
-    from mtnlg.quality import outside_fold, fold_key
+    from mtnlg.quality import outside_fold
 
-    yield from outside_fold(((fold_key(d), d["text"]) for d in iter_docs(path)), fold, folds)
+    yield from outside_fold(_extracted_records(path), fold, folds)
 
 
-def _raw_items(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: int, folds: int):
-    """`(fold key, raw text)` of an input shard's records outside fold `fold` — whole page text for HTML — keyed as the
-    extract stage's documents are (URL, else id), so a page's raw text and its extracted text fall in the same fold."""
-    from mtnlg.quality import raw_page_text, outside_fold, fold_key
+def _raw_records(src, dataset, reader, key, max_bytes, keep_truncated):
+    """`(fold key, raw value)` of an input shard's records, keyed as the extract stage's documents are (URL, else id),
+    so a page's raw text and its extracted text fall in the same fold."""
+    from mtnlg.quality import fold_key
 
-    records = (
+    return (
         (fold_key({"id": f"{dataset}/{shard_stem(src)}:{loc}", "url": clean_url(obj.get("url"))}), obj.get(key))
         for loc, obj in iter_documents(src, ReadReport(), reader, key, max_bytes, keep_truncated)
     )
-    for i, raw in outside_fold(records, fold, folds):  # by id first: a page of the held-out fold is never parsed
+
+
+def _raw_texts(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: int = -1, folds: int = 1):
+    """`(fold key, raw text)` of an input shard's records — whole page text for HTML —, those outside fold `fold` (by
+    key first: a page of the held-out fold is never parsed); every record by default."""
+    from mtnlg.quality import raw_page_text, outside_fold
+
+    for i, raw in outside_fold(_raw_records(src, dataset, reader, key, max_bytes, keep_truncated), fold, folds):
         if isinstance(raw, str):
             yield i, raw_page_text(raw) if fmt == "html" else raw
+
+
+def _raw_items(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold: int, folds: int):
+    "`(fold key, raw text)` of an input shard's records outside fold `fold`."
+    yield from _raw_texts(src, dataset, fmt, reader, key, max_bytes, keep_truncated, fold, folds)
+
+# %% ../nbs/36_curate_tasks.ipynb
+def fold_sample(items, quota: int, folds: int, word_chunks) -> list:
+    """`[fold key, word chunks]` of a shard's first `(fold key, text)` items: as many as it takes for every fold to
+    have `quota` chunks from records outside it (every record of a smaller shard), and of each record its first
+    `quota` chunks, all that any fold takes from it."""
+    from mtnlg.quality import fold_of
+
+    need, out = [quota] * folds, []
+    for k, t in items:
+        if max(need) <= 0:
+            break
+        chunks = word_chunks(t)[:quota]
+        out.append([k, chunks])
+        own = fold_of(k, folds) if folds > 1 else -1
+        need = [n - len(chunks) * (j != own) for j, n in enumerate(need)]
+    if hasattr(items, "close"):
+        items.close()  # its file now, not when collected
+    return out
+
+
+def fold_chunks(records, fold: int, folds: int, quota: int) -> list[tuple[str, str]]:
+    "Fold `fold`'s `(fold key, chunk)`s of a shard's `fold_sample`: the first `quota` from records outside the fold."
+    from mtnlg.quality import fold_of
+
+    got = []
+    for k, chunks in records:
+        if folds == 1 or fold_of(k, folds) != fold:
+            got += [(k, c) for c in chunks]
+            if len(got) >= quota:
+                break
+    return got[:quota]
+
+# %% ../nbs/36_curate_tasks.ipynb
+def write_fold_sample(path, items, quota: int, folds: int) -> int:
+    "A shard's `fold_sample` written to `path` (JSON) with the quota and folds it serves: its records."
+    from mtnlg.quality import word_chunks
+
+    records, path = fold_sample(items, quota, folds, word_chunks), Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"quota": quota, "folds": folds, "records": records}))
+    os.replace(tmp, path)
+    return len(records)
+
+
+def _sampled_chunks(files, fold: int, folds: int, cap: int) -> list[tuple[str, str]]:
+    """`_sample_chunks` of fold `fold` over the shards, from their written samples: `cap / shards` chunks from each, the
+    same chunks a walk over the shards' own records gives."""
+    quota, out = -(-cap // max(1, len(files))), []
+    for f in files:
+        s = json.loads(Path(f).read_text())
+        if s["folds"] != folds or s["quota"] < quota:
+            raise ValueError(
+                f"{f}: a sample for {s['folds']} folds of {s['quota']} chunks, not {folds} of {quota}: the config "
+                "changed since extraction (curate again with --fresh)"
+            )
+        out += fold_chunks(s["records"], fold, folds, quota)
+    return out
 
 # %% ../nbs/36_curate_tasks.ipynb
 def task_train_quality(path, fold, folds, positives, negatives, max_chunks, seed):
     """One fold's quality classifier, on a worker: chunks of the positive datasets' extracted documents against the
     negative datasets' raw input, sampled as `_sample_chunks` says, none from fold `fold`'s documents. Writes the model
-    and, beside it (`.json`), the fold keys (URLs, else ids) of the documents it trained on. `positives`: extract-stage
-    files; `negatives`: `_raw_items` arguments."""
-    from mtnlg.quality import QualityClassifier, word_chunks
+    and, beside it (`.json`), the fold keys (URLs, else ids) of the documents it trained on. `positives`, `negatives`:
+    the shards' samples, as the extract tasks wrote them (`write_fold_sample`)."""
+    from mtnlg.quality import QualityClassifier
 
     path, ids_path = Path(path), Path(path).with_suffix(".json")
     if path.is_file() and ids_path.is_file():
         return json.loads(ids_path.read_text())["chunks"]
     rng = np.random.default_rng([seed, fold])
-    pos = _sample_chunks([_extracted_items(p, fold, folds) for p in positives], SAMPLE_FACTOR * max_chunks, word_chunks)
-    neg = _sample_chunks([_raw_items(*n, fold, folds) for n in negatives], SAMPLE_FACTOR * max_chunks, word_chunks)
+    pos = _sampled_chunks(positives, fold, folds, SAMPLE_FACTOR * max_chunks)
+    neg = _sampled_chunks(negatives, fold, folds, SAMPLE_FACTOR * max_chunks)
     pos = [pos[i] for i in rng.permutation(len(pos))[:max_chunks]]
     neg = [neg[i] for i in rng.permutation(len(neg))[:max_chunks]]
     if not pos or not neg:
@@ -234,25 +321,33 @@ def quality_model_paths(out: Path, folds: int) -> list[Path]:
     return [out / "quality_models" / f"fold{k}-of-{folds}.bin" for k in range(folds)]
 
 
+def _sample_files(c, kind: str) -> list[Path]:
+    "Every shard's quality sample of the positive datasets (`kind` extracted) or of the negative ones (raw)."
+    q = c.cfg.quality
+    names = q.positive_datasets if kind == "extracted" else q.negative_datasets
+    return [c.file(f"quality_sample/{kind}", n, s, ".json") for n in names for s in c.shards[n]]
+
+
+def quality_samples(c, d: str, s) -> list[tuple]:
+    """`task_extract`'s `samples` for shard `s` of dataset `d`: none when no dataset is filtered; else its sample of
+    extracted documents if `d` is a positive dataset, of raw records if a negative one, with the chunks a fold's model
+    takes from each shard of that class (`_sampled_chunks`)."""
+    q = c.cfg.quality
+    if not any(x.quality_filter for x in c.cfg.datasets):
+        return []
+    out = []
+    for kind, names in (("extracted", q.positive_datasets), ("raw", q.negative_datasets)):
+        if d in names:
+            quota = -(-SAMPLE_FACTOR * q.max_train_chunks // max(1, sum(len(c.shards[n]) for n in names)))
+            out.append((c.file(f"quality_sample/{kind}", d, s, ".json"), kind, quota, q.folds))
+    return out
+
+
 def _quality_task_args(c, paths: list) -> list[tuple]:
-    """`task_train_quality`'s arguments, a fold each: the positive datasets' extract-stage files, and for each shard of
-    the negative datasets what `_raw_items` needs to read its raw input."""
-    cfg, q, e = c.cfg, c.cfg.quality, c.cfg.extract
-    positives = [c.file("extract", n, s) for n in q.positive_datasets for s in c.shards[n]]
-    negatives = [
-        (
-            s,
-            n,
-            c.spec[n].format,
-            c.spec[n].reader,
-            c.spec[n].text_column or c.spec[n].format,
-            e.max_line_bytes,
-            e.keep_truncated,
-        )
-        for n in q.negative_datasets
-        for s in c.shards[n]
-    ]
-    return [(p, k, q.folds, positives, negatives, q.max_train_chunks, cfg.seed) for k, p in enumerate(paths)]
+    "`task_train_quality`'s arguments, a fold each: the shards' samples that the extract tasks wrote."
+    positives, negatives = _sample_files(c, "extracted"), _sample_files(c, "raw")
+    q = c.cfg.quality
+    return [(p, k, q.folds, positives, negatives, q.max_train_chunks, c.cfg.seed) for k, p in enumerate(paths)]
 
 
 def _quality_trained_line(q: QualitySpec, chunks: list[dict]) -> str:
