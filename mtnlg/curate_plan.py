@@ -156,7 +156,7 @@ def _driver_rates(runs: list, name: str) -> dict:
         "driver_map_cpu_seconds_per_shard": maps,
     }
 
-
+# %% ../nbs/39_curate_plan.ipynb
 def load_dedup_rates(path, driver_path=None) -> dict:
     """The partitioned dedup's rates from a bench/dedup_scale.py result, fitted over its sizes (`fit_rate`): each
     stage's seconds a document and a shard, the traced bytes a document of a band task and of the components, and the
@@ -247,11 +247,21 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
     return max(1, min(cores_per_node, int(node_memory_bytes // rates["peak_rss_per_worker_bytes"])))
 
 # %% ../nbs/39_curate_plan.ipynb
+def _driver_row(rates: dict, shards: float) -> tuple:
+    """The driver between maps, a map of one task: its fixed steps and its CPU seconds a shard between the maps (all of
+    its seconds a shard from a driver file without them by stage)."""
+    d = rates["partitioned_dedup"]
+    serial = d.get("driver_serial_cpu_seconds_per_shard", d["driver_cpu_seconds_per_shard"])
+    how = f"{serial * 1e3:.2f} ms a shard x shards, and its fixed steps"
+    return "driver between maps (one process)", 1, rates.get("driver_seconds", 0.0) + shards * serial, how, 0.0
+
+# %% ../nbs/39_curate_plan.ipynb
 def few_worker_tasks(rates: dict, snap: Snapshot, shards: float, kept: float, cfg=None) -> list[dict]:
     """The maps with fewer tasks than a large job has workers, each with its tasks and one task's seconds and bytes: the
-    driver (one process), the dedup maps whose task count is set by bands or partitions (chapter 32; seconds from
-    bench/dedup_scale.py, a band task's share of the keys scaled from the measured `band_splits` to the configured), and
-    those the rates name (`few_worker_tasks`: the quality models, a task a fold; the GPT-sample check)."""
+    driver between maps (`_driver_row`), the dedup maps whose task count is set by bands or partitions (chapter 32;
+    seconds from bench/dedup_scale.py, a band task's share of the keys scaled from the measured `band_splits` to the
+    configured), and those the rates name (`few_worker_tasks`: the quality models, a task a fold; the GPT-sample
+    check)."""
     from mtnlg.dedup import component_partitions, plan_partitions
 
     dd = cfg.dedup if cfg else DedupSpec()
@@ -261,16 +271,8 @@ def few_worker_tasks(rates: dict, snap: Snapshot, shards: float, kept: float, cf
     corpus = lambda s, docs_share=1.0: (
         kept * d[f"{s}_seconds_per_doc"] * docs_share + shards * d.get(f"{s}_seconds_per_shard", 0.0)
     )  # one pass over the corpus's documents and shards
-    serial = d.get("driver_serial_cpu_seconds_per_shard", d["driver_cpu_seconds_per_shard"])
-    drv = rates.get("driver_seconds", 0.0) + shards * serial  # its fixed steps, and what it does a shard between maps
     rows = [
-        (
-            "driver between maps (one process)",
-            1,
-            drv,
-            f"{serial * 1e3:.2f} ms a shard x shards, and its fixed steps",
-            0.0,
-        ),
+        _driver_row(rates, shards),
         (
             f"dedup: LSH band ({dd.bands} bands x {dd.band_splits} key splits)",
             dd.bands * dd.band_splits,

@@ -29,6 +29,7 @@ from mtnlg.curate_tasks import (
     train_quality_models,
     train_tokenizer,
     quality_samples,
+    TOKENIZER_CHARS,
 )
 
 # %% ../nbs/37_curate_stages.ipynb
@@ -321,6 +322,8 @@ def decontaminate_stage(c: Curation) -> dict:
         "count task n-grams",
     )
     ignore_path = _frequent_ngrams_file(c, counts)
+    chars = -(-TOKENIZER_CHARS // len(c.jobs))  # the tokenizer's share of each shard (tokenize_stage)
+    sample = lambda d, s: (c.file("tokenizer_sample", d, s), chars) if c.cfg.tokenize.tokenizer != "gpt2" else None
     return stage_totals(
         c,
         "decontaminate",
@@ -336,6 +339,7 @@ def decontaminate_stage(c: Curation) -> dict:
                     dc.remove_chars,
                     dc.min_piece_chars,
                     dc.max_splits,
+                    sample(d, s),
                 )
                 for d, s in c.jobs
             ),
@@ -345,7 +349,7 @@ def decontaminate_stage(c: Curation) -> dict:
 
 # %% ../nbs/37_curate_stages.ipynb
 def tokenize_stage(c: Curation) -> dict:
-    tok_path = train_tokenizer(c.cfg, [c.file("decontaminate", d, s) for d, s in c.jobs], c.out)
+    tok_path = train_tokenizer(c.cfg, [c.file("tokenizer_sample", d, s) for d, s in c.jobs], c.out)
     return stage_totals(
         c,
         "tokenize",
