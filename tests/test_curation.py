@@ -512,3 +512,23 @@ def test_the_quality_sample_extraction_writes_is_the_walks(tmp_path, folds):
             assert _sampled_chunks(files, k, folds, cap) == walk and len(walk) >= min(cap, 1)
     with pytest.raises(ValueError, match=rf"a sample for {folds} folds of 1 chunks, not {folds} of 2"):
         _sampled_chunks([tmp_path / f"{len(shards)}-0.json"], 0, folds, 2)
+
+
+def test_band_splits_do_not_change_what_dedup_keeps(tmp_path):
+    """The tiny corpus curated with one key split a band and with curate-cc.yaml's 32: the same documents dropped for
+    the same reasons, and the same documents kept, byte for byte (32 x 16 band tasks, each a 32nd of the keys)."""
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from curate_digests import dedup_decisions
+
+    got = {}
+    for splits in (1, 32):
+        out = tmp_path / f"splits-{splits}"
+        cfg = load_curate_config(CONFIG, {"dedup.band_splits": splits})
+        curate(cfg, out, "local", 1, progress=False, log=lambda *a: None)
+        kept = {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "dedup").rglob("*.jsonl"))}
+        got[splits] = (dedup_decisions(out), kept, len(list((out / "dedup_lsh").glob("band-*"))))
+    assert got[1][:2] == got[32][:2] and len(got[1][0]) > 0 and len(got[1][1]) > 0
+    assert (got[1][2], got[32][2]) == (16, 16 * 32)
