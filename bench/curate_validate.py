@@ -25,7 +25,10 @@ machine hardly change (the wall-clock fit is kept beside them, `wall_clock_fit`)
 The result (bench/results/curate_validate-DATE-cpu.json) holds `plan_rates`, which `mtnlg curate --plan` reads. The
 machine is shared: the 1-minute load average is recorded at the start and end of each run. The wall-time prediction
 assumes each worker has a core to itself: under load the measured wall time exceeds it by about the load's share of
-the cores, while the CPU seconds compare like with like."""
+the cores, while the CPU seconds compare like with like.
+
+`--sampling-only [--save]` measures the quality sample's rates alone (`sampling_rate`: each shard's sample written as
+its extract task writes it, then read by a fold's task) and writes them into the newest result file."""
 
 import argparse
 import datetime
@@ -197,27 +200,75 @@ def driver_seconds(run: dict) -> float:
     return run["wall_seconds"] - sum(m["wall_seconds"] for m in run["maps"])
 
 
-def sampling_rate(cc_files: list, repeats: int = 3) -> dict:
-    """A quality model's walk over the crawl as a snapshot's shards make it: one chunk a shard (4 x max_train_chunks
-    over ~62,000 shards), here over a quarter, half and all of the input's first 32 shards, the least CPU of `repeats`
-    walks each (a first walk, untimed, pays the imports); the CPU seconds a shard fitted over the counts. The fitted
-    sizes cannot show this: their few shards each give a model hundreds of chunks."""
+def sampling_rate(cc_files: list, repeats: int = 3, work: Path | None = None) -> dict:
+    """A quality model's part of every shard as a snapshot's shards make it: one chunk a shard (4 x max_train_chunks
+    over ~62,000 shards). Each shard's sample is written as its extract task writes it (`write_fold_sample`: 5 folds, a
+    quota of one chunk; timed too: what the extract map adds a shard), then a fold's task reads the samples
+    (`_sampled_chunks`) of a quarter, half and all of the first 32 shards, the least CPU of `repeats` reads each (a
+    first write and read, untimed, pay the imports); the CPU seconds a shard fitted over the counts. The fitted sizes
+    cannot show this: their few shards each give a model hundreds of chunks."""
+    import tempfile
     from mtnlg.curate_plan import fit_rate
-    from mtnlg.curate_tasks import _raw_items, _sample_chunks
-    from mtnlg.quality import word_chunks
-
-    def walk(files: list) -> float:
-        t = time.process_time()
-        items = [_raw_items(f, "cc", "html", "warc", "html", 4_000_000, True, 0, 5) for f in files]
-        assert len(_sample_chunks(items, len(files), word_chunks)) == len(files)  # a chunk a shard
-        return time.process_time() - t
+    from mtnlg.curate_tasks import _raw_texts, _sampled_chunks, write_fold_sample
 
     n = min(32, len(cc_files))
+    folder = Path(tempfile.mkdtemp(dir=work))
+    write_fold_sample(folder / "first.json", _raw_texts(cc_files[0], "cc", "html", "warc", "html", 4e6, True), 1, 5)
+    t = time.process_time()  # the first write, untimed, paid the imports
+    files = [folder / f"{k:05d}.json" for k in range(n)]
+    for f, src in zip(files, cc_files):
+        write_fold_sample(f, _raw_texts(src, "cc", "html", "warc", "html", 4_000_000, True), 1, 5)
+    write = (time.process_time() - t) / n
+
+    def read(files: list) -> float:
+        t = time.process_time()
+        assert len(_sampled_chunks(files, 0, 5, len(files))) == len(files)  # a chunk a shard
+        return time.process_time() - t
+
     counts = (n // 4, n // 2, n)
-    walk(cc_files[:1])
-    cpu = [min(walk(cc_files[:n]) for _ in range(repeats)) for n in counts]
-    fixed, (rate,) = fit_rate(list(counts), cpu, "quality: a model's walk, a chunk a shard", ("shard",))
-    return {"shards": list(counts), "cpu_seconds": cpu, "fixed_seconds": fixed, "seconds_per_shard": rate}
+    read(files[:1])
+    cpu = [min(read(files[:k]) for _ in range(repeats)) for k in counts]
+    fixed, (rate,) = fit_rate(list(counts), cpu, "quality: a model's read of the samples, a chunk a shard", ("shard",))
+    return {
+        "shards": list(counts),
+        "cpu_seconds": cpu,
+        "fixed_seconds": fixed,
+        "seconds_per_shard": rate,
+        "write_cpu_seconds_per_shard": write,  # in the extract task, beside its ~200 CPU-s a 1 GB shard
+    }
+
+
+def _sampling_how(b: float) -> str:
+    return (
+        f"a fold each, reading every shard's sample written by extraction (at scale a chunk each: {b * 1e3:.2f} ms CPU "
+        "a shard)"
+    )
+
+
+def sampling_only(a, argv) -> int:
+    """`--sampling-only`: the quality sample's rates alone (`sampling_rate`, on 32 shards of 1 MB), written into the
+    newest bench/results/curate_validate-*.json (with `--save`): its `quality_sampling` and the quality models' seconds
+    a shard; every other rate stays the one its run measured, and the file says so."""
+    from mtnlg.curate import newest_rates_file
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    info = build_input(work, 32, 1.0, a.workers)
+    inp = work / "input-32x1mb"
+    sampling = sampling_rate([inp / "cc" / f["file"] for f in info["files"]], work=work)
+    sampling |= {"date": datetime.date.today().isoformat(), "load_average_1min": os.getloadavg()[0]}
+    sampling["command"] = "python bench/curate_validate.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(json.dumps(sampling, indent=1))
+    p = newest_rates_file(ROOT, "curate_validate")
+    if a.save and p is not None:
+        data = json.loads(p.read_text())
+        r = data["plan_rates"]
+        r["quality_sampling"] = sampling | {"measured_apart": "by --sampling-only; the other rates are the run's"}
+        q = r["few_worker_tasks"]["quality: train models"]
+        q |= {"seconds_per_shard": sampling["seconds_per_shard"], "how": _sampling_how(sampling["seconds_per_shard"])}
+        p.write_text(json.dumps(data, indent=1, default=str))
+        print("wrote", p)
+    return 0
 
 
 def fit_plan_rates(sizes: list[dict], workers: int, sampling: dict | None = None) -> dict:
@@ -256,8 +307,7 @@ def fit_plan_rates(sizes: list[dict], workers: int, sampling: dict | None = None
                 "tasks": "folds",
                 "seconds": a,
                 "seconds_per_shard": b,
-                "how": "a fold each, sampling every shard"
-                + (f" (at scale a chunk each: {b * 1e3:.0f} ms CPU a shard)" if sampling else ""),
+                "how": _sampling_how(b) if sampling else "a fold each, reading every shard's sample",
             },
             "blend: GPT-sample check": {
                 "tasks": 1,
@@ -320,7 +370,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--reuse", action="store_true", help="take the fitted sizes' runs saved under --work by a run before"
     )
+    ap.add_argument(
+        "--sampling-only", action="store_true", help="only the quality sample's rates, into the newest result file"
+    )
     a = ap.parse_args(argv)
+    if a.sampling_only:
+        return sampling_only(a, argv)
     from mtnlg.catalog import shown_path
     from mtnlg.curate import newest_rates_file
 
@@ -346,9 +401,10 @@ def main(argv=None) -> int:
         saved.write_text(json.dumps(run))
         sizes.append({"input": size, "run": run, "reused": a.reuse and run["started_utc"] < started})
         print(f"  {sizes[-1]['run']['wall_seconds']:.1f} s, load {sizes[-1]['run']['load_average_1min']}", flush=True)
-    sampling = sampling_rate([inp / "cc" / f["file"] for f in info["files"]])
+    sampling = sampling_rate([inp / "cc" / f["file"] for f in info["files"]], work=work)
     print(
-        f"[sampling] a quality model's walk, a chunk a shard: {sampling['seconds_per_shard'] * 1e3:.1f} ms CPU a shard"
+        f"[sampling] a quality model's read of the samples, a chunk a shard: "
+        f"{sampling['seconds_per_shard'] * 1e3:.2f} ms CPU a shard"
     )
     rates = fit_plan_rates(sizes, a.workers, sampling) | {"quality_sampling": sampling}
     d, size = size_dir(work, info, inp, a.predict)

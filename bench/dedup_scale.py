@@ -11,8 +11,10 @@ candidates and edges). A third size, 4x the documents in the 1x shard count, sep
 cost a shard. Per-document constants are marginal: (peak at 4x - peak at 1x) / (documents added), from
 tracemalloc (numpy's buffers and Python objects); peak RSS (VmHWM) is reported beside them. Then a whole curation
 (tests/test_many_shards.py's one-document shards) at `--driver-shards` and 4x as many, on a pool of 2 workers: the
-driver's CPU seconds a shard (what no node count shortens) and its and the workers' peak RSS (sampled every 0.1 s).
-These rates feed `mtnlg curate --plan` (chapter 36)."""
+driver's CPU seconds a shard, in all and, by stage, while the stage's maps ran (the rest, between maps, is what no
+node count shortens), and its and the workers' peak RSS (sampled every 0.1 s). These rates feed `mtnlg curate --plan`
+(chapter 39). `--driver-only` measures the driver alone and saves it as bench/results/curate-driver-<date>-cpu.json,
+which the plan reads beside the newest dedup-scale file."""
 
 import argparse
 import datetime
@@ -165,20 +167,23 @@ def _forget(stage: str, work, keys):
 
 
 def _curate_child(config: str) -> dict:
-    """A whole curation on a pool of 2 workers, this process its driver: the driver's CPU seconds and peak RSS, the
-    workers' peak RSS."""
+    """A whole curation on a pool of 2 workers, this process its driver: the driver's CPU seconds (in all, and by
+    stage while its maps ran) and peak RSS, the workers' peak RSS."""
     from mtnlg.curate import curate
     from mtnlg.curate_config import load_curate_config
     from curate import PeakRSS
 
     rss = PeakRSS(os.getpid(), 0.1)
     t = time.time()
-    summary = curate(load_curate_config(config), workers=2, progress=False, log=lambda *a: None)
+    cfg = load_curate_config(config)
+    summary = curate(cfg, workers=2, progress=False, log=lambda *a: None)
     me, r = resource.getrusage(resource.RUSAGE_SELF), rss.result()
+    timed = json.loads((cfg.path(cfg.output_dir) / "manifests/task_seconds.json").read_text())["driver_cpu_seconds"]
     return {
         "shards": summary["stages"]["extract"]["shards"],
         "seconds": time.time() - t,
-        "driver_cpu_seconds": me.ru_utime + me.ru_stime,
+        "driver_cpu_seconds": me.ru_utime + me.ru_stime,  # the whole process, imports and all
+        "driver_map_cpu_seconds": timed["maps"],  # by stage: while its maps ran (beside the workers)
         "driver_rss_bytes": _vmhwm(),
         "worker_rss_bytes": r["worker_max_bytes"],
         "dedup_plan": summary["stages"]["dedup"]["plan"],
@@ -256,6 +261,43 @@ def per_doc(small: dict, more_docs: dict, large: dict) -> dict:
     }
 
 
+def driver_rates(driver: dict) -> dict:
+    "The driver's CPU seconds a shard (1x -> 4x), in all and by stage while the maps ran; the rest: between maps."
+    a, b = driver["1x"], driver["4x"]
+    n = b["shards"] - a["shards"]
+    maps = {s: (b["driver_map_cpu_seconds"].get(s, 0.0) - v) / n for s, v in a["driver_map_cpu_seconds"].items()}
+    total = (b["driver_cpu_seconds"] - a["driver_cpu_seconds"]) / n
+    return {
+        "driver_cpu_seconds_per_shard": total,
+        "driver_map_cpu_seconds_per_shard": maps,
+        "driver_serial_cpu_seconds_per_shard": total - sum(maps.values()),
+    }
+
+
+def driver_only(a, argv) -> int:
+    "The curation driver alone at `--driver-shards` x 1, 2, 4: bench/results/curate-driver-<date>-cpu.json."
+    work, load = Path(a.work), [os.getloadavg()[0]]
+    driver = {
+        name: driver_at(a.driver_shards * k, work / f"curate-{name}") for name, k in (("1x", 1), ("2x", 2), ("4x", 4))
+    }
+    result = {
+        "benchmark": "curate_driver",
+        "date": datetime.date.today().isoformat(),
+        "device": "this 2-core CPU",
+        "machine_note": "shared with other jobs: CPU seconds, which its load hardly changes",
+        "load_average_1min": load + [os.getloadavg()[0]],
+        "command": "python bench/dedup_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "curation_driver": driver,
+        **driver_rates(driver),
+    }
+    print(json.dumps({k: v for k, v in result.items() if k.startswith("driver_")}, indent=1))
+    if a.save:
+        p = ROOT / "bench/results" / f"curate-driver-{result['date']}-cpu.json"
+        p.write_text(json.dumps(result, indent=1, default=str))
+        print("wrote", p)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=100_000)
@@ -268,6 +310,7 @@ def main(argv=None) -> int:
         default=300,
         help="the curation's one-document shards at 1x (4x: four times as many)",
     )
+    ap.add_argument("--driver-only", action="store_true", help="only the curation driver (curate-driver-*.json)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--curate-child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -277,6 +320,8 @@ def main(argv=None) -> int:
     if a.curate_child:
         print(json.dumps(_curate_child(a.curate_child), default=str))
         return 0
+    if a.driver_only:
+        return driver_only(a, argv)
     work, sizes, load = Path(a.work), {}, [os.getloadavg()[0]]
     for name, k, ks in (("1x", 1, 1), ("2x-docs", 2, 1), ("4x-docs", 4, 1), ("4x", 4, 4)):
         files = make_signatures(work / f"sig-{name}", a.docs * k, a.shards * ks)
@@ -306,8 +351,7 @@ def main(argv=None) -> int:
         "sizes": sizes,
         "marginal": per_doc(sizes["1x"], sizes["4x-docs"], sizes["4x"]),
         "curation_driver": driver,
-        "driver_cpu_seconds_per_shard": (driver["4x"]["driver_cpu_seconds"] - driver["1x"]["driver_cpu_seconds"])
-        / (driver["4x"]["shards"] - driver["1x"]["shards"]),
+        **driver_rates(driver),
         "curation_driver_rss_ratio_4x": driver["4x"]["driver_rss_bytes"] / driver["1x"]["driver_rss_bytes"],
         "curation_worker_rss_ratio_4x": driver["4x"]["worker_rss_bytes"] / driver["1x"]["worker_rss_bytes"],
     }
@@ -318,6 +362,7 @@ def main(argv=None) -> int:
                 for k in (
                     "marginal",
                     "driver_cpu_seconds_per_shard",
+                    "driver_serial_cpu_seconds_per_shard",
                     "curation_driver_rss_ratio_4x",
                     "curation_worker_rss_ratio_4x",
                 )

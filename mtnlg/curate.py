@@ -8,7 +8,6 @@ __all__ = ['MOST', 'dataset_flow', 'flow_warnings', 'format_summary', 'curate', 
 # %% ../nbs/39_curate.ipynb
 import json
 import time
-from collections import Counter
 from pathlib import Path
 from .catalog import REPO
 from .curate_config import CurateConfig, LocalExecutor, make_executor
@@ -36,19 +35,9 @@ _HINTS = {
 
 
 def dataset_flow(c) -> dict:
-    "Per dataset and stage, the documents in, kept and dropped by reason: the shards' manifests added up."
-    flow = {}
-    for d in c.spec:
-        flow[d] = {}
-        for stage in STAGES:
-            ms = [json.loads(p.read_text()) for s in c.shards[d] if (p := c.manifest(stage, d, s)).is_file()]
-            if ms:
-                flow[d][stage] = {
-                    "docs_in": sum(m["docs_in"] for m in ms),
-                    "kept": sum(m["kept"] for m in ms),
-                    "dropped": dict(sum((Counter(m["dropped"]) for m in ms), Counter()).most_common()),
-                }
-    return flow
+    """Per dataset and stage, the documents in, kept and dropped by reason: each stage's totals by dataset
+    (`stage_totals`, added up from what the shards' tasks returned: no manifest is read again)."""
+    return {d: {s: c.flows[s][d] for s in STAGES if d in c.flows.get(s, {})} for d in c.spec}
 
 # %% ../nbs/39_curate.ipynb
 def flow_warnings(flow: dict, most: float = MOST) -> list[str]:
@@ -139,7 +128,9 @@ def _run_stages(c: Curation, summary: dict):
     log, out = c.log, c.out
     log(f"{c.cfg.name}: {len(c.jobs)} shards in {len(c.spec)} datasets -> {out}")
     for stage, run in zip(STAGES, (extract_stage, quality_stage, dedup_stage, decontaminate_stage, tokenize_stage)):
+        c.stage = stage
         summary["stages"][stage] = _timed(c.ex, run, c)
+    c.stage = "blend"
     summary["datasets"] = dataset_flow(c)
     for w in (warnings := flow_warnings(summary["datasets"])):
         log(w)
@@ -163,7 +154,7 @@ def curate(
 ) -> dict:
     """Run every stage over every shard (on a running Dask cluster if `scheduler_file` names one); return (and write)
     the summary."""
-    t_start = time.time()
+    t_start, cpu_start = time.time(), time.process_time()
     out = Path(output_dir) if output_dir else cfg.path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     shards = discover_shards(cfg)
@@ -178,7 +169,10 @@ def curate(
         ex.close()
     summary["seconds"] = time.time() - t_start
     (out / "manifests").mkdir(exist_ok=True)  # beside the shards' manifests: timings, not outputs
-    (out / "manifests/task_seconds.json").write_text(json.dumps({"maps": c.timings, "seconds": summary["seconds"]}))
+    driver = {"maps": c.driver_cpu, "total": time.process_time() - cpu_start}  # this process's CPU: in maps, in all
+    (out / "manifests/task_seconds.json").write_text(
+        json.dumps({"maps": c.timings, "seconds": summary["seconds"], "driver_cpu_seconds": driver})
+    )
     check_flow(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

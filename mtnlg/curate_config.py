@@ -224,9 +224,12 @@ class LocalExecutor:
         self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 1 else None
 
     def map(self, fn, args_list, desc: str, progress: bool = True) -> list:
+        """`fn(*a)` for each `a` of `args_list`, the results in its order. `args_list` may be any iterable: each task
+        is submitted as its arguments are made, so the driver makes them while the workers run the first."""
         from concurrent.futures import as_completed
 
-        bar = tqdm(total=len(args_list), desc=desc, disable=not progress, mininterval=0.5)
+        total = len(args_list) if hasattr(args_list, "__len__") else None
+        bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=0.5)
         if self.pool is None:
             out = []
             for a in args_list:
@@ -234,7 +237,7 @@ class LocalExecutor:
                 bar.update()
         else:
             futs = {self.pool.submit(fn, *a): i for i, a in enumerate(args_list)}
-            out = [None] * len(args_list)
+            out = [None] * len(futs)
             for f in as_completed(futs):
                 out[futs[f]] = f.result()
                 bar.update()
@@ -290,7 +293,7 @@ class DaskExecutor:
     def map(self, fn, args_list, desc: str, progress: bool = True) -> list:
         from dask.distributed import as_completed
 
-        futs = [self.client.submit(fn, *a, pure=False) for a in args_list]
+        futs = [self.client.submit(fn, *a, pure=False) for a in args_list]  # any iterable, as `LocalExecutor.map`
         index = {f.key: i for i, f in enumerate(futs)}
         out = [None] * len(futs)
         bar = tqdm(total=len(futs), desc=desc, disable=not progress, mininterval=0.5)

@@ -136,10 +136,31 @@ def _dedup_memory_rates(sizes: list, name: str) -> dict:
     return r
 
 # %% ../nbs/39_curate_plan.ipynb
-def load_dedup_rates(path) -> dict:
+def _driver_rates(runs: list, name: str) -> dict:
+    """The curation driver's CPU seconds a shard, fitted over whole curations (bench/dedup_scale.py): in all; by stage
+    while that stage's maps ran (beside the workers); and the rest, between the maps, which no node count shortens. A
+    file without the seconds by stage counts all of them as between maps."""
+    n, fit = (
+        [d["shards"] for d in runs],
+        lambda ys, what: fit_rate(n, ys, f"{name}: driver CPU seconds{what}", ("shard",)),
+    )
+    total = fit([d["driver_cpu_seconds"] for d in runs], "")[1][0]
+    if not all("driver_map_cpu_seconds" in d for d in runs):
+        return {"driver_cpu_seconds_per_shard": total, "driver_serial_cpu_seconds_per_shard": total}
+    stages = runs[0]["driver_map_cpu_seconds"]
+    maps = {s: fit([d["driver_map_cpu_seconds"].get(s, 0.0) for d in runs], f" in {s}'s maps")[1][0] for s in stages}
+    between = [d["driver_cpu_seconds"] - sum(d["driver_map_cpu_seconds"].values()) for d in runs]
+    return {
+        "driver_cpu_seconds_per_shard": total,
+        "driver_serial_cpu_seconds_per_shard": fit(between, " between maps")[1][0],
+        "driver_map_cpu_seconds_per_shard": maps,
+    }
+
+# %% ../nbs/39_curate_plan.ipynb
+def load_dedup_rates(path, driver_path=None) -> dict:
     """The partitioned dedup's rates from a bench/dedup_scale.py result, fitted over its sizes (`fit_rate`): each
     stage's seconds a document and a shard, the traced bytes a document of a band task and of the components, and the
-    curation driver's CPU seconds a shard."""
+    curation driver's CPU seconds a shard (`_driver_rates`; from `driver_path`, a `--driver-only` result, if given)."""
     if path is None or not Path(path).is_file():
         raise FileNotFoundError(
             f"no dedup rates file {str(path) if path else 'bench/results/dedup-scale-*.json'!r}: run "
@@ -148,10 +169,8 @@ def load_dedup_rates(path) -> dict:
     data, name = json.loads(Path(path).read_text()), shown_path(path)
     sizes = list(data["sizes"].values())
     r = _dedup_stage_rates(sizes, name) | _dedup_memory_rates(sizes, name)
-    drv = list(data["curation_driver"].values())
-    _, (r["driver_cpu_seconds_per_shard"],) = fit_rate(
-        [d["shards"] for d in drv], [d["driver_cpu_seconds"] for d in drv], f"{name}: driver CPU seconds", ("shard",)
-    )
+    drv = json.loads(Path(driver_path).read_text()) if driver_path else data
+    r |= _driver_rates(list(drv["curation_driver"].values()), shown_path(driver_path) if driver_path else name)
     from mtnlg.dedup import component_partitions, plan_partitions
 
     return r | {
@@ -159,6 +178,8 @@ def load_dedup_rates(path) -> dict:
         "components_partitions": component_partitions(plan_partitions(min(s["shards"] for s in sizes))),
         "sizes": len(sizes),
         "source": str(path),
+        "driver_source": str(driver_path or path),
+        "driver_date": drv.get("date"),
         "device": data.get("device"),
         "date": data.get("date"),
         "load_average_1min": data.get("load_average_1min"),
@@ -200,8 +221,8 @@ def load_plan_rates(path, dedup_rates=None) -> dict:
     root = p.parent.parent.parent if p.parent.name == "results" else None
     named = Path(root or REPO, r["dedup_rates"]) if r.get("dedup_rates") else None  # the file it was fitted with
     dedup = r.get("partitioned_dedup") or load_dedup_rates(
-        dedup_rates or named or newest_rates_file(root, "dedup-scale")
-    )
+        dedup_rates or named or newest_rates_file(root, "dedup-scale"), newest_rates_file(root, "curate-driver")
+    )  # the driver's rates from the newest bench/dedup_scale.py --driver-only result, if there is one
     return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
 
 # %% ../nbs/39_curate_plan.ipynb
@@ -226,11 +247,21 @@ def workers_per_node(rates: dict, cores_per_node: int, node_memory_bytes: float)
     return max(1, min(cores_per_node, int(node_memory_bytes // rates["peak_rss_per_worker_bytes"])))
 
 # %% ../nbs/39_curate_plan.ipynb
+def _driver_row(rates: dict, shards: float) -> tuple:
+    """The driver between maps, a map of one task: its fixed steps and its CPU seconds a shard between the maps (all of
+    its seconds a shard from a driver file without them by stage)."""
+    d = rates["partitioned_dedup"]
+    serial = d.get("driver_serial_cpu_seconds_per_shard", d["driver_cpu_seconds_per_shard"])
+    how = f"{serial * 1e3:.2f} ms a shard x shards, and its fixed steps"
+    return "driver between maps (one process)", 1, rates.get("driver_seconds", 0.0) + shards * serial, how, 0.0
+
+# %% ../nbs/39_curate_plan.ipynb
 def few_worker_tasks(rates: dict, snap: Snapshot, shards: float, kept: float, cfg=None) -> list[dict]:
     """The maps with fewer tasks than a large job has workers, each with its tasks and one task's seconds and bytes: the
-    driver (one process), the dedup maps whose task count is set by bands or partitions (chapter 32; seconds from
-    bench/dedup_scale.py, a band task's share of the keys scaled from the measured `band_splits` to the configured), and
-    those the rates name (`few_worker_tasks`: the quality models, a task a fold; the GPT-sample check)."""
+    driver between maps (`_driver_row`), the dedup maps whose task count is set by bands or partitions (chapter 32;
+    seconds from bench/dedup_scale.py, a band task's share of the keys scaled from the measured `band_splits` to the
+    configured), and those the rates name (`few_worker_tasks`: the quality models, a task a fold; the GPT-sample
+    check)."""
     from mtnlg.dedup import component_partitions, plan_partitions
 
     dd = cfg.dedup if cfg else DedupSpec()
@@ -240,9 +271,8 @@ def few_worker_tasks(rates: dict, snap: Snapshot, shards: float, kept: float, cf
     corpus = lambda s, docs_share=1.0: (
         kept * d[f"{s}_seconds_per_doc"] * docs_share + shards * d.get(f"{s}_seconds_per_shard", 0.0)
     )  # one pass over the corpus's documents and shards
-    drv = rates.get("driver_seconds", 0.0) + shards * d["driver_cpu_seconds_per_shard"]
     rows = [
-        ("driver (one process)", 1, drv, "a shard's bookkeeping x shards, and its fixed steps", 0.0),
+        _driver_row(rates, shards),
         (
             f"dedup: LSH band ({dd.bands} bands x {dd.band_splits} key splits)",
             dd.bands * dd.band_splits,
@@ -290,6 +320,9 @@ def snapshot_cost(rates: dict, snap: Snapshot, cfg=None) -> dict:
         "few_worker": few,
         "few_worker_core_hours": sum(t["tasks"] * t["hours"] for t in few),
         "serial_hours": sum(t["hours"] for t in few),  # each such map takes one task's hours at least
+        "driver_map_hours": {  # the driver's own while each stage's maps run, beside the workers (`wall_parts`)
+            s: shards * r / 3600 for s, r in d.get("driver_map_cpu_seconds_per_shard", {}).items()
+        },
         "io_bytes": gb * sum(rates.get("io_bytes_per_gb", {}).values()),  # read and written, every per-shard map
         "kept_docs": kept,
         "dedup_index_bytes": kept * dedup_bytes_per_doc(rates)[0],
@@ -297,13 +330,18 @@ def snapshot_cost(rates: dict, snap: Snapshot, cfg=None) -> dict:
 
 # %% ../nbs/39_curate_plan.ipynb
 def wall_parts(cost: dict, workers: int, nodes: int = 1, fs_gbps_per_node: float | None = FS_GBPS_PER_NODE) -> dict:
-    """Hours end to end on `workers` workers over `nodes` nodes, in parts: the per-shard maps (their core-hours over the
-    workers, in whole waves of shards), or the file system's time to move their bytes at `fs_gbps_per_node` if that is
-    longer (None: not counted); then each map of fewer tasks, a wave of its tasks at a time."""
+    """Hours end to end on `workers` workers over `nodes` nodes, in parts: the per-shard maps, each stage's the longer
+    of its core-hours over the workers (in whole waves of shards) and the driver's own seconds while its maps run
+    (submitting and collecting a task a shard), or the file system's time to move their bytes at `fs_gbps_per_node`
+    if that is longer (None: not counted); then each map of fewer tasks, a wave of its tasks at a time."""
     waves = -(-cost["shards"] // workers)  # of shards: the last one counted whole, and no more workers than shards
     io = cost["io_bytes"] / (nodes * fs_gbps_per_node * 1e9) / 3600 if fs_gbps_per_node else 0.0
+    maps, driver = (
+        {s: h / cost["shards"] * waves for s, h in cost["core_hours"].items()},
+        cost.get("driver_map_hours", {}),
+    )
     return {
-        "compute": cost["parallel_core_hours"] / cost["shards"] * waves,
+        "compute": sum(max(maps.get(s, 0.0), driver.get(s, 0.0)) for s in {**maps, **driver}),
         "io": io,
         **{t["task"]: -(-t["tasks"] // workers) * t["hours"] for t in cost["few_worker"]},
     }

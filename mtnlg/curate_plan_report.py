@@ -16,8 +16,9 @@ def _rates_line(r: dict) -> str:
     d, sizes = r["partitioned_dedup"], ", ".join(f"{x:g}" for x in r["fitted_from_gb"])
     return (
         f"rates: {shown_path(r['source'])}, fitted over {sizes} GB of .warc.gz, measured on {r.get('device', '?')} "
-        f"({r.get('date', '?')}); partitioned dedup and the driver a shard: {shown_path(d['source'])}, fitted over "
-        f"{d.get('sizes', '?')} sizes, measured on {d.get('device', '?')} ({d.get('date', '?')})"
+        f"({r.get('date', '?')}); partitioned dedup: {shown_path(d['source'])}, fitted over {d.get('sizes', '?')} "
+        f"sizes, measured on {d.get('device', '?')} ({d.get('date', '?')}); the driver a shard: "
+        f"{shown_path(d.get('driver_source', d['source']))} ({d.get('driver_date', d.get('date', '?'))})"
     )
 
 

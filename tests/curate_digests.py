@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMING = {"seconds", "wall_seconds", "cpu_seconds", "started", "resumed"}
+TIMING = {"seconds", "wall_seconds", "cpu_seconds", "driver_cpu_seconds", "started", "resumed"}
 PLAN_FILES = ("dedup_plan.json", "dedup_drops/", "dedup_lsh/")  # compared through `dedup_decisions`
 
 

@@ -51,7 +51,7 @@ def test_plan_arithmetic_on_the_fixture_rates_by_hand():
     few = {t["task"].split(" (")[0]: t for t in c["few_worker"]}
     P = -(-972 // 16)  # 61 edge partitions, one per 16 shards; as many component partitions (at most 64)
     assert {k: t["tasks"] for k, t in few.items()} == {
-        "driver": 1,
+        "driver between maps": 1,
         "dedup: LSH band": 16,
         "dedup: verify pairs": P,
         "dedup: components, a step": P,
@@ -60,7 +60,7 @@ def test_plan_arithmetic_on_the_fixture_rates_by_hand():
     }
     assert {k: t["hours"] * 3600 for k, t in few.items()} == pytest.approx(
         {
-            "driver": 20 + shards * 1.0,  # its fixed steps and 1 s a shard
+            "driver between maps": 20 + shards * 1.0,  # its fixed steps and 1 s a shard (the fixture: all between)
             "dedup: LSH band": 20e6 * 1e-4,
             "dedup: verify pairs": 20e6 * 1e-5 / P,
             "dedup: components, a step": 20e6 * 1e-5 / P,
@@ -146,6 +146,50 @@ def test_the_io_term_bounds_the_per_shard_maps_when_the_file_system_is_slower():
     assert "5.0 TB read and written" in io and "at 0.001 GB/s a node (an assumption: --fs-gbps-per-node)" in io, io
 
 
+def test_the_driver_beside_the_maps_counts_where_it_is_longer():
+    """The driver's CPU seconds while a stage's maps run overlap the workers: a stage takes the longer of its maps'
+    work over the workers and the driver's part; what it does between maps is added, as a map of one task."""
+    base = load_plan_rates(RATES_FIXTURE)
+    d = {**base["partitioned_dedup"], "driver_serial_cpu_seconds_per_shard": 0.25}
+    d["driver_map_cpu_seconds_per_shard"] = {"extract": 0.5, "blend": 2.0}
+    rates, snap = {**base, "partitioned_dedup": d}, Snapshot("x", "CC-MAIN-x", 40_000_000, 1e12, "by hand")
+    cost = curation_plan(rates, [snap], (1,), 4, 6e9)["snapshots"][0]
+    shards = cost["shards"]
+    assert cost["driver_map_hours"] == pytest.approx({"extract": shards * 0.5 / 3600, "blend": shards * 2.0 / 3600})
+    few = {t["task"]: t for t in cost["few_worker"]}
+    assert few["driver between maps (one process)"]["hours"] == pytest.approx((20 + shards * 0.25) / 3600)
+    for w in (3, 3000):  # extract: 1,000 CPU-s/GB x 1,000 GB over w workers, in waves; no blend work: the driver's
+        waves = -(-shards // w)
+        stage = {s: h / shards * waves for s, h in cost["core_hours"].items()}
+        want = sum(stage.values()) - stage["extract"] + max(stage["extract"], shards * 0.5 / 3600)
+        assert wall_parts(cost, w, 1, None)["compute"] == pytest.approx(want + shards * 2.0 / 3600)
+    assert stage["extract"] > shards * 0.5 / 3600  # one wave of 1,000 s a shard: the driver's 486 s of it are hidden
+
+
+def _driver_runs(k):
+    return {
+        f"{n}": {
+            "shards": n,
+            "driver_cpu_seconds": 3 + n * 4e-3,
+            "driver_map_cpu_seconds": {"extract": 0.5 + n * 1e-3, "dedup": 0.2 + n * 2e-3},
+        }
+        for n in (300 * k, 600 * k, 1200 * k)
+    }
+
+
+def test_driver_rates_between_and_beside_the_maps(tmp_path):
+    from mtnlg.curate_plan import _driver_rates
+
+    r = _driver_rates(list(_driver_runs(1).values()), "x")
+    assert r["driver_cpu_seconds_per_shard"] == pytest.approx(4e-3)
+    assert r["driver_map_cpu_seconds_per_shard"] == pytest.approx({"extract": 1e-3, "dedup": 2e-3})
+    assert r["driver_serial_cpu_seconds_per_shard"] == pytest.approx(1e-3)  # the rest: between maps
+    old = [{"shards": n, "driver_cpu_seconds": 1 + n * 5e-3} for n in (300, 600, 1200)]  # no seconds by stage
+    assert _driver_rates(old, "x") == pytest.approx(
+        {"driver_cpu_seconds_per_shard": 5e-3, "driver_serial_cpu_seconds_per_shard": 5e-3}
+    )
+
+
 def test_band_splits_come_from_the_config_and_the_worker_memory_is_checked():
     rates, snap = load_plan_rates(RATES_FIXTURE), [Snapshot("x", "CC-MAIN-x", 40_000_000, 1e12, "by hand")]
     cfg = load_curate_config(ROOT / "scaled_configs/curate-cc.yaml")
@@ -218,17 +262,18 @@ def test_mtnlg_curate_plan_prints_both_snapshots():
         l for l in r.stdout.splitlines() if l.startswith("CC-2021-04") and len(l.split()) == 5
     )  # hours on 1, 8, 64 nodes, and the speed-up
     # 2,000 CPU-s/GB x 82,271 GB = 45,706 core-hours over 64 workers a node; then the maps of fewer tasks: the driver
-    # (20 s + 80,000 WARC files x 1 s: 22.2 h), one LSH band (1.70B x 1e-4 s: 47.2 h; curate-cc.yaml's one key split),
-    # verification (4,096 partitions) and the components (64) of 1.70B x 1e-5 s each, a quality model (100 s + 80,000 x
-    # 0.01 s), the GPT-sample check (10 s); the I/O (411 TB at 1 GB/s a node) is shorter than the compute
-    assert [float(x.replace(",", "")) for x in wall.split()[1:4]] == pytest.approx([784.03, 159.50, 81.22], abs=0.005)
+    # (20 s + 80,000 WARC files x 1 s: 22.2 h), an LSH band task (1.70B x 1e-4 s / 32: 1.47 h; curate-cc.yaml's 32 key
+    # splits, 512 tasks: 8 waves on one node), verification (4,096 partitions) and the components (64) of 1.70B x 1e-5 s
+    # each, a quality model (100 s + 80,000 x 0.01 s), the GPT-sample check (10 s); the I/O (411 TB at 1 GB/s a node) is
+    # shorter than the compute
+    assert [float(x.replace(",", "")) for x in wall.split()[1:4]] == pytest.approx([748.60, 113.74, 35.46], abs=0.005)
     for frag in (
         "maps of fewer tasks than 64 nodes have workers (4,096), CC-2020-50",
-        "  driver (one process)",
-        "  dedup: LSH band (16 bands x 1 key splits)        16 x",
+        "  driver between maps (one process)",
+        "  dedup: LSH band (16 bands x 32 key splits)      512 x",
         "  quality: train models                             5 x   0.2004 h",
         "I/O: 319.6 TB read and written by the per-shard maps (5.00 GB a GB of .warc.gz); at 1 GB/s a node",
-        "dedup memory a node, with dedup.band_splits = 1 as configured: a worker has 8.0 GB",
+        "dedup memory a node, with dedup.band_splits = 32 as configured: a worker has 8.0 GB",
     ):
         assert frag in r.stdout, (frag, r.stdout)
 

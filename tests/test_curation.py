@@ -491,3 +491,45 @@ def test_datasets_emptied_or_too_small_leave_the_others_to_finish(tmp_path, caps
     assert s["stages"]["quality"]["kept"] == s["stages"]["extract"]["kept"]  # nothing filtered: nothing to filter
     line = (out / "blend/megatron_data_path.txt").read_text().split()
     assert line == ["1", str(out / "indexed/wikipedia")] and s["blend"]["gpt_sample_shares"] == {"wikipedia": 1.0}
+
+
+@pytest.mark.parametrize("folds", [1, 2, 5])
+def test_the_quality_sample_extraction_writes_is_the_walks(tmp_path, folds):
+    """Each fold's chunks from the shards' written samples (`write_fold_sample`, as the extract task writes them) are
+    the chunks a walk over the shards' own records takes (`_sample_chunks`), at quotas from one chunk a shard (a
+    snapshot's) to more than a shard holds; a sample written for a smaller quota or other folds is refused."""
+    from mtnlg.curate_tasks import _raw_texts, _sample_chunks, _sampled_chunks, write_fold_sample
+    from mtnlg.quality import word_chunks
+
+    shards = sorted((FIXTURE / "raw/crawl").glob("*.jsonl"))
+    raw = lambda src, f=-1, n=1: _raw_texts(src, "crawl", "html", "auto", "html", 4_000_000, True, f, n)
+    for cap in (len(shards), 7 * len(shards), 10**6):
+        quota = -(-cap // len(shards))
+        files = [tmp_path / f"{cap}-{k}.json" for k in range(len(shards))]
+        for f, src in zip(files, shards):
+            write_fold_sample(f, raw(src), quota, folds)
+        for k in range(folds):
+            walk = _sample_chunks([raw(src, k, folds) for src in shards], cap, word_chunks)
+            assert _sampled_chunks(files, k, folds, cap) == walk and len(walk) >= min(cap, 1)
+    with pytest.raises(ValueError, match=rf"a sample for {folds} folds of 1 chunks, not {folds} of 2"):
+        _sampled_chunks([tmp_path / f"{len(shards)}-0.json"], 0, folds, 2)
+
+
+def test_band_splits_do_not_change_what_dedup_keeps(tmp_path):
+    """The tiny corpus curated with one key split a band and with curate-cc.yaml's 32: the same documents dropped for
+    the same reasons, and the same documents kept, byte for byte (32 x 16 band tasks, each a 32nd of the keys)."""
+    from mtnlg.curate import curate
+    from mtnlg.curate_config import load_curate_config
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from curate_digests import dedup_decisions
+
+    got = {}
+    for splits in (1, 32):
+        out = tmp_path / f"splits-{splits}"
+        cfg = load_curate_config(CONFIG, {"dedup.band_splits": splits})
+        curate(cfg, out, "local", 1, progress=False, log=lambda *a: None)
+        kept = {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / "dedup").rglob("*.jsonl"))}
+        got[splits] = (dedup_decisions(out), kept, len(list((out / "dedup_lsh").glob("band-*"))))
+    assert got[1][:2] == got[32][:2] and len(got[1][0]) > 0 and len(got[1][1]) > 0
+    assert (got[1][2], got[32][2]) == (16, 16 * 32)
