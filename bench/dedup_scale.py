@@ -84,12 +84,12 @@ def _child(stage: str, files: list, work: str) -> dict:
 
     offsets = np.concatenate([[0], np.cumsum([dedup.signature_count(f) for f in files])]).astype(np.int64)
     P, keys = dedup.plan_partitions(len(files)), _key_files(work, files)
-    Q = dedup.component_partitions(P)
+    Q, shards = dedup.component_partitions(P), dedup.write_shard_list(work, files, keys, offsets)
     run = {
         "band_keys": lambda: [dedup.band_keys_task(f, k, BANDS, ROWS, PRIORITY) for f, k in zip(files, keys)],
-        "band": lambda: dedup.lsh_band_task(keys, offsets, 0, P, work, 0, SPLITS),
+        "band": lambda: dedup.lsh_band_task(shards, 0, P, work, 0, SPLITS),
         "verify": lambda: [
-            dedup.verify_partition_task(files, offsets, p, BANDS, THRESHOLD, work, 65536, SPLITS, Q) for p in range(P)
+            dedup.verify_partition_task(shards, p, BANDS, THRESHOLD, work, 65536, SPLITS, Q) for p in range(P)
         ],
         "components": lambda: dedup.components_rounds(  # every partition's tasks of every round, one after another
             [str(Path(k).with_suffix(".rank.npy")) for k in keys], offsets, Q, work, edge_files=P
@@ -236,9 +236,10 @@ def measure(files: list, work: Path) -> dict:
         "band": child("band", files, work),
     }
     offsets = np.concatenate([[0], np.cumsum([dedup.signature_count(f) for f in files])]).astype(np.int64)
+    shards = dedup.write_shard_list(work, files, _key_files(work, files), offsets)
     for b in range(BANDS):
         for s in range(SPLITS):
-            dedup.lsh_band_task(_key_files(work, files), offsets, b, dedup.plan_partitions(len(files)), work, s, SPLITS)
+            dedup.lsh_band_task(shards, b, dedup.plan_partitions(len(files)), work, s, SPLITS)
     out["verify"] = child("verify", files, work)
     for stage in ("components", "shard_drops", "plan_dedup", "driver"):
         out[stage] = child(stage, files, work)

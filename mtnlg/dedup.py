@@ -4,9 +4,10 @@
 
 # %% auto 0
 __all__ = ['signature_shard', 'plan_dedup', 'dedup_shard', 'signature_count', 'signature_rows', 'scatter_pairs', 'gather_pairs',
-           'band_keys_task', 'lsh_band_task', 'verify_partition_task', 'large_star', 'small_star', 'large_star_task',
-           'small_star_task', 'fate_task', 'components_rounds', 'fate_rows', 'shard_drops', 'group_drops_task',
-           'drops_groups', 'plan_partitions', 'component_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
+           'band_keys_task', 'write_shard_list', 'read_shard_list', 'lsh_band_task', 'verify_partition_task',
+           'large_star', 'small_star', 'large_star_task', 'small_star_task', 'fate_task', 'components_rounds',
+           'fate_rows', 'shard_drops', 'group_drops_task', 'drops_groups', 'plan_partitions', 'component_partitions',
+           'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup_scale.ipynb
 import json
@@ -175,6 +176,23 @@ def band_keys_task(signature_file, dst, bands: int, rows: int, priority=None) ->
     return len(sig)
 
 # %% ../nbs/32_dedup_scale.ipynb
+def write_shard_list(work_dir, signature_files, key_files, offsets) -> str:
+    """The shards stages A and A' read, written once as `work_dir/shards/`: each shard's signature file and key file
+    (file-system bytes, an .npy each) and its first global document number (`offsets.npy`, one more: the end).
+    Returns the folder, the argument a task is sent."""
+    d = Path(work_dir) / "shards"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, paths in (("signature_files", signature_files), ("key_files", key_files)):
+        np.save(d / f"{name}.npy", np.array([os.fsencode(f) for f in paths], np.bytes_))
+    np.save(d / "offsets.npy", np.asarray(offsets, np.int64))
+    return str(d)
+
+
+def read_shard_list(shards) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    "`write_shard_list`'s signature files, key files (bytes: `os.fsdecode` one) and offsets, memory-mapped."
+    return tuple(np.load(Path(shards) / f"{n}.npy", mmap_mode="r") for n in ("signature_files", "key_files", "offsets"))
+
+# %% ../nbs/32_dedup_scale.ipynb
 def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndarray:
     """[pairs, 2] documents (i < j) that share a band key, as `candidate_pairs` pairs them: every pair of a bucket of
     at most `max_bucket` documents, a star from the smallest document of a larger one. `m`, `k`: documents and their
@@ -192,18 +210,20 @@ def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndar
 
 # %% ../nbs/32_dedup_scale.ipynb
 def lsh_band_task(
-    key_files, offsets, band: int, partitions: int, out_dir, split: int = 0, splits: int = 1, max_bucket: int = 64
+    shards, band: int, partitions: int, out_dir, split: int = 0, splits: int = 1, max_bucket: int = 64
 ) -> int:
     """Stage A, one LSH band (or its `split`-th of `splits` key ranges: keys with key mod splits = split): the band's
-    keys of every shard (one key file open at a time; documents without shingles skipped), the candidate pairs of its
-    buckets, written to `partitions` files by i mod `partitions` (`out_dir/band-B-S/part-P.npy`, global document numbers
-    i < j). A bucket lies in one split, so the splits together give the band's pairs. Holds 32 bytes a document of its
-    split at its peak (a key and a number, sorted), 16 after."""
+    keys of every shard of the shard list `shards` (one key file open at a time; documents without shingles skipped),
+    the candidate pairs of its buckets, written to `partitions` files by i mod `partitions`
+    (`out_dir/band-B-S/part-P.npy`, global document numbers i < j). A bucket lies in one split, so the splits together
+    give the band's pairs. Holds 32 bytes a document of its split at its peak (a key and a number, sorted), 16 after."""
     out = Path(out_dir) / f"band-{band:03d}-{split:03d}"
     if (out / "done").is_file():
         return int((out / "done").read_text())
     keys, ids = [], []
+    _, key_files, offsets = read_shard_list(shards)
     for f, off in zip(key_files, offsets):
+        f = os.fsdecode(f)
         m = np.load(f, mmap_mode="r")
         k = np.array(m[band]) if m.shape[1] else np.zeros(0, np.uint64)
         del m
@@ -234,7 +254,7 @@ def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
     out = None
     for s in np.unique(shard):
         sel = np.flatnonzero(shard == s)
-        rows = signature_rows(signature_files[s], None, docs[sel] - offsets[s])
+        rows = signature_rows(os.fsdecode(signature_files[s]), None, docs[sel] - offsets[s])
         if out is None:
             out = np.empty((len(docs), rows.shape[1]), rows.dtype)
         out[sel] = rows
@@ -242,8 +262,7 @@ def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
 
 # %% ../nbs/32_dedup_scale.ipynb
 def verify_partition_task(
-    signature_files,
-    offsets,
+    shards,
     partition: int,
     bands: int,
     threshold: float,
@@ -254,8 +273,9 @@ def verify_partition_task(
 ) -> tuple[int, int]:
     """Stage A', one partition: its candidate pairs from every band (deduplicated: a pair found by several bands counts
     once), their estimated Jaccard from the two documents' signatures (`chunk` pairs at a time, the rows read from
-    their shards), and the pairs that reach `threshold` written as edges, each both ways, grouped by the partition
-    (of `partitions`) of its first document for stage B. Returns (candidate pairs, edges)."""
+    their shards, found in the shard list `shards`), and the pairs that reach `threshold` written as edges, each both
+    ways, grouped by the partition (of `partitions`) of its first document for stage B. Returns (candidate pairs,
+    edges)."""
     lsh_dir = Path(lsh_dir)
     done = lsh_dir / "edges" / f"part-{partition:05d}.json"
     if done.is_file():
@@ -265,6 +285,7 @@ def verify_partition_task(
     ]
     pairs = unique_pairs(np.concatenate([np.zeros((0, 2), np.int64)] + [np.load(f) for f in parts]))
     i, j, keep = pairs[:, 0], pairs[:, 1], np.zeros(len(pairs), bool)
+    signature_files, _, offsets = read_shard_list(shards)
     for s in range(0, len(pairs), chunk):
         a, b = i[s : s + chunk], j[s : s + chunk]
         docs = np.unique(np.concatenate([a, b]))
@@ -477,15 +498,15 @@ def partitioned_plan(
     if offsets[-1] == offsets[0]:
         return {"documents": 0}, offsets
     P, S = plan_partitions(len(files), partitions), max(1, band_splits)
-    Q = component_partitions(P)
+    Q, shards = component_partitions(P), write_shard_list(work, files, key_files, offsets)
     map(
         lsh_band_task,
-        [(key_files, offsets, b, P, work, s, S) for b in range(bands) for s in range(S)],
+        [(shards, b, P, work, s, S) for b in range(bands) for s in range(S)],
         "dedup: LSH bands",
     )
     found = map(
         verify_partition_task,
-        [(files, offsets, p, bands, threshold, work, 65536, S, Q) for p in range(P)],
+        [(shards, p, bands, threshold, work, 65536, S, Q) for p in range(P)],
         "dedup: verify pairs",
     )
     rank_files = [str(Path(k).with_suffix(".rank.npy")) for k in key_files]
