@@ -13,7 +13,7 @@ tracemalloc (numpy's buffers and Python objects); peak RSS (VmHWM) is reported b
 (tests/test_many_shards.py's one-document shards) at `--driver-shards` and 4x as many, on a pool of 2 workers: the
 driver's CPU seconds a shard, in all and, by stage, while the stage's maps ran (the rest, between maps, is what no
 node count shortens), and its and the workers' peak RSS (sampled every 0.1 s). These rates feed `mtnlg curate --plan`
-(chapter 39). `--driver-only` measures the driver alone and saves it as bench/results/curate-driver-<date>-cpu.json,
+(chapter 39). `--driver-only` measures the driver alone and saves it as bench/results/curate_driver-<date>-cpu.json,
 which the plan reads beside the newest dedup-scale file."""
 
 import argparse
@@ -276,7 +276,7 @@ def driver_rates(driver: dict) -> dict:
 
 
 def driver_only(a, argv) -> int:
-    "The curation driver alone at `--driver-shards` x 1, 2, 4: bench/results/curate-driver-<date>-cpu.json."
+    "The curation driver alone at `--driver-shards` x 1, 2, 4: bench/results/curate_driver-<date>-cpu.json."
     work, load = Path(a.work), [os.getloadavg()[0]]
     driver = {
         name: driver_at(a.driver_shards * k, work / f"curate-{name}") for name, k in (("1x", 1), ("2x", 2), ("4x", 4))
@@ -293,7 +293,7 @@ def driver_only(a, argv) -> int:
     }
     print(json.dumps({k: v for k, v in result.items() if k.startswith("driver_")}, indent=1))
     if a.save:
-        p = ROOT / "bench/results" / f"curate-driver-{result['date']}-cpu.json"
+        p = ROOT / "bench/results" / f"curate_driver-{result['date']}-cpu.json"
         p.write_text(json.dumps(result, indent=1, default=str))
         print("wrote", p)
     return 0
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         default=300,
         help="the curation's one-document shards at 1x (4x: four times as many)",
     )
-    ap.add_argument("--driver-only", action="store_true", help="only the curation driver (curate-driver-*.json)")
+    ap.add_argument("--driver-only", action="store_true", help="only the curation driver (curate_driver-*.json)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--curate-child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

@@ -221,7 +221,7 @@ def load_plan_rates(path, dedup_rates=None) -> dict:
     root = p.parent.parent.parent if p.parent.name == "results" else None
     named = Path(root or REPO, r["dedup_rates"]) if r.get("dedup_rates") else None  # the file it was fitted with
     dedup = r.get("partitioned_dedup") or load_dedup_rates(
-        dedup_rates or named or newest_rates_file(root, "dedup-scale"), newest_rates_file(root, "curate-driver")
+        dedup_rates or named or newest_rates_file(root, "dedup-scale"), newest_rates_file(root, "curate_driver")
     )  # the driver's rates from the newest bench/dedup_scale.py --driver-only result, if there is one
     return {**r, "partitioned_dedup": dedup, "source": str(p), "fixture": bool(data.get("fixture"))}
 
