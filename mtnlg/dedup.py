@@ -4,10 +4,10 @@
 
 # %% auto 0
 __all__ = ['signature_shard', 'plan_dedup', 'dedup_shard', 'signature_count', 'signature_rows', 'scatter_pairs', 'gather_pairs',
-           'band_keys_task', 'write_shard_list', 'read_shard_list', 'lsh_band_task', 'verify_partition_task',
-           'large_star', 'small_star', 'large_star_task', 'small_star_task', 'fate_task', 'components_rounds',
-           'fate_rows', 'shard_drops', 'group_drops_task', 'drops_groups', 'plan_partitions', 'component_partitions',
-           'partitioned_plan', 'plan_dedup_partitioned']
+           'band_keys_task', 'write_shard_list', 'read_shard_list', 'shard_file', 'lsh_band_task',
+           'verify_partition_task', 'large_star', 'small_star', 'large_star_task', 'small_star_task', 'fate_task',
+           'components_rounds', 'fate_rows', 'shard_drops', 'group_drops_task', 'drops_groups', 'plan_partitions',
+           'component_partitions', 'partitioned_plan', 'plan_dedup_partitioned']
 
 # %% ../nbs/32_dedup_scale.ipynb
 import json
@@ -178,19 +178,24 @@ def band_keys_task(signature_file, dst, bands: int, rows: int, priority=None) ->
 # %% ../nbs/32_dedup_scale.ipynb
 def write_shard_list(work_dir, signature_files, key_files, offsets) -> str:
     """The shards stages A and A' read, written once as `work_dir/shards/`: each shard's signature file and key file
-    (file-system bytes, an .npy each) and its first global document number (`offsets.npy`, one more: the end).
-    Returns the folder, the argument a task is sent."""
+    (file-system bytes, relative to the folder, an .npy each: the run's outputs move as a whole) and its first global
+    document number (`offsets.npy`, one more: the end). Returns the folder, the argument a task is sent."""
     d = Path(work_dir) / "shards"
     d.mkdir(parents=True, exist_ok=True)
     for name, paths in (("signature_files", signature_files), ("key_files", key_files)):
-        np.save(d / f"{name}.npy", np.array([os.fsencode(f) for f in paths], np.bytes_))
+        np.save(d / f"{name}.npy", np.array([os.fsencode(os.path.relpath(f, d)) for f in paths], np.bytes_))
     np.save(d / "offsets.npy", np.asarray(offsets, np.int64))
     return str(d)
 
 
 def read_shard_list(shards) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    "`write_shard_list`'s signature files, key files (bytes: `os.fsdecode` one) and offsets, memory-mapped."
+    "`write_shard_list`'s signature files, key files (`shard_file` makes one a path) and offsets, memory-mapped."
     return tuple(np.load(Path(shards) / f"{n}.npy", mmap_mode="r") for n in ("signature_files", "key_files", "offsets"))
+
+
+def shard_file(shards, listed: bytes) -> str:
+    "A file of `read_shard_list`: its path, from the list's folder."
+    return os.path.join(shards, os.fsdecode(listed))
 
 # %% ../nbs/32_dedup_scale.ipynb
 def _bucket_pairs(m: np.ndarray, k: np.ndarray, max_bucket: int = 64) -> np.ndarray:
@@ -223,7 +228,7 @@ def lsh_band_task(
     keys, ids = [], []
     _, key_files, offsets = read_shard_list(shards)
     for f, off in zip(key_files, offsets):
-        f = os.fsdecode(f)
+        f = shard_file(shards, f)
         m = np.load(f, mmap_mode="r")
         k = np.array(m[band]) if m.shape[1] else np.zeros(0, np.uint64)
         del m
@@ -248,13 +253,14 @@ def lsh_band_task(
     return len(pairs)
 
 # %% ../nbs/32_dedup_scale.ipynb
-def _gather_rows(signature_files, offsets, docs: np.ndarray) -> np.ndarray:
-    "Full signatures of the (sorted, unique) global document numbers `docs`, each shard's rows read by one memory map."
+def _gather_rows(signature_files, offsets, docs: np.ndarray, shards="") -> np.ndarray:
+    """Full signatures of the (sorted, unique) global document numbers `docs`, each shard's rows read by one memory map
+    (`signature_files`: paths, or a shard list's entries with its folder `shards`)."""
     shard = np.searchsorted(offsets, docs, side="right") - 1
     out = None
     for s in np.unique(shard):
         sel = np.flatnonzero(shard == s)
-        rows = signature_rows(os.fsdecode(signature_files[s]), None, docs[sel] - offsets[s])
+        rows = signature_rows(shard_file(shards, signature_files[s]), None, docs[sel] - offsets[s])
         if out is None:
             out = np.empty((len(docs), rows.shape[1]), rows.dtype)
         out[sel] = rows
@@ -289,7 +295,7 @@ def verify_partition_task(
     for s in range(0, len(pairs), chunk):
         a, b = i[s : s + chunk], j[s : s + chunk]
         docs = np.unique(np.concatenate([a, b]))
-        sig = _gather_rows(signature_files, offsets, docs)
+        sig = _gather_rows(signature_files, offsets, docs, shards)
         keep[s : s + chunk] = (
             estimate_jaccard(sig[np.searchsorted(docs, a)], sig[np.searchsorted(docs, b)]) >= threshold
         )
