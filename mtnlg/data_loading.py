@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 from .config import Config
 from .data import read_jsonl_texts, train_bpe, load_gpt2_tokenizer, eot_id, unigram_entropy
 from .indexed import IndexedTokens, write_indexed_dataset, encode_documents, token_dtype, split_documents
+from .topology import megatron_core
 
 # %% ../nbs/42_data_loading.ipynb
 _PARTS = ("train", "valid", "test")
@@ -44,6 +45,7 @@ def _quiet_megatron():
 
 def _build_helpers(so: Path):
     "Compile megatron-core's `helpers.cpp` into `so` with g++ (written whole, or not at all); one line if it cannot."
+    megatron_core()  # the package first, as chapter 10 imports it
     import megatron.core.datasets as mcd
 
     try:
@@ -278,6 +280,7 @@ def megatron_blend(
 ) -> MegatronSamples:
     """megatron-core's BlendedDataset of `size` samples from the `part` split of `prefixes`: rank 0 builds and caches
     the indices, the others load them."""
+    megatron_core()
     with _quiet_megatron():
         from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
         from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.distributed._tools.mem_tracker import MemTracker
 from .config import Config
 from .counting import GiB, Setup, in_flight, stage_memory, Assumptions
-from .topology import Layout
+from .topology import Layout, megatron_core
 
 # %% ../nbs/56_rehearsal.ipynb
 @contextlib.contextmanager
@@ -31,7 +31,8 @@ def fake_world(layout: Layout, stage: int = 0):
     """This process as the first rank of pipeline stage `stage` in a job of `layout`'s shape: a fake process group
     stands in for the other ranks (its collectives return at once) and megatron-core's groups are built on it."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    from megatron.core import parallel_state
+
+    parallel_state = megatron_core().parallel_state
 
     if dist.is_initialized():
         raise RuntimeError("a process group is already running here: rehearse in a process of its own")
@@ -416,7 +417,7 @@ def real_cpu_peak(config_path: str, overrides: dict) -> int:
         from mtnlg.config import load_config
         from mtnlg.engine import DeepSpeedBackend
         from mtnlg.testing import MemoryTracker, gpt_batch, single_process_env
-        from mtnlg.topology import Layout, init_distributed, quiet_libraries
+        from mtnlg.topology import Layout, megatron_core, init_distributed, quiet_libraries
         quiet_libraries()
         with single_process_env():
             cfg = load_config(sys.argv[1], json.loads(sys.argv[2]))

@@ -26,7 +26,9 @@ def tp_group(group=None):
     "`group`, else the tensor-parallel group `init_distributed` (chapter 10) built, else the whole world."
     if group is not None:
         return group
-    from megatron.core import parallel_state as ps
+    from mtnlg.topology import megatron_core
+
+    ps = megatron_core().parallel_state
 
     return ps.get_tensor_model_parallel_group() if ps.model_parallel_is_initialized() else dist.group.WORLD
 

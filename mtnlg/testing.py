@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.distributed as dist
 from .config import load_config
-from .topology import Layout, init_distributed, seed_everything, quiet_libraries
+from .topology import Layout, init_distributed, seed_everything, quiet_libraries, megatron_core
 from . import tensor_parallel as tp
 
 # %% ../nbs/98_testing.ipynb
@@ -204,7 +204,8 @@ def _toy_layers(lib, weights: dict, config) -> tuple:
 # %% ../nbs/98_testing.ipynb
 def toy_parallel(weights, tokens, labels, impl: str):
     "The toy model on `impl`'s layers ('scratch' or 'megatron'); loss and gradients gathered to full size."
-    from megatron.core import ModelParallelConfig, parallel_state as ps
+    mcore = megatron_core()
+    ModelParallelConfig, ps = mcore.ModelParallelConfig, mcore.parallel_state
     from .model import tp_layers
 
     lib = tp_layers(impl)

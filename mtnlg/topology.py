@@ -5,12 +5,13 @@
 # %% auto 0
 __all__ = ['Coord', 'AXES', 'RANK_PRELOAD', 'model_parallel_rng', 'DETERMINISTIC_ENV', 'NOISY_WARNINGS', 'RANK_ERRORS_ENV',
            'FIRST_ERROR_WAIT_S', 'SIGNAL_SLACK_S', 'STOP_SIGNALS', 'FOLLOWER_LAG_S', 'Layout', 'layout_groups',
-           'deepspeed_topology', 'megatron_groups', 'check_against_libraries', 'node_of', 'placement_report',
-           'plot_rank_grid', 'free_port', 'rank_start_method', 'launch', 'launch_each', 'first_host', 'launcher_env',
-           'launched', 'layout_problems', 'check_layout', 'check_groups', 'init_distributed', 'ParallelRNG',
-           'seed_everything', 'deterministic_mode', 'quiet_libraries', 'torchrun_command', 'report_rank_error',
-           'rank_errors', 'claim_first_error', 'job_failure', 'ranks_of', 'run_ranks', 'end_distributed', 'leave_job',
-           'leave_job_at_exit', 'RankError', 'RankUserError', 'error_record', 'raise_first_error']
+           'megatron_core', 'deepspeed_topology', 'megatron_groups', 'check_against_libraries', 'node_of',
+           'placement_report', 'plot_rank_grid', 'free_port', 'rank_start_method', 'launch', 'launch_each',
+           'first_host', 'launcher_env', 'launched', 'layout_problems', 'check_layout', 'check_groups',
+           'init_distributed', 'ParallelRNG', 'seed_everything', 'deterministic_mode', 'quiet_libraries',
+           'torchrun_command', 'report_rank_error', 'rank_errors', 'claim_first_error', 'job_failure', 'ranks_of',
+           'run_ranks', 'end_distributed', 'leave_job', 'leave_job_at_exit', 'RankError', 'RankUserError',
+           'error_record', 'raise_first_error']
 
 # %% ../nbs/10_topology.ipynb
 import atexit
@@ -93,6 +94,22 @@ def layout_groups(layout: Layout, axis: str) -> list[list[int]]:
     ]
 
 # %% ../nbs/10_topology.ipynb
+def _compile_nothing(model=None, **options):
+    "`torch.compile`'s signature, as a function and as a decorator, compiling nothing."
+    return model if model is not None else (lambda f: f)
+
+
+def megatron_core():
+    "The `megatron.core` package, imported the first time with its fused activations left uncompiled (above)."
+    if "megatron.core" not in sys.modules:
+        compile_, torch.compile = torch.compile, _compile_nothing
+        try:
+            import megatron.core
+        finally:
+            torch.compile = compile_
+    return sys.modules["megatron.core"]
+
+# %% ../nbs/10_topology.ipynb
 _MEGATRON_AXIS = {"model": "tp", "data": "dp", "pipe": "pp"}
 
 
@@ -105,9 +122,9 @@ def deepspeed_topology(layout: Layout):
 
 def megatron_groups(layout: Layout, axis: str) -> list[list[int]]:
     "The groups megatron-core's `initialize_model_parallel` creates along `axis`, from its own RankGenerator."
-    from megatron.core.parallel_state import RankGenerator
-
-    gen = RankGenerator(tp=layout.tp, ep=1, dp=layout.dp, pp=layout.pp, cp=1, order="tp-cp-ep-dp-pp")
+    gen = megatron_core().parallel_state.RankGenerator(
+        tp=layout.tp, ep=1, dp=layout.dp, pp=layout.pp, cp=1, order="tp-cp-ep-dp-pp"
+    )
     return gen.get_ranks(_MEGATRON_AXIS[axis])
 
 
@@ -356,7 +373,7 @@ def check_layout(cfg: Config, world_size: int):
 # %% ../nbs/10_topology.ipynb
 def check_groups(layout: Layout):
     "Assert the groups megatron-core built for this rank are `layout`'s, and so is this rank's coordinate."
-    from megatron.core import parallel_state as ps
+    ps = megatron_core().parallel_state
 
     rank = dist.get_rank()
     for axis, group in (
@@ -377,7 +394,7 @@ def check_groups(layout: Layout):
 def init_distributed(layout: Layout = Layout(1, 1, 1), backend: str | None = None, timeout_s: float = 1800) -> Layout:
     """Join the job (or start a one-process group), initialise megatron-core's groups for `layout`, check them.
     Idempotent."""
-    from megatron.core import parallel_state as ps
+    ps = megatron_core().parallel_state
 
     env = launcher_env()
     if env["world_size"] != layout.world_size:
@@ -425,7 +442,7 @@ class ParallelRNG:
         self.states = {}
 
     def seed(self, seed: int, device: torch.device | str = "cpu"):
-        from megatron.core import parallel_state as ps
+        ps = megatron_core().parallel_state
 
         device = torch.device(device)
         tp_rank = ps.get_tensor_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
@@ -461,7 +478,7 @@ model_parallel_rng = ParallelRNG()
 def seed_everything(seed: int, device: torch.device | str = "cpu"):
     """Default stream: same on TP ranks, offset per pipeline stage (as Megatron); tracked stream: per TP rank. numpy's
     and Python's global generators get the default stream's seed: nothing in a run draws from an unseeded generator."""
-    from megatron.core import parallel_state as ps
+    ps = megatron_core().parallel_state
 
     pp_rank = ps.get_pipeline_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
     torch.manual_seed(seed + 100 * pp_rank)

@@ -80,3 +80,19 @@ def test_train_smoke_from_another_directory(tmp_path):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["tokens"] == rows[-1]["tokens"]
+
+
+def test_a_rank_imports_megatron_core_without_dynamo():
+    """What a rank of `mtnlg train` or `mtnlg eval` imports leaves out dynamo and inductor, which megatron-core's
+    torch.compile decorators would pull in (~3 CPU s in every process): its fused activations stay plain functions
+    (chapter 10's `megatron_core`), and torch.compile is torch's own again afterwards."""
+    code = (
+        "import sys, torch; compile_ = torch.compile\n"
+        "import mtnlg.train, mtnlg.evaluate, mtnlg.parallel_inference, mtnlg.generate, mtnlg.data_loading\n"
+        "from megatron.core.fusions.fused_bias_gelu import bias_gelu\n"
+        "print([m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules], type(bias_gelu).__name__,"
+        " torch.compile is compile_)"
+    )
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "[] function True", r.stdout
