@@ -91,9 +91,7 @@ def _child(stage: str, files: list, work: str) -> dict:
         "verify": lambda: [
             dedup.verify_partition_task(shards, p, BANDS, THRESHOLD, work, 65536, SPLITS, Q) for p in range(P)
         ],
-        "components": lambda: dedup.components_rounds(  # every partition's tasks of every round, one after another
-            [str(Path(k).with_suffix(".rank.npy")) for k in keys], offsets, Q, work, edge_files=P
-        ),
+        "components": lambda: dedup.components_rounds(shards, Q, work, edge_files=P),  # every task, one at a time
         "shard_drops": lambda: len(
             dedup.shard_drops(files[0], 0, PRIORITY, Path(work) / "fate", Path(work) / "drops-0.json", Q)
         ),

@@ -223,26 +223,27 @@ class LocalExecutor:
 
         self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 1 else None
 
-    def map(self, fn, args_list, desc: str, progress: bool = True) -> list:
+    def map(self, fn, args_list, desc: str, progress: bool = True, each=None) -> list | None:
         """`fn(*a)` for each `a` of `args_list`, the results in its order. `args_list` may be any iterable: each task
-        is submitted as its arguments are made, so the driver makes them while the workers run the first."""
+        is submitted as its arguments are made, so the driver makes them while the workers run the first. With
+        `each`, `each(i, result)` is called as result `i` arrives, in any order, and nothing is kept (None is
+        returned): a driver that adds the results up holds the sum, not one result a task."""
         from concurrent.futures import as_completed
 
+        kept = {}
         total = len(args_list) if hasattr(args_list, "__len__") else None
         bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=0.5)
         if self.pool is None:
-            out = []
-            for a in args_list:
-                out.append(fn(*a))
+            for i, a in enumerate(args_list):
+                (each or kept.__setitem__)(i, fn(*a))
                 bar.update()
         else:
             futs = {self.pool.submit(fn, *a): i for i, a in enumerate(args_list)}
-            out = [None] * len(futs)
             for f in as_completed(futs):
-                out[futs[f]] = f.result()
+                (each or kept.__setitem__)(futs.pop(f), f.result())  # a future handed back is dropped
                 bar.update()
         bar.close()
-        return out
+        return None if each else [kept[i] for i in range(len(kept))]
 
     def close(self):
         if self.pool is not None:
@@ -290,18 +291,18 @@ class DaskExecutor:
         self.cluster = _dask_cluster(workers, kind, slurm)
         self.client = Client(self.cluster)
 
-    def map(self, fn, args_list, desc: str, progress: bool = True) -> list:
+    def map(self, fn, args_list, desc: str, progress: bool = True, each=None) -> list | None:
         from dask.distributed import as_completed
 
         futs = [self.client.submit(fn, *a, pure=False) for a in args_list]  # any iterable, as `LocalExecutor.map`
-        index = {f.key: i for i, f in enumerate(futs)}
-        out = [None] * len(futs)
+        index, kept = {f.key: i for i, f in enumerate(futs)}, {}
         bar = tqdm(total=len(futs), desc=desc, disable=not progress, mininterval=0.5)
-        for f in as_completed(futs):
-            out[index[f.key]] = f.result()
+        done, futs = as_completed(futs), None  # a future handed back is dropped: the cluster lets its result go
+        for f in done:
+            (each or kept.__setitem__)(index.pop(f.key), f.result())
             bar.update()
         bar.close()
-        return out
+        return None if each else [kept[i] for i in range(len(kept))]
 
     def close(self):
         self.client.close()

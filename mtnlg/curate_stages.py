@@ -132,8 +132,8 @@ class Curation:
     def manifest(self, stage: str, d: str, s: Path) -> Path:
         return self.out / "manifests" / stage / d / f"{self.stem(s)}.json"
 
-    def map(self, task, args, what: str) -> list:
-        return _timed_map(self, task, args, what)
+    def map(self, task, args, what: str, each=None) -> list | None:
+        return _timed_map(self, task, args, what, each)
 
 # %% ../nbs/37_curate_stages.ipynb
 def _timed_call(fn, *args):
@@ -144,25 +144,32 @@ def _timed_call(fn, *args):
     return fn(*args), time.time() - t, time.process_time() - cpu
 
 
-def _timed_map(c, task, args, what: str) -> list:
+def _timed_map(c, task, args, what: str, each=None) -> list | None:
     """`task` over `args` (a list, or any iterable: made as the tasks are submitted) on `c`'s executor, the results in
-    order. Into `c.timings`: each task's seconds, and the driver's own CPU seconds while the map ran (making the
-    arguments, submitting, collecting: beside the workers), also added up by stage in `c.driver_cpu`."""
+    order (or, with `each`, handed to `each(i, result)` as they arrive: the executor's `map`). Into `c.timings`: each
+    task's seconds, and the driver's own CPU seconds while the map ran (making the arguments, submitting, collecting:
+    beside the workers), also added up by stage in `c.driver_cpu`."""
     t, cpu = time.time(), time.process_time()
-    got = c.ex.map(functools.partial(_timed_call, task), args, what, c.progress)
+    kept, seconds, cpu_seconds = {}, {}, {}
+
+    def timed(i, got):
+        result, seconds[i], cpu_seconds[i] = got
+        (each or kept.__setitem__)(i, result)
+
+    c.ex.map(functools.partial(_timed_call, task), args, what, c.progress, timed)
     driver = time.process_time() - cpu
     c.driver_cpu[c.stage] = c.driver_cpu.get(c.stage, 0.0) + driver
     c.timings.append(
         {
             "what": what,
-            "tasks": len(got),
+            "tasks": len(seconds),
             "wall_seconds": time.time() - t,
-            "seconds": [s for _, s, _ in got],
-            "cpu_seconds": [u for _, _, u in got],
+            "seconds": [seconds[i] for i in range(len(seconds))],
+            "cpu_seconds": [cpu_seconds[i] for i in range(len(seconds))],
             "driver_cpu_seconds": driver,
         }
     )
-    return [r for r, _, _ in got]
+    return None if each else [kept[i] for i in range(len(kept))]
 
 # %% ../nbs/37_curate_stages.ipynb
 def stage_totals(c: Curation, stage: str, manifests: list[dict]) -> dict:
@@ -302,24 +309,26 @@ def _task_ngrams_file(c) -> Path:
     return ngrams_path
 
 
-def _frequent_ngrams_file(c, counts: list[dict]) -> Path:
-    """The task n-grams in more than `max_doc_freq` documents of the corpus, from each shard's counts (as its task
-    returned them: no file read here): ignored."""
+def _frequent_ngrams_file(c, counts: dict) -> Path:
+    """The task n-grams in more than `max_doc_freq` documents of the corpus, from the corpus's counts (added up as
+    each shard's task returned them: no file read here): ignored."""
     from mtnlg.decontaminate import frequent_ngrams
 
     ignore_path = c.out / "frequent_ngrams.npy"
     if not ignore_path.is_file():
-        np.save(ignore_path, frequent_ngrams(counts, c.cfg.decontaminate.max_doc_freq))
+        np.save(ignore_path, frequent_ngrams([counts], c.cfg.decontaminate.max_doc_freq))
     return ignore_path
 
 # %% ../nbs/37_curate_stages.ipynb
 def decontaminate_stage(c: Curation) -> dict:
     dc = c.cfg.decontaminate
     ngrams_path = _task_ngrams_file(c)
-    counts = c.map(
+    counts = Counter()  # {n-gram: documents} over the corpus, each shard's added as its task returns it
+    c.map(
         task_count_ngrams,
         ((c.file("ngram_counts", d, s, ".json"), c.file("dedup", d, s), ngrams_path) for d, s in c.jobs),
         "count task n-grams",
+        each=lambda i, shard: counts.update(shard),
     )
     ignore_path = _frequent_ngrams_file(c, counts)
     chars = -(-TOKENIZER_CHARS // len(c.jobs))  # the tokenizer's share of each shard (tokenize_stage)

@@ -351,19 +351,21 @@ def small_star_task(srcs, p: int, partitions: int, dst) -> int:
     return _star_step(small_star, srcs, p, partitions, dst)
 
 # %% ../nbs/32_dedup_scale.ipynb
-def _gather_ranks(rank_files, offsets, docs: np.ndarray) -> np.ndarray:
-    "Dataset ranks of the global document numbers `docs`, each shard's read by one memory map."
+def _gather_ranks(shards, docs: np.ndarray) -> np.ndarray:
+    """Dataset ranks of the global document numbers `docs`, each shard's read by one memory map of the rank file
+    stage A0 wrote beside its key file (`shards`: `write_shard_list`'s folder)."""
+    _, key_files, offsets = read_shard_list(shards)
     shard = np.searchsorted(offsets, docs, side="right") - 1
     out = np.empty(len(docs), np.int16)
     for s in np.unique(shard):
         sel = shard == s
-        m = np.load(rank_files[s], mmap_mode="r")
+        m = np.load(Path(shard_file(shards, key_files[s])).with_suffix(".rank.npy"), mmap_mode="r")
         out[sel] = m[docs[sel] - offsets[s]]
         del m
     return out
 
 
-def fate_task(srcs, p: int, rank_files, offsets, dst) -> int:
+def fate_task(srcs, p: int, shards, dst) -> int:
     """Stage B', partition p: the stars centred in p (a component, around its smallest document). Each keeps its first
     document in (dataset priority, corpus order); the others are saved to `dst` as (document, rank of the kept copy's
     dataset), sorted by document. Returns how many were dropped."""
@@ -374,7 +376,7 @@ def fate_task(srcs, p: int, rank_files, offsets, dst) -> int:
     r = unique_pairs(r[r[:, 0] < r[:, 1]])  # (centre, leaf)
     centres = np.unique(r[:, 0])
     comp, doc = np.concatenate([centres, r[:, 0]]), np.concatenate([centres, r[:, 1]])
-    rank = _gather_ranks(rank_files, offsets, doc)
+    rank = _gather_ranks(shards, doc)
     order = np.lexsort((doc, rank, comp))
     comp, doc, rank = comp[order], doc[order], rank[order]
     start, g = _groups(comp)
@@ -387,12 +389,10 @@ def fate_task(srcs, p: int, rank_files, offsets, dst) -> int:
     return len(out)
 
 # %% ../nbs/32_dedup_scale.ipynb
-def components_rounds(
-    rank_files, offsets, partitions: int, work, map=_inline, edge_files: int = 0, max_rounds: int = 100
-) -> dict:
+def components_rounds(shards, partitions: int, work, map=_inline, edge_files: int = 0, max_rounds: int = 100) -> dict:
     """Stage B: large-star/small-star rounds over the `edge_files` (default: `partitions`) edge files of stage A' (each
-    step a task a partition) until no edge changes, then stage B' (`fate_task`, a task a partition) into
-    `work/fate/part-P.npy`."""
+    step a task a partition) until no edge changes, then stage B' (`fate_task`, a task a partition, which reads the
+    documents' dataset ranks through the shard list `shards`) into `work/fate/part-P.npy`."""
     work, P = Path(work), partitions
     srcs = [work / "edges" / f"part-{q:05d}.npy" for q in range(edge_files or P)]
     for r in range(max_rounds):
@@ -405,8 +405,10 @@ def components_rounds(
             break
     else:
         raise RuntimeError(f"connected components: edges still changing after {max_rounds} rounds")
-    fates = [(srcs, q, rank_files, offsets, work / "fate" / f"part-{q:05d}.npy") for q in range(P)]
-    dropped = sum(map(fate_task, fates, "dedup: fates"))
+    dropped = sum(
+        map(fate_task, [(srcs, q, shards, work / "fate" / f"part-{q:05d}.npy") for q in range(P)], "dedup: fates")
+    )
+    offsets = read_shard_list(shards)[2]
     n = int(offsets[-1] - offsets[0])
     return {"documents": n, "kept": n - dropped}
 
@@ -515,8 +517,7 @@ def partitioned_plan(
         [(shards, p, bands, threshold, work, 65536, S, Q) for p in range(P)],
         "dedup: verify pairs",
     )
-    rank_files = [str(Path(k).with_suffix(".rank.npy")) for k in key_files]
-    info = components_rounds(rank_files, offsets, Q, work, map, P)
+    info = components_rounds(shards, Q, work, map, P)
     return {**info, "candidate_pairs": sum(c for c, _ in found), "edges": sum(e for _, e in found)}, offsets
 
 # %% ../nbs/32_dedup_scale.ipynb
