@@ -174,7 +174,7 @@ def test_crash_during_save_and_a_corrupt_step_resume_auto_falls_back_past_both_b
         tmp_path / "checkpoints/step-0000016/rank-00000.pt",
         lambda s: s["fragments"]["blocks.0.mlp.fc1.weight"]["exp_avg"],
     )
-    code, out = verify_here(tmp_path / "checkpoints", capsys)
+    code, out = verify(tmp_path / "checkpoints", capsys)
     assert code == 1 and "--resume auto would continue from step-0000008" in out, out
     r = run(tmp_path, ONE, "--resume", "auto")
     assert "--resume auto: skipped step-0000016: rank-00000.pt is corrupt" in r.stdout, r.stdout
@@ -182,7 +182,7 @@ def test_crash_during_save_and_a_corrupt_step_resume_auto_falls_back_past_both_b
     assert not list((tmp_path / "checkpoints").glob(".step-*"))  # the half-written save was cleaned up
     assert_identical(straight_one, tmp_path)
     assert_curations_tokenizer(tmp_path)
-    assert verify_here(tmp_path / "checkpoints", capsys)[0] == 0  # step 16 written again, sound
+    assert verify(tmp_path / "checkpoints", capsys)[0] == 0  # step 16 written again, sound
 
 
 # make test: tests/test_slurm.py sends USR1 to a TP 2 x PP 2 x DP 2 job under Slurm: checkpoint, requeue, bitwise resume
@@ -620,14 +620,9 @@ def flip_digit(path: Path, key: str):
     json.loads(path.read_text())
 
 
-def verify(d) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [MTNLG, "checkpoint", "verify", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-
-
-def verify_here(d, capsys) -> tuple[int, str]:
-    "`mtnlg checkpoint verify d` through `mtnlg.cli.main` here (a process of its own costs ~9 CPU s of imports)."
+def verify(d, capsys) -> tuple[int, str]:
+    """`mtnlg checkpoint verify d` through `mtnlg.cli.main` in this process (a process of its own costs ~9 CPU s of
+    imports): its exit status and what it printed."""
     from mtnlg.cli import main
 
     code = main(["checkpoint", "verify", str(d)])
@@ -637,7 +632,7 @@ def verify_here(d, capsys) -> tuple[int, str]:
 # make test: chapter 43 catches the same four in `load_checkpoint`; the two tests below, `verify` (exit 1) and a named
 # `--resume` (exit 2, one line) from the command line
 @pytest.mark.slow
-def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
+def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path, capsys):
     """One flipped bit in a weight, in an Adam moment, in meta.json; a shard swapped for another step's: each loads
     silently without checksums (asserted: the tensor just differs), and each is now a one-line error naming the file and
     its step — from `mtnlg checkpoint verify` (exit 1), from `--resume DIR` (exit 2), from `load_checkpoint`."""
@@ -660,8 +655,8 @@ def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
         shutil.copytree(src, d)
         damage(d)
         bad = "meta.json" if name == "meta" else "rank-00000.pt"
-        r = verify(d.parent)
-        assert r.returncode == 1 and f"step-0000024  FAILED  {bad} is corrupt" in r.stdout, (name, r.stdout, r.stderr)
+        code, out = verify(d.parent, capsys)
+        assert code == 1 and f"step-0000024  FAILED  {bad} is corrupt" in out, (name, out)
         with pytest.raises(
             CheckpointCorruptError, match=rf"{d / bad} is corrupt .* its step, step-0000024, cannot be trusted"
         ):
@@ -677,7 +672,7 @@ def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
             name,
             r.stderr[-2000:],
         )
-    assert verify(src.parent).returncode == 0
+    assert verify(src.parent, capsys)[0] == 0
 
 
 @pytest.mark.slow  # make test: --resume auto steps over a corrupt step (test_crash_during_save_and_a_corrupt_...);
