@@ -21,39 +21,60 @@ def root():
     return ROOT
 
 
-# -- chapter 60's tiny model, shared by the evaluation tests (test_eval.py, test_bias_tasks.py): trained once a session
-# ----
+# -- chapter 60's tiny model, shared by the evaluation tests (test_eval.py, test_bias_tasks.py, test_parallel_inference)
+# trained and exported once a run: under `make test`'s two workers, by whichever asks first, the other waiting on a lock
+def shared_across_workers(tmp_path_factory, name: str, make) -> Path:
+    """`make(path)` once per pytest run, `path` in the folder every xdist worker of the run shares (pytest's base
+    temporary folder, or its parent under xdist): the first worker to ask makes it, holding a file lock, the other finds
+    it made. The tests that use it read it, or copy it before they change it."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    base = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path, done = base / name, base / f"{name}.done"
+    with FileLock(str(base / f"{name}.lock")):
+        if not done.is_file():
+            if path.exists():  # a worker that failed midway left it
+                import shutil
+
+                shutil.rmtree(path)
+            make(path)
+            done.touch()
+    return path
+
+
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory) -> Path:
     """A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/
     root."""
     import subprocess
 
-    run = tmp_path_factory.mktemp("tiny-eval")
-    subprocess.run(
-        [
-            str(Path(sys.executable).parent / "mtnlg"),
-            "train",
-            "--config",
-            str(ROOT / "scaled_configs" / "tiny.yaml"),
-            "--set",
-            "schedule.train_iters=40",
-            "--run-dir",
-            str(run),
-            "--no-progress",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    return run / "checkpoints"
+    def train(run: Path):
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "mtnlg"),
+                "train",
+                "--config",
+                str(ROOT / "scaled_configs" / "tiny.yaml"),
+                "--set",
+                "schedule.train_iters=40",
+                "--run-dir",
+                str(run),
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+
+    return shared_across_workers(tmp_path_factory, "tiny-eval", train) / "checkpoints"
 
 
 @pytest.fixture(scope="session")
 def hf_dir(checkpoint, tmp_path_factory) -> Path:
     from mtnlg.export_hf import export_hf
 
-    return export_hf(checkpoint, tmp_path_factory.mktemp("hf"))
+    return shared_across_workers(tmp_path_factory, "hf", lambda path: export_hf(checkpoint, path))
 
 
 @pytest.fixture(scope="session")

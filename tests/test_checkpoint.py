@@ -160,16 +160,29 @@ def test_kill9_then_resume_is_bitwise_one_process(straight_one, tmp_path):
     assert_curations_tokenizer(tmp_path)
 
 
-def test_crash_during_save_falls_back_to_previous_checkpoint(straight_one, tmp_path):
-    job = start(tmp_path, ONE, env={"MTNLG_PAUSE_IN_SAVE": "0:16"})  # rank 0 stops inside step 16's save
-    wait_for(lambda: (tmp_path / "checkpoints/.step-0000016.tmp/paused-0").exists(), job)
+def test_crash_during_save_and_a_corrupt_step_resume_auto_falls_back_past_both_bitwise(straight_one, tmp_path, capsys):
+    """Two faults, one resume (a start of `mtnlg train` costs seconds of imports): the job is killed inside step 24's
+    save (nothing of it is complete: `latest` still names step 16), then a flipped bit in step 16's Adam moment.
+    `mtnlg checkpoint verify` (through `mtnlg.cli.main`, in this process) says `--resume auto` would continue from step
+    8; `--resume auto` says it skipped step 16, resumes from 8, cleans the half-written save away and ends bit for bit
+    as the straight run."""
+    job = start(tmp_path, ONE, env={"MTNLG_PAUSE_IN_SAVE": "0:24"})  # rank 0 stops inside step 24's save
+    wait_for(lambda: (tmp_path / "checkpoints/.step-0000024.tmp/paused-0").exists(), job)
     kill9(job)
-    assert latest(tmp_path) == "step-0000008" and not (tmp_path / "checkpoints/step-0000016").exists()
+    assert latest(tmp_path) == "step-0000016" and not (tmp_path / "checkpoints/step-0000024").exists()
+    corrupt(
+        tmp_path / "checkpoints/step-0000016/rank-00000.pt",
+        lambda s: s["fragments"]["blocks.0.mlp.fc1.weight"]["exp_avg"],
+    )
+    code, out = verify(tmp_path / "checkpoints", capsys)
+    assert code == 1 and "--resume auto would continue from step-0000008" in out, out
     r = run(tmp_path, ONE, "--resume", "auto")
+    assert "--resume auto: skipped step-0000016: rank-00000.pt is corrupt" in r.stdout, r.stdout
     assert "resumed from" in r.stdout and "step-0000008" in r.stdout
     assert not list((tmp_path / "checkpoints").glob(".step-*"))  # the half-written save was cleaned up
     assert_identical(straight_one, tmp_path)
     assert_curations_tokenizer(tmp_path)
+    assert verify(tmp_path / "checkpoints", capsys)[0] == 0  # step 16 written again, sound
 
 
 # make test: tests/test_slurm.py sends USR1 to a TP 2 x PP 2 x DP 2 job under Slurm: checkpoint, requeue, bitwise resume
@@ -188,7 +201,7 @@ def test_sigusr1_checkpoints_exits_0_and_resumes(straight_one, tmp_path):
     assert_identical(straight_one, tmp_path)
 
 
-@pytest.mark.slow  # make test: a one-process crash during a save resumes bitwise (test_crash_during_save_...)
+@pytest.mark.slow  # make test: a one-process crash during a save resumes bitwise (test_crash_during_save_and_...)
 def test_kill9_then_resume_is_bitwise_3d(straight_3d, tmp_path):
     job = start(tmp_path, THREE_D, "--nproc", "8")
     wait_for(lambda: latest(tmp_path) is not None, job)
@@ -607,16 +620,19 @@ def flip_digit(path: Path, key: str):
     json.loads(path.read_text())
 
 
-def verify(d) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [MTNLG, "checkpoint", "verify", str(d)], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+def verify(d, capsys) -> tuple[int, str]:
+    """`mtnlg checkpoint verify d` through `mtnlg.cli.main` in this process (a process of its own costs ~9 CPU s of
+    imports): its exit status and what it printed."""
+    from mtnlg.cli import main
+
+    code = main(["checkpoint", "verify", str(d)])
+    return code, capsys.readouterr().out
 
 
 # make test: chapter 43 catches the same four in `load_checkpoint`; the two tests below, `verify` (exit 1) and a named
 # `--resume` (exit 2, one line) from the command line
 @pytest.mark.slow
-def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
+def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path, capsys):
     """One flipped bit in a weight, in an Adam moment, in meta.json; a shard swapped for another step's: each loads
     silently without checksums (asserted: the tensor just differs), and each is now a one-line error naming the file and
     its step — from `mtnlg checkpoint verify` (exit 1), from `--resume DIR` (exit 2), from `load_checkpoint`."""
@@ -639,8 +655,8 @@ def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
         shutil.copytree(src, d)
         damage(d)
         bad = "meta.json" if name == "meta" else "rank-00000.pt"
-        r = verify(d.parent)
-        assert r.returncode == 1 and f"step-0000024  FAILED  {bad} is corrupt" in r.stdout, (name, r.stdout, r.stderr)
+        code, out = verify(d.parent, capsys)
+        assert code == 1 and f"step-0000024  FAILED  {bad} is corrupt" in out, (name, out)
         with pytest.raises(
             CheckpointCorruptError, match=rf"{d / bad} is corrupt .* its step, step-0000024, cannot be trusted"
         ):
@@ -656,32 +672,11 @@ def test_flipped_bits_and_swapped_shards_are_caught(straight_one, tmp_path):
             name,
             r.stderr[-2000:],
         )
-    assert verify(src.parent).returncode == 0
+    assert verify(src.parent, capsys)[0] == 0
 
 
-def test_resume_auto_steps_over_a_corrupt_checkpoint_and_finishes_bitwise(straight_one, tmp_path):
-    """A flipped bit in step 24's Adam moment: `--resume auto` says it skipped step 24, resumes from 16, ends bit for
-    bit as the straight run."""
-    import shutil
-
-    shutil.copytree(straight_one / "checkpoints", tmp_path / "checkpoints")
-    shutil.copyfile(
-        straight_one / "metrics.jsonl", tmp_path / "metrics.jsonl"
-    )  # the run's log so far (a resume keeps rows <= its step)
-    corrupt(
-        tmp_path / "checkpoints/step-0000024/rank-00000.pt",
-        lambda s: s["fragments"]["blocks.0.mlp.fc1.weight"]["exp_avg"],
-    )
-    r = verify(tmp_path / "checkpoints")
-    assert r.returncode == 1 and "--resume auto would continue from step-0000016" in r.stdout, r.stdout
-    r = run(tmp_path, ONE, "--resume", "auto")
-    assert "--resume auto: skipped step-0000024: rank-00000.pt is corrupt" in r.stdout, r.stdout
-    assert "resumed from" in r.stdout and "step-0000016" in r.stdout
-    assert_identical(straight_one, tmp_path)
-    assert verify(tmp_path / "checkpoints").returncode == 0  # step 24 written again, sound
-
-
-@pytest.mark.slow  # make test: --resume auto steps over a corrupt checkpoint (above); a truncated shard is one line
+@pytest.mark.slow  # make test: --resume auto steps over a corrupt step (test_crash_during_save_and_a_corrupt_...);
+# a truncated shard is one line (test_a_truncated_shard_is_one_line)
 def test_resume_auto_steps_over_a_truncated_shard(straight_one, tmp_path):
     """Step 24's shard cut short, so `torch.load` cannot read it: the checksums are checked while the model is built,
     and the unreadable file is reported by its checksum, like a flipped bit — `--resume auto` says it skipped step 24 as

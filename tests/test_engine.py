@@ -3,11 +3,13 @@ relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 
 losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
 bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
 and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
-`make test` runs TP 2 x PP 2 x DP 2 at eps 1e-6 (its loss through chapter 20's chunked linear cross-entropy: the
-single run's keeps its logits; and with sequence parallelism: LayerNorms and dropout on each TP rank's half of the
-sequence, so a missing LayerNorm gradient sum over TP fails it); `make test-full` adds the other seven layouts (PP 2 as
-srun starts it, with balanced stages), all eight at eps 1e-8, the pipelined gradients with and without sequence
-parallelism and the engine on chapter 11's from-scratch layers."""
+`make test` runs TP 2 x PP 2 x DP 1 on 4 ranks at eps 1e-6 (its loss through chapter 20's chunked linear
+cross-entropy: the single run's keeps its logits; and with sequence parallelism: LayerNorms and dropout on each TP
+rank's half of the sequence, so a missing LayerNorm gradient sum over TP fails it); data parallelism's share of the
+claim is test_parallel_scratch's DeepSpeed ZeRO-1 over DP 2 equal to AdamW on one process. `make test-full` adds the
+other seven layouts (TP 2 x PP 2 x DP 2 with the same chunked loss and sequence parallelism; PP 2 as srun starts it,
+with balanced stages), all eight at eps 1e-8, the pipelined gradients with and without sequence parallelism and the
+engine on chapter 11's from-scratch layers."""
 
 import json
 import os
@@ -39,9 +41,13 @@ PARITY = {
 }
 EPS = {"eps1e-6": 1e-6, "eps1e-8": 1e-8}  # ours for exact-ish parity; the paper's
 LAYOUTS = [(tp, pp, dp) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2)]
-DEFAULT = {("eps1e-6", (2, 2, 2))}
-# make test: all three axes at once (each axis alone adds nothing TP 2 x PP 2 x DP 2 does not prove; they help find
-# which axis broke, and the engine on one process is test-full's too): the rest `make test-full`
+DEFAULT = {("eps1e-6", (2, 2, 1))}
+# make test: TP 2 x PP 2 on 4 ranks, with sequence parallelism and the chunked loss (below) — the two axes that meet
+# inside the engine: tensor-parallel blocks split across pipeline stages, sequence-parallel activations sent stage to
+# stage, the tied embedding's gradient summed across the first and last stage, the vocabulary-parallel loss on the
+# last. DP adds DeepSpeed's ZeRO-1 reduction, which make test checks on 2 ranks (test_parallel_scratch's DeepSpeed
+# ZeRO-1 fp32 equals torch AdamW, and test_rank_errors' DP 2 resume). TP 2 x PP 2 x DP 2 (8 ranks: ~2x the CPU
+# seconds) and the other layouts, each axis alone (which help find the axis that broke): `make test-full`
 CASES = [
     pytest.param(
         eps, *lay, marks=() if (eps, lay) in DEFAULT else pytest.mark.slow, id=f"tp{lay[0]}-pp{lay[1]}-dp{lay[2]}-{eps}"
@@ -162,10 +168,10 @@ def test_layout_trains_like_one_process(singles, tmp_path, eps, tp, pp, dp):
         2,
         1,
     ):  # launched as srun launches: SLURM_PROCID / SLURM_NTASKS, no torchrun; balanced stages
-        over["parallel.partition"] = "balanced"  # (TP 2 x PP 2 x DP 2 runs the uniform ones)
+        over["parallel.partition"] = "balanced"  # (TP 2 x PP 2 runs the uniform ones)
         r = srun_style(tmp_path, over, tp * pp * dp)
     else:  # `mtnlg train --nproc N` -> torchrun
-        if (tp, pp, dp) == (2, 2, 2):  # and the loss without logits, 16 tokens at a time
+        if (tp, pp) == (2, 2):  # DP 1 or 2: and the loss without logits, 16 tokens at a time
             over["model.loss_chunk"] = 16  # (chapter 20), against the single run's logits, and
             over["parallel.sequence_parallel"] = True  # sequence parallelism (Korthikanti et al. 2022)
         r = mtnlg_train(tmp_path, over, nproc=tp * pp * dp)
@@ -286,7 +292,7 @@ GRADS = textwrap.dedent("""
 
 GRAD_CASES = [
     pytest.param({}, False, marks=pytest.mark.slow, id="tp2-pp2"),  # make test: the 3D runs above and test_checkpoint's
-    pytest.param(  # make test: TP 2 x PP 2 x DP 2 with sequence parallelism trains like one process (above; without
+    pytest.param(  # make test: TP 2 x PP 2 x DP 1 with sequence parallelism trains like one process (above; without
         {"parallel.sequence_parallel": "true"},  # the LayerNorms' gradient sum over TP its weights are 2.3e-3 off)
         False,
         marks=pytest.mark.slow,
