@@ -6,7 +6,8 @@
 __all__ = ['FUSIONS', 'ATTENTION_CORE', 'SYSTEMS', 'MT_NLG_SYSTEM', 'link', 'allreduce_time', 'reduce_scatter_time', 'p2p_time',
            'Op', 'layer_ops', 'ridge_point', 'layer_time', 'layer_traffic', 'System', 'interleaved_bubble',
            'pipeline_time', 'peak_flops', 'matmul_flops', 'tp_collective_time', 'pp_transfer_time', 'stage_parts',
-           'after_flush', 'Prediction', 'predict', 'paper_predictions', 'plot_paper_rows', 'fit_efficiency']
+           'after_flush', 'Prediction', 'predict', 'paper_predictions', 'plot_paper_rows', 'first_minimum',
+           'fit_efficiency']
 
 # %% ../nbs/51_iteration_time.ipynb
 from dataclasses import dataclass, field, replace
@@ -548,24 +549,53 @@ def plot_paper_rows(rows: list[dict]):
     return fig
 
 # %% ../nbs/51_iteration_time.ipynb
+def first_minimum(f: Callable[[float], float], xs: list) -> int:
+    """The index of the first smallest `f(x)` over `xs` (what a scan of every `x` finds) for an `f` that falls,
+    then rises (the worst of errors that each move one way with `x`): a golden-section search; where two points tie, a
+    scan."""
+    seen = {}
+
+    def at(i: int) -> float:
+        if i not in seen:
+            seen[i] = f(xs[i])
+        return seen[i]
+
+    lo, hi = 0, len(xs) - 1
+    while hi - lo > 3:
+        step = (hi - lo) * 382 // 1000  # the golden section: one of the two points is reused next time
+        a, b = lo + step, hi - step
+        if at(a) < at(b):
+            hi = b - 1  # every point from b on is worse than a
+        elif at(a) > at(b):
+            lo = a + 1  # every point up to a is worse than b
+        else:
+            break  # a flat stretch: no side can be dropped
+    return min(range(lo, hi + 1), key=at)
+
+# %% ../nbs/51_iteration_time.ipynb
+from functools import cache
+
+
 def fit_efficiency(gpu: GPU | str, errors: Callable[[GPU], list[float]]) -> float:
     """The `matmul_efficiency` of `gpu` (to 0.001) that minimises the largest |relative error| of `errors(record)`, the
     rows' predictions with the record at a trial efficiency. ValueError where the errors do not move with it (the rows
     are not predicted on that record) or where the best lies at the search's edge (0.10 or 0.99)."""
     gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
-    worst = lambda e: max(map(abs, errors(replace(gpu, matmul_efficiency=e))))
+    worst = cache(lambda e: max(map(abs, errors(replace(gpu, matmul_efficiency=e)))))  # each trial once
     grid = [e / 100 for e in range(10, 100)]
-    coarse_errors = [worst(e) for e in grid]
-    if min(coarse_errors) == max(coarse_errors):
+    coarse = grid[first_minimum(worst, grid)]  # the worst error falls, then rises: refine around its best
+    if (
+        worst(grid[0]) == worst(coarse) == worst(grid[-1])
+    ):  # falls, then rises, yet level at both ends: level throughout
         raise ValueError(
-            f"the rows' errors do not move with {gpu.name}'s matmul_efficiency (the same {coarse_errors[0]:.1%} "
+            f"the rows' errors do not move with {gpu.name}'s matmul_efficiency (the same {worst(coarse):.1%} "
             f"at every value from {grid[0]} to {grid[-1]}): they are not predicted on that record, so "
             f"nothing fits it"
         )
-    coarse = grid[coarse_errors.index(min(coarse_errors))]  # the worst error falls, then rises: refine around
     if coarse in (grid[0], grid[-1]):
         raise ValueError(
             f"{gpu.name}'s best matmul_efficiency lies at the search's edge ({coarse}): the model cannot "
             f"reach these rows' times with an efficiency between {grid[0]} and {grid[-1]}"
         )
-    return min((round(coarse + d / 1000, 3) for d in range(-10, 11)), key=worst)
+    fine = [round(coarse + d / 1000, 3) for d in range(-10, 11)]
+    return fine[first_minimum(worst, fine)]

@@ -643,13 +643,36 @@ def _environment_once():
         collect_env.get_pretty_env_info = original
 
 # %% ../nbs/61_tasks.ipynb
+_TEMPLATES: dict = {}
+
+
+@contextlib.contextmanager
+def _templates_once():
+    """Inside the block, the harness's `apply_template` compiles each template string once per process (its own
+    environment, filters and all) and renders the compiled template. The original is back after the block."""
+    import lm_eval.utils as lm_utils
+
+    original = lm_utils.apply_template
+
+    def cached(template: str, doc: dict) -> str:
+        if template not in _TEMPLATES:
+            _TEMPLATES[template] = lm_utils.env.from_string(template)
+        return _TEMPLATES[template].render(**doc)
+
+    lm_utils.apply_template = cached
+    try:
+        yield
+    finally:
+        lm_utils.apply_template = original
+
+# %% ../nbs/61_tasks.ipynb
 def run_task(lm, task, limit: int | None = None, fewshot_seed: int = 1234, log_samples: bool = False) -> dict | None:
     """The harness's `simple_evaluate` on one built task (its own `num_fewshot`), offline and quiet; its whole result
     (None in a job's processes other than the first: chapter 65)."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    with _quiet_datasets(), _environment_once():
+    with _quiet_datasets(), _environment_once(), _templates_once():
         return simple_evaluate(
             model=lm,
             tasks=[task],
