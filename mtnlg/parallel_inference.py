@@ -309,7 +309,9 @@ def _shared_out(work, items: list, replica: int, dp: int) -> list:
     except Exception as e:  # whatever it is, it joins the gather: every replica raises it after
         mine, error = None, e
     parts = [None] * dp
-    dist.all_gather_object(parts, (mine, error_record(error)), group=megatron_core().parallel_state.get_data_parallel_group())
+    dist.all_gather_object(
+        parts, (mine, error_record(error)), group=megatron_core().parallel_state.get_data_parallel_group()
+    )
     raise_first_error([e for _, e in parts], error)
     parts = [part for part, _ in parts]
     out = [None] * len(items)
