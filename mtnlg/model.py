@@ -22,9 +22,8 @@ from .topology import init_distributed, seed_everything, model_parallel_rng, meg
 from . import tensor_parallel as scratch_tp
 from . import kernels
 
-megatron_core()  # megatron-core imported as chapter 10 does (its fused activations uncompiled), then used as usual:
-
 # %% ../nbs/01_model.ipynb
+megatron_core()  # megatron-core imported as chapter 10 does (its fused activations uncompiled), then used as usual:
 from megatron.core import parallel_state, ModelParallelConfig
 from megatron.core import tensor_parallel as megatron_tp
 
