@@ -3,13 +3,13 @@ relative, weights within 1e-5 absolute: fp32 sums in another order) at Adam eps 
 losses with all but <= 0.1% of weight entries within 1e-5 (the rest within 2 x lr x steps; see the test),
 bf16 trains close to fp32, gradients of the pipelined model equal the unpipelined model's (within 1e-5 of the largest),
 and bad layouts are rejected before any process starts. Real multi-process runs (torchrun, gloo) on CPU.
-`make test` runs TP 2 x PP 2 x DP 1 on 4 ranks at eps 1e-6 (its loss through chapter 20's chunked linear
-cross-entropy: the single run's keeps its logits; and with sequence parallelism: LayerNorms and dropout on each TP
-rank's half of the sequence, so a missing LayerNorm gradient sum over TP fails it); data parallelism's share of the
-claim is test_parallel_scratch's DeepSpeed ZeRO-1 over DP 2 equal to AdamW on one process. `make test-full` adds the
-other seven layouts (TP 2 x PP 2 x DP 2 with the same chunked loss and sequence parallelism; PP 2 as srun starts it,
-with balanced stages), all eight at eps 1e-8, the pipelined gradients with and without sequence parallelism and the
-engine on chapter 11's from-scratch layers."""
+`make test`'s share of the claim is chapter 14's run: TP 2 x PP 2 on 4 ranks started by chapter 10's `launch`, at eps
+1e-6, its loss through chapter 20's chunked linear cross-entropy (the single run's keeps its logits), with sequence
+parallelism (LayerNorms and dropout on each TP rank's half of the sequence, so a missing LayerNorm gradient sum over TP
+fails it); and test_parallel_scratch's DeepSpeed ZeRO-1 over DP 2 equal to AdamW on one process. This file
+(`make test-full`) runs the command itself on all eight layouts (TP 2 x PP 2 and TP 2 x PP 2 x DP 2 with the chunked
+loss and sequence parallelism; PP 2 as srun starts it, with balanced stages), all eight at eps 1e-8, the pipelined
+gradients with and without sequence parallelism and the engine on chapter 11's from-scratch layers."""
 
 import json
 import os
@@ -41,17 +41,11 @@ PARITY = {
 }
 EPS = {"eps1e-6": 1e-6, "eps1e-8": 1e-8}  # ours for exact-ish parity; the paper's
 LAYOUTS = [(tp, pp, dp) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2)]
-DEFAULT = {("eps1e-6", (2, 2, 1))}
-# make test: TP 2 x PP 2 on 4 ranks, with sequence parallelism and the chunked loss (below) — the two axes that meet
-# inside the engine: tensor-parallel blocks split across pipeline stages, sequence-parallel activations sent stage to
-# stage, the tied embedding's gradient summed across the first and last stage, the vocabulary-parallel loss on the
-# last. DP adds DeepSpeed's ZeRO-1 reduction, which make test checks on 2 ranks (test_parallel_scratch's DeepSpeed
-# ZeRO-1 fp32 equals torch AdamW, and test_rank_errors' DP 2 resume). TP 2 x PP 2 x DP 2 (8 ranks: ~2x the CPU
-# seconds) and the other layouts, each axis alone (which help find the axis that broke): `make test-full`
+# make test: chapter 14 trains TP 2 x PP 2 on 4 ranks in process (forked by `launch`, its imports done), with
+# sequence parallelism and the chunked loss — the two axes that meet inside the engine. Here, through the command
+# (torchrun, each rank importing afresh): every layout, each axis alone (which helps find the axis that broke)
 CASES = [
-    pytest.param(
-        eps, *lay, marks=() if (eps, lay) in DEFAULT else pytest.mark.slow, id=f"tp{lay[0]}-pp{lay[1]}-dp{lay[2]}-{eps}"
-    )
+    pytest.param(eps, *lay, marks=pytest.mark.slow, id=f"tp{lay[0]}-pp{lay[1]}-dp{lay[2]}-{eps}")
     for eps in EPS
     for lay in LAYOUTS
 ]

@@ -4,8 +4,7 @@ greedy and seeded-sampled generations, each rank holding exactly the bytes chapt
 other live tensor memory to speak of) — on every TP, PP, DP in {1, 2} and one sequence-parallel layout (`make test`:
 TP 2 x PP 2; `make test-full`: the rest), from a checkpoint of another layout too; `mtnlg eval`, `generate` and `bias`
 with `--nproc N --set parallel.*`: the same tables and texts as one process, bad layouts refused in one line
-(`make test`: `mtnlg eval --nproc 2`, two replicas; `make test-full`: PP 2 x DP 2, TP 2 x PP 2 x DP 2, `generate`
-and `bias`).
+(`make test-full`: DP 2, PP 2 x DP 2, TP 2 x PP 2 x DP 2, `generate` and `bias`; `make test` keeps the bad layouts).
 In bf16: chapter 50's bytes in bf16 on every rank, the load's peak within the weights plus one slice (a reader of
 whole tensors refused), scores bitwise equal to the single-process bf16 reader at TP 1 x DP 1 and within 2^-8 (relative)
 on the others (`make test`: TP 2, PP 2, TP 2 x PP 2; `make test-full`: all of {1,2}^3); the reader verifies only the
@@ -25,7 +24,7 @@ MTNLG = str(Path(sys.executable).parent / "mtnlg")
 DATA = ROOT / "tests" / "fixtures"  # the root that holds eval/ (chapter 03)
 LIVE_SLACK = 64 * 1024  # bytes of live CPU tensors beyond the weights (RNG states and such)
 
-FAST = {(2, 2, 1, False)}  # make test: TP and PP at once; DP 2 replicas in the `mtnlg eval` table below
+FAST = {(2, 2, 1, False)}  # make test: TP and PP at once; DP 2 replicas: the `mtnlg eval` tables below (test-full)
 LAYOUTS = [(tp, pp, dp, False) for tp in (1, 2) for pp in (1, 2) for dp in (1, 2) if tp * pp * dp > 1] + [
     (2, 2, 1, True)
 ]
@@ -222,8 +221,8 @@ def one_process_results(checkpoint, tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize(
     "nproc,sets",
-    [  # make test: the CLI's replicas (the model-parallel reads are the launches above, on the same `MtnlgLM`)
-        (2, []),
+    [  # make test-full: the CLI's replicas (the model-parallel reads are the launches above, on the same `MtnlgLM`)
+        pytest.param(2, [], marks=pytest.mark.slow),
         pytest.param(4, ["parallel.pipeline_parallel=2"], marks=pytest.mark.slow),
         pytest.param(8, ["parallel.tensor_parallel=2", "parallel.pipeline_parallel=2"], marks=pytest.mark.slow),
     ],

@@ -232,7 +232,7 @@ def unreadable_on_one_rank(tmp_path, steps, nproc: int):
     assert seconds < ENDS_WITHIN_S and not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow  # make test: the 2-rank damaged pickle (one collective verdict), the unreadable file's message above
+@pytest.mark.slow  # make test: the unreadable file's message above, and one replica's error mid-evaluation (below)
 def test_a_file_unreadable_on_one_rank_ends_every_rank_2_ranks(tmp_path, steps):
     unreadable_on_one_rank(tmp_path, steps, 2)
 
@@ -321,6 +321,7 @@ def resume_auto_past_a_damaged_pickle(tmp_path, nproc: int):
     assert (root / "step-0000005/meta.json").is_file()
 
 
+@pytest.mark.slow  # make test: the same fallback in one process (above); the collective verdict over ranks: test-full
 def test_resume_auto_falls_back_past_a_damaged_pickle_that_loads_2_ranks(tmp_path):
     resume_auto_past_a_damaged_pickle(tmp_path, 2)
 

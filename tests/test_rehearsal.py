@@ -45,6 +45,7 @@ def _end_the_spawned_process():
         _SPAWNED.pop("pool").terminate()
 
 
+@pytest.mark.slow  # a real engine step on this CPU (~40 s); make test keeps the rehearsal against chapter 50's count
 @own_process
 def test_rehearsal_matches_a_real_cpu_step():
     "The rehearsal's peak against the real engine's measured step-2 peak, same config, this CPU's kernels: within 2%."
