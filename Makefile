@@ -16,6 +16,7 @@ $(STAMP): setup.py settings.ini pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[dev]"
 	$(BIN)/python -c "import mtnlg.evaluate as e; e.install_lm_eval_plugin()"   # lets `lm_eval --model mtnlg` find us
+	$(BIN)/python -c "from mtnlg import minhash, decontaminate; minhash.compile_minhash_kernels(); decontaminate.compile_ngram_kernels()"   # curation's numba kernels, compiled once into their cache
 	@touch $(STAMP)
 
 # Data: the full public sets wherever $MTNLG_DATA points (`mtnlg data` lists them), else the slices committed in

@@ -4,7 +4,8 @@
 
 # %% auto 0
 __all__ = ['EVAL_TASKS', 'eval_task_texts', 'ngram_hashes', 'build_task_ngrams', 'find_task_ngrams', 'cut_spans',
-           'find_task_ngrams_batch', 'count_task_ngrams', 'count_shard', 'frequent_ngrams', 'decontaminate_shard']
+           'find_task_ngrams_batch', 'compile_ngram_kernels', 'count_task_ngrams', 'count_shard', 'frequent_ngrams',
+           'decontaminate_shard']
 
 # %% ../nbs/33_decontaminate.ipynb
 import json
@@ -127,7 +128,16 @@ def cut_spans(text: str, spans, remove_chars: int = 200, min_piece_chars: int = 
 # %% ../nbs/33_decontaminate.ipynb
 from numba import njit
 from .extract import iter_batches
-from .minhash import _P, _WB, _LOWER, _cased_table, _changes_under_lower, _mix64_jit, _utf8_concat
+from mtnlg.minhash import (
+    _P,
+    _WB,
+    _LOWER,
+    _cased_table,
+    _changes_under_lower,
+    _mix64_jit,
+    _utf8_concat,
+    compiled_kernels,
+)
 
 
 @njit(cache=True, nogil=True)
@@ -282,6 +292,15 @@ def find_task_ngrams_batch(
         for (d, s, e), h in zip(rows.tolist(), hashes.tolist()):
             found[redo[d]].append((s, e, h))
     return [sorted(f) for f in found]
+
+# %% ../nbs/33_decontaminate.ipynb
+def compile_ngram_kernels() -> dict[str, int]:
+    "Compile (or load from numba's cache) this chapter's kernels for the pipeline's argument types: `compiled_kernels`."
+    words = "one two three four five six seven eight nine ten eleven twelve thirteen"
+    table = build_task_ngrams([words])
+    found = find_task_ngrams_batch([words.title() + ".", "Ärger über Öl", ""], table)
+    find_task_ngrams_batch([words], table, np.array([h for _, _, h in found[0]], np.uint64))
+    return compiled_kernels(globals())
 
 # %% ../nbs/33_decontaminate.ipynb
 def count_task_ngrams(texts, task_ngrams: dict) -> dict[int, int]:

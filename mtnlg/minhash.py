@@ -6,7 +6,7 @@
 __all__ = ['EMPTY', 'EDITS', 'ENGINES', 'mix64', 'word_hashes', 'shingle_hashes', 'one_permutation_minhash', 'minhash_signatures',
            'estimate_jaccard', 'edit_words', 'exact_jaccard', 'near_duplicate_set', 'band_keys', 'candidate_pairs',
            'unique_pairs', 's_curve', 'DedupResult', 'fuzzy_dedup', 'pair_precision_recall', 'compiled_signatures',
-           'compiled_candidate_pairs', 'compiled_components']
+           'compiled_candidate_pairs', 'compiled_components', 'compiled_kernels', 'compile_minhash_kernels']
 
 # %% ../nbs/32_dedup_method.ipynb
 import re
@@ -616,3 +616,23 @@ def compiled_components(
             [np.zeros(0, bool)] + list(ex.map(lambda r: _similar_kernel(sig, i[r], j[r], float(threshold)), parts))
         )
     return _union_find(len(sig), i[similar], j[similar]), int(similar.sum())
+
+# %% ../nbs/32_dedup_method.ipynb
+def compiled_kernels(namespace: dict) -> dict[str, int]:
+    "{name: argument-type signatures compiled or loaded so far} of each numba kernel in `namespace`."
+    from numba.core.dispatcher import Dispatcher
+
+    return {name: len(f.signatures) for name, f in namespace.items() if isinstance(f, Dispatcher)}
+
+
+def compile_minhash_kernels() -> dict[str, int]:
+    "Compile (or load from numba's cache) this chapter's kernels for the pipeline's argument types: `compiled_kernels`."
+    texts = [
+        "The quick brown fox jumps over the lazy dog",
+        "the quick brown fox jumps over the lazy dog!",
+        "Ärger über Öl",
+        "",
+    ]
+    sig = compiled_signatures(texts)  # the third text takes the path for cased non-ASCII letters
+    compiled_components(sig, *compiled_candidate_pairs(sig, 16, 8), 0.5)
+    return compiled_kernels(globals())

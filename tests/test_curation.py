@@ -533,3 +533,34 @@ def test_band_splits_do_not_change_what_dedup_keeps(tmp_path):
         got[splits] = (dedup_decisions(out), kept, len(list((out / "dedup_lsh").glob("band-*"))))
     assert got[1][:2] == got[32][:2] and len(got[1][0]) > 0 and len(got[1][1]) > 0
     assert (got[1][2], got[32][2]) == (16, 16 * 32)
+
+
+def test_compiled_kernels_cover_what_a_shard_runs(tmp_path):
+    """`make install` compiles curation's numba kernels once (chapter 32's `compile_minhash_kernels`, 33's
+    `compile_ngram_kernels`); a fresh process that loads them, then signs, counts and decontaminates a shard, compiles
+    no kernel for another argument type."""
+    from mtnlg.extract import write_jsonl
+
+    docs = [json.loads(line) for line in open(ROOT / "tests/fixtures/corpus/wiki_valid.jsonl")][:40]
+    write_jsonl(
+        tmp_path / "in.jsonl", ({"id": f"x/in:{i}", "dataset": "x", "text": d["text"]} for i, d in enumerate(docs))
+    )
+    probe = f"""
+import json, numpy as np
+from mtnlg import minhash, decontaminate
+from mtnlg.dedup import signature_shard
+from mtnlg.decontaminate import build_task_ngrams, count_shard, decontaminate_shard
+warm = {{**minhash.compile_minhash_kernels(), **decontaminate.compile_ngram_kernels()}}
+src = {str(tmp_path / "in.jsonl")!r}
+signature_shard(src, {str(tmp_path / "sig.npz")!r})
+table = build_task_ngrams([t["text"] for t in map(json.loads, open(src))][:2])
+counts = count_shard(src, table)
+decontaminate_shard(src, {str(tmp_path / "out.jsonl")!r}, table, np.array(sorted(counts)[:3], np.uint64))
+after = {{**minhash.compiled_kernels(vars(minhash)), **minhash.compiled_kernels(vars(decontaminate))}}
+print(json.dumps([warm, after, len(counts)]))
+"""
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    warm, after, found = json.loads(r.stdout.splitlines()[-1])
+    assert found > 3 and warm["_signature_kernel"] >= 1 and warm["_task_ngram_kernel"] >= 1
+    assert after == warm  # nothing compiled after the two
