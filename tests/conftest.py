@@ -47,26 +47,9 @@ def shared_across_workers(tmp_path_factory, name: str, make) -> Path:
 def checkpoint(tmp_path_factory) -> Path:
     """A tiny model trained for 40 steps (in a subprocess, so this process keeps no training state): its checkpoints/
     root."""
-    import subprocess
+    from tiny_runs import train_tiny
 
-    def train(run: Path):
-        subprocess.run(
-            [
-                str(Path(sys.executable).parent / "mtnlg"),
-                "train",
-                "--config",
-                str(ROOT / "scaled_configs" / "tiny.yaml"),
-                "--set",
-                "schedule.train_iters=40",
-                "--run-dir",
-                str(run),
-                "--no-progress",
-            ],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-
+    train = lambda run: train_tiny(run, **{"schedule.train_iters": 40})
     return shared_across_workers(tmp_path_factory, "tiny-eval", train) / "checkpoints"
 
 

@@ -168,28 +168,10 @@ def test_winogender_slice_without_the_data_setting(monkeypatch):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     "A tiny model trained for one step on a 70 KB slice (in a subprocess): its checkpoints/ root."
-    run = tmp_path_factory.mktemp("tiny-bias")
-    subprocess.run(
-        [
-            str(BIN / "mtnlg"),
-            "train",
-            "--config",
-            str(ROOT / "scaled_configs" / "tiny.yaml"),
-            "--set",
-            "schedule.train_iters=1",
-            "--set",
-            "schedule.eval_iters=1",
-            "--set",
-            f"data.train_files=[{SLICE}]",
-            "--run-dir",
-            str(run),
-            "--no-progress",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    return run / "checkpoints"
+    from tiny_runs import train_tiny
+
+    sets = {"schedule.train_iters": 1, "schedule.eval_iters": 1, "data.train_files": f"[{SLICE}]"}
+    return train_tiny(tmp_path_factory.mktemp("tiny-bias"), **sets)
 
 
 @pytest.mark.slow

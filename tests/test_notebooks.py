@@ -97,6 +97,7 @@ def run_notebook(nb: Path, tmp_path: Path, keep: Path | None = BOOK, whole: bool
                 cwd=str(NBS),
                 kernel_name="python3",
                 progress_bar=False,
+                request_save_on_cell_execute=False,  # written once at the end (and on a failure): not after each cell
                 **preloaded,
             )
             break

@@ -232,7 +232,7 @@ def unreadable_on_one_rank(tmp_path, steps, nproc: int):
     assert seconds < ENDS_WITHIN_S and not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow  # make test: the unreadable file's message above, and one replica's error mid-evaluation (below)
+@pytest.mark.slow  # make test: the unreadable file's message above (in one process)
 def test_a_file_unreadable_on_one_rank_ends_every_rank_2_ranks(tmp_path, steps):
     unreadable_on_one_rank(tmp_path, steps, 2)
 
@@ -272,6 +272,7 @@ def scoring_fails_on_one_rank(tmp_path, checkpoint, nproc: int):
     assert seconds < ENDS_WITHIN_S and not (tmp_path / "eval").exists()
 
 
+@pytest.mark.slow  # make test: test_launcher's faults on 2 and 3 ranks; an evaluation's on 2 and 4 ranks: test-full
 def test_an_error_in_one_replicas_share_of_an_evaluation_ends_every_rank_2_ranks(tmp_path, model_checkpoint):
     scoring_fails_on_one_rank(tmp_path, model_checkpoint, 2)
 
