@@ -128,16 +128,8 @@ def cut_spans(text: str, spans, remove_chars: int = 200, min_piece_chars: int = 
 # %% ../nbs/33_decontaminate.ipynb
 from numba import njit
 from .extract import iter_batches
-from mtnlg.minhash import (
-    _P,
-    _WB,
-    _LOWER,
-    _cased_table,
-    _changes_under_lower,
-    _mix64_jit,
-    _utf8_concat,
-    compiled_kernels,
-)
+from .minhash import _P, _WB, _LOWER, _cased_table, _changes_under_lower, _mix64_jit, _utf8_concat
+from .minhash import compiled_kernels
 
 
 @njit(cache=True, nogil=True)

@@ -28,7 +28,6 @@ from mtnlg.bias import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 SLICE = ROOT / "tests" / "fixtures" / "corpus" / "wiki_valid.jsonl"
 
 
